@@ -1,0 +1,104 @@
+//! `ObjectId`: a 40-hex-digit git object name as clients send it (`file_sha`, `If-Match`).
+use std::fmt;
+
+/// A SHA-1 object id in canonical lower-case hex. Upper case input is accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ObjectId([u8; 40]);
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be a string of 40 hexadecimal digits")]
+pub struct ObjectIdError;
+
+impl ObjectId {
+    pub fn parse(raw: &str) -> Result<Self, ObjectIdError> {
+        let bytes = raw.as_bytes();
+        if bytes.len() != 40 || !bytes.iter().all(u8::is_ascii_hexdigit) {
+            return Err(ObjectIdError);
+        }
+        let mut out = [0u8; 40];
+        for (o, b) in out.iter_mut().zip(bytes) {
+            *o = b.to_ascii_lowercase();
+        }
+        Ok(Self(out))
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Only ASCII hex digits are ever stored.
+        std::str::from_utf8(&self.0).expect("hex is ascii")
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for ObjectId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_forty_hex_digits_in_any_case() {
+        let lower = "0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(ObjectId::parse(lower).unwrap().as_str(), lower);
+        let upper = lower.to_ascii_uppercase();
+        assert_eq!(ObjectId::parse(&upper).unwrap().as_str(), lower);
+    }
+
+    #[test]
+    fn refuses_wrong_length_or_non_hex() {
+        for bad in [
+            "",
+            "abc",
+            "0123456789abcdef0123456789abcdef0123456",
+            "0123456789abcdef0123456789abcdef012345678",
+            "g123456789abcdef0123456789abcdef01234567",
+            " 123456789abcdef0123456789abcdef01234567",
+            "0123456789abcdef0123456789abcdef0123456é",
+        ] {
+            assert!(ObjectId::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}
+
+macro_rules! object_kind {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub struct $name(pub ObjectId);
+
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                self.0.as_str()
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.0.fmt(f)
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                self.0.serialize(s)
+            }
+        }
+    };
+}
+
+object_kind!(
+    /// The git blob id of a file's content: what clients see as `file_sha` / `sha`.
+    BlobId
+);
+object_kind!(
+    /// The id of a commit on a tenant's `main`.
+    CommitId
+);

@@ -1,0 +1,157 @@
+//! Storage: each tenant's two files in its bare git repository. No git type crosses this API.
+mod error;
+mod repo;
+mod seed;
+
+pub use error::StorageError;
+pub use seed::seed_if_empty;
+
+use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, RequestId, TenantId};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// Turns on what libgit2 leaves off by default; call once at start, before any git work.
+/// With fsync on, a new object or ref is on disk before the call that wrote it returns.
+pub fn init_git() {
+    repo::init_libgit2();
+}
+
+/// What a tenant is, as far as requests are concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantInfo {
+    pub id: TenantId,
+    pub source_hosting: bool,
+}
+
+/// One row of `tenant list`.
+#[derive(Debug, Clone)]
+pub struct TenantSummary {
+    pub id: TenantId,
+    pub source_hosting: bool,
+    pub head: Option<CommitId>,
+    pub last_change: Option<SystemTime>,
+}
+
+/// A file as it is at the head of `main`.
+#[derive(Debug, Clone)]
+pub struct FileSnapshot {
+    pub bytes: Vec<u8>,
+    pub blob: BlobId,
+    pub commit: CommitId,
+}
+
+/// What must hold of the current file for a write to go ahead.
+#[derive(Debug, Clone, Default)]
+pub struct Preconditions {
+    /// The `file_sha` of the request, if any.
+    pub file_sha: Option<ShaCheck>,
+    /// The `If-Match` header, if any.
+    pub if_match: Option<IfMatch>,
+}
+
+/// How a `file_sha` is checked.
+#[derive(Debug, Clone, Copy)]
+pub enum ShaCheck {
+    /// Must equal the current blob id.
+    Blob(ObjectId),
+    /// Must equal the current blob id, or name a commit reachable from `main` (a forced write).
+    BlobOrCommit(ObjectId),
+}
+
+/// A parsed `If-Match` header.
+#[derive(Debug, Clone)]
+pub enum IfMatch {
+    /// `*`: any current file.
+    Any,
+    /// A list of entity tags; it matches when one of them is the current blob id.
+    Tags(Vec<String>),
+}
+
+/// A write of one file.
+#[derive(Debug, Clone)]
+pub struct WriteRequest {
+    pub file: PlanFile,
+    pub bytes: Vec<u8>,
+    pub preconditions: Preconditions,
+    pub author: Identity,
+    pub request_id: RequestId,
+}
+
+/// The result of a successful write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOutcome {
+    pub commit: CommitId,
+    pub blob: BlobId,
+    /// False when the bytes equalled the stored bytes and no commit was made.
+    pub changed: bool,
+    /// True when no blob-id precondition matched (the commit carries `Forced: true`).
+    pub forced: bool,
+}
+
+/// The tenants under one data directory.
+#[derive(Debug, Clone)]
+pub struct Storage {
+    tenants_dir: PathBuf,
+    committer: Identity,
+}
+
+impl Storage {
+    /// Storage over `<data_dir>/tenants`, which is created if missing.
+    pub fn open(data_dir: &Path, committer: Identity) -> Result<Self, StorageError> {
+        let tenants_dir = data_dir.join("tenants");
+        std::fs::create_dir_all(&tenants_dir)
+            .map_err(|e| StorageError::io("create the tenants directory", &tenants_dir, e))?;
+        Ok(Self { tenants_dir, committer })
+    }
+
+    pub fn tenants_dir(&self) -> &Path {
+        &self.tenants_dir
+    }
+
+    fn repo_path(&self, tenant: &TenantId) -> PathBuf {
+        self.tenants_dir.join(format!("{tenant}.git"))
+    }
+
+    /// The tenant's settings; `TenantNotFound` when it has no repository.
+    pub fn tenant(&self, tenant: &TenantId) -> Result<TenantInfo, StorageError> {
+        let repo = repo::TenantRepo::open(tenant, &self.repo_path(tenant))?;
+        Ok(TenantInfo { id: tenant.clone(), source_hosting: repo.source_hosting()? })
+    }
+
+    /// The file at the head of `main`. A missing file reads as empty.
+    pub fn read(&self, tenant: &TenantId, file: PlanFile) -> Result<FileSnapshot, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.read(file)
+    }
+
+    /// Commits a new version of one file if the preconditions hold (see [`Preconditions`]).
+    pub fn write(&self, tenant: &TenantId, req: WriteRequest) -> Result<WriteOutcome, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.write(req, &self.committer)
+    }
+
+    /// Creates a tenant repository with its first commit. Fails if the tenant exists.
+    pub fn create_tenant(&self, tenant: &TenantId, source_hosting: bool) -> Result<CommitId, StorageError> {
+        repo::create(tenant, &self.tenants_dir, &self.repo_path(tenant), source_hosting, &self.committer)
+    }
+
+    /// Turns the source-hosting flag on or off; running servers see it on the next request.
+    pub fn set_source_hosting(&self, tenant: &TenantId, on: bool) -> Result<(), StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.set_source_hosting(on)
+    }
+
+    /// Every tenant, sorted by id. Directories that are not tenant repositories are skipped.
+    pub fn list_tenants(&self) -> Result<Vec<TenantSummary>, StorageError> {
+        let entries = std::fs::read_dir(&self.tenants_dir)
+            .map_err(|e| StorageError::io("list tenants", &self.tenants_dir, e))?;
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| StorageError::io("list tenants", &self.tenants_dir, e))?;
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".git")) else { continue };
+            let Ok(id) = TenantId::parse(id) else { continue };
+            let repo = repo::TenantRepo::open(&id, &entry.path())?;
+            out.push(repo.summary()?);
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+}

@@ -1,0 +1,289 @@
+//! The git2 side of storage: one tenant's bare repository, read and written with libgit2.
+use super::{
+    FileSnapshot, IfMatch, ShaCheck, StorageError, TenantSummary, WriteOutcome, WriteRequest,
+};
+use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, TenantId};
+use git2::{ErrorClass, ErrorCode, ObjectType, Oid, Repository, RepositoryInitOptions, Signature};
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+const MAIN: &str = "refs/heads/main";
+const SOURCE_HOSTING_KEY: &str = "planfiles.sourcehosting";
+const FILE_MODE: i32 = 0o100644;
+/// Attempts at moving `main` before a write gives up. Each failed attempt means another
+/// writer moved `main` (or holds its lock) in between, so progress is being made.
+const MAX_ATTEMPTS: u32 = 200;
+
+pub(super) fn init_libgit2() {
+    libgit2_sys::init();
+    // SAFETY: git_libgit2_opts with ENABLE_FSYNC_GITDIR takes one int argument; libgit2 is
+    // initialised above.
+    let rc = unsafe {
+        libgit2_sys::git_libgit2_opts(libgit2_sys::GIT_OPT_ENABLE_FSYNC_GITDIR as libc_int, 1 as libc_int)
+    };
+    assert_eq!(rc, 0, "libgit2 refused GIT_OPT_ENABLE_FSYNC_GITDIR");
+}
+
+#[allow(non_camel_case_types)]
+type libc_int = std::os::raw::c_int;
+
+fn to_id(oid: Oid) -> ObjectId {
+    ObjectId::parse(&oid.to_string()).expect("git2 prints 40 hex digits")
+}
+
+fn to_oid(id: &ObjectId) -> Oid {
+    Oid::from_str(id.as_str()).expect("ObjectId holds 40 hex digits")
+}
+
+fn empty_blob_oid() -> Oid {
+    Oid::hash_object(ObjectType::Blob, b"").expect("hashing in memory cannot fail")
+}
+
+/// An open tenant repository.
+pub(super) struct TenantRepo<'a> {
+    tenant: &'a TenantId,
+    repo: Repository,
+}
+
+impl<'a> TenantRepo<'a> {
+    pub(super) fn open(tenant: &'a TenantId, path: &Path) -> Result<Self, StorageError> {
+        if !path.is_dir() {
+            return Err(StorageError::TenantNotFound(tenant.clone()));
+        }
+        let repo = Repository::open_bare(path).map_err(git_err(tenant, "open repository", ""))?;
+        Ok(Self { tenant, repo })
+    }
+
+    pub(super) fn source_hosting(&self) -> Result<bool, StorageError> {
+        let config = self.repo.config().map_err(git_err(self.tenant, "read config", ""))?;
+        match config.get_bool(SOURCE_HOSTING_KEY) {
+            Ok(on) => Ok(on),
+            Err(e) if e.code() == ErrorCode::NotFound => Ok(false),
+            Err(e) => Err(git_err(self.tenant, "read config", "")(e)),
+        }
+    }
+
+    pub(super) fn set_source_hosting(&self, on: bool) -> Result<(), StorageError> {
+        let mut config = self.repo.config().map_err(git_err(self.tenant, "open config", ""))?;
+        config
+            .set_bool(SOURCE_HOSTING_KEY, on)
+            .map_err(git_err(self.tenant, "write config", ""))
+    }
+
+    pub(super) fn summary(&self) -> Result<TenantSummary, StorageError> {
+        let head = self.repo.refname_to_id(MAIN).ok();
+        let last_change = match head {
+            Some(oid) => {
+                let commit = self.repo.find_commit(oid).map_err(git_err(self.tenant, "read head", ""))?;
+                let secs = u64::try_from(commit.time().seconds()).unwrap_or(0);
+                Some(UNIX_EPOCH + Duration::from_secs(secs))
+            }
+            None => None,
+        };
+        Ok(TenantSummary {
+            id: self.tenant.clone(),
+            source_hosting: self.source_hosting()?,
+            head: head.map(|oid| CommitId(to_id(oid))),
+            last_change,
+        })
+    }
+
+    /// The head commit of `main` and the blob id of `file` in it (the empty blob if absent).
+    fn head_and_blob(&self, file: PlanFile) -> Result<(git2::Commit<'_>, Oid, bool), StorageError> {
+        let path = file.path();
+        let head_oid = self.repo.refname_to_id(MAIN).map_err(git_err(self.tenant, "resolve main", path))?;
+        let head = self.repo.find_commit(head_oid).map_err(git_err(self.tenant, "read head commit", path))?;
+        let tree = head.tree().map_err(git_err(self.tenant, "read head tree", path))?;
+        let entry = tree.get_name(path).filter(|e| e.kind() == Some(ObjectType::Blob));
+        Ok(match entry {
+            Some(e) => (head, e.id(), true),
+            None => (head, empty_blob_oid(), false),
+        })
+    }
+
+    pub(super) fn read(&self, file: PlanFile) -> Result<FileSnapshot, StorageError> {
+        let (head, blob_oid, present) = self.head_and_blob(file)?;
+        let bytes = if present {
+            let blob = self.repo.find_blob(blob_oid).map_err(git_err(self.tenant, "read blob", file.path()))?;
+            blob.content().to_vec()
+        } else {
+            Vec::new()
+        };
+        Ok(FileSnapshot { bytes, blob: BlobId(to_id(blob_oid)), commit: CommitId(to_id(head.id())) })
+    }
+
+    /// True when `oid` names a commit that is `head` or one of its ancestors.
+    fn in_history(&self, head: Oid, oid: Oid) -> bool {
+        if oid == head {
+            return true;
+        }
+        match self.repo.find_commit(oid) {
+            Ok(_) => self.repo.graph_descendant_of(head, oid).unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    pub(super) fn write(&self, req: WriteRequest, committer: &Identity) -> Result<WriteOutcome, StorageError> {
+        let path = req.file.path();
+        let new_blob = Oid::hash_object(ObjectType::Blob, &req.bytes)
+            .map_err(git_err(self.tenant, "hash blob", path))?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (head, current, present) = self.head_and_blob(req.file)?;
+            let current_id = BlobId(to_id(current));
+            // A write is a "matching" write when a blob-id precondition names the current file.
+            let mut blob_matched = false;
+            match req.preconditions.file_sha {
+                None => {}
+                Some(ShaCheck::Blob(id)) | Some(ShaCheck::BlobOrCommit(id)) if to_oid(&id) == current => {
+                    blob_matched = true;
+                }
+                Some(ShaCheck::BlobOrCommit(id)) if self.in_history(head.id(), to_oid(&id)) => {}
+                Some(_) => {
+                    return Err(StorageError::ShaMismatch { tenant: self.tenant.clone(), file: path, current: current_id })
+                }
+            }
+            match &req.preconditions.if_match {
+                None | Some(IfMatch::Any) => {}
+                Some(IfMatch::Tags(tags)) if tags.iter().any(|t| t == current_id.as_str()) => blob_matched = true,
+                Some(IfMatch::Tags(_)) => {
+                    return Err(StorageError::PreconditionFailed {
+                        tenant: self.tenant.clone(),
+                        file: path,
+                        current: current_id,
+                    })
+                }
+            }
+            let forced = !blob_matched;
+            if present && new_blob == current {
+                return Ok(WriteOutcome { commit: CommitId(to_id(head.id())), blob: current_id, changed: false, forced });
+            }
+            let commit = self.commit_on(&head, &req, committer, forced)?;
+            match self.repo.reference_matching(MAIN, commit, true, head.id(), &format!("planfiles: update {path}")) {
+                Ok(_) => {
+                    return Ok(WriteOutcome {
+                        commit: CommitId(to_id(commit)),
+                        blob: BlobId(to_id(new_blob)),
+                        changed: true,
+                        forced,
+                    })
+                }
+                // Another writer moved main or holds its lock: rebase onto the new head and
+                // check our own preconditions again.
+                Err(e) if matches!(e.code(), ErrorCode::Modified | ErrorCode::Locked | ErrorCode::NotFound) => {
+                    if attempt >= MAX_ATTEMPTS {
+                        return Err(StorageError::Contended { tenant: self.tenant.clone(), file: path, attempts: attempt });
+                    }
+                    backoff(attempt);
+                }
+                Err(e) => return Err(git_err(self.tenant, "move main", path)(e)),
+            }
+        }
+    }
+
+    /// Writes the blob, the tree with that one entry replaced, and a commit on top of `head`.
+    fn commit_on(&self, head: &git2::Commit<'_>, req: &WriteRequest, committer: &Identity, forced: bool) -> Result<Oid, StorageError> {
+        let path = req.file.path();
+        let err = |op| git_err(self.tenant, op, path);
+        let blob = self.repo.blob(&req.bytes).map_err(err("write blob"))?;
+        let base = head.tree().map_err(err("read head tree"))?;
+        let mut builder = self.repo.treebuilder(Some(&base)).map_err(err("build tree"))?;
+        builder.insert(path, blob, FILE_MODE).map_err(err("build tree"))?;
+        let tree_oid = builder.write().map_err(err("write tree"))?;
+        let tree = self.repo.find_tree(tree_oid).map_err(err("read new tree"))?;
+        let author = signature(&req.author).map_err(err("author signature"))?;
+        let committer = signature(committer).map_err(err("committer signature"))?;
+        let mut message = format!("Update {path}\n\nRequest-Id: {}\n", req.request_id);
+        if forced {
+            message.push_str("Forced: true\n");
+        }
+        self.repo
+            .commit(None, &author, &committer, &message, &tree, &[head])
+            .map_err(err("write commit"))
+    }
+}
+
+fn signature(who: &Identity) -> Result<Signature<'static>, git2::Error> {
+    Signature::now(who.name(), who.email())
+}
+
+/// Sleeps a little longer on each attempt, with jitter so that racing writers spread out.
+fn backoff(attempt: u32) {
+    let cap_us = 200u64 * u64::from(attempt.min(10));
+    let us = rand::random_range(50..=cap_us.max(100));
+    std::thread::sleep(Duration::from_micros(us));
+}
+
+/// Creates a tenant repository: init in a temporary directory, first commit, then rename.
+pub(super) fn create(
+    tenant: &TenantId,
+    tenants_dir: &Path,
+    path: &Path,
+    source_hosting: bool,
+    committer: &Identity,
+) -> Result<CommitId, StorageError> {
+    if path.exists() {
+        return Err(StorageError::TenantExists(tenant.clone()));
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".new-{tenant}-"))
+        .tempdir_in(tenants_dir)
+        .map_err(|e| StorageError::io("create a temporary directory", tenants_dir, e))?;
+    let commit = init_repo(tenant, tmp.path(), source_hosting, committer)?;
+    let tmp_path = tmp.keep();
+    if let Err(e) = std::fs::rename(&tmp_path, path) {
+        let _ = std::fs::remove_dir_all(&tmp_path);
+        return Err(if path.exists() {
+            StorageError::TenantExists(tenant.clone())
+        } else {
+            StorageError::io("move the new repository into place", path, e)
+        });
+    }
+    sync_dir(tenants_dir)?;
+    Ok(CommitId(to_id(commit)))
+}
+
+/// Initialises a bare repository at `path` with branch `main` and the tenant's first commit.
+fn init_repo(tenant: &TenantId, path: &Path, source_hosting: bool, committer: &Identity) -> Result<Oid, StorageError> {
+    let err = |op| git_err(tenant, op, "");
+    let mut opts = RepositoryInitOptions::new();
+    opts.bare(true).initial_head("main").mkdir(true).mkpath(false);
+    let repo = Repository::init_opts(path, &opts).map_err(err("init repository"))?;
+    repo.config()
+        .and_then(|mut c| c.set_bool(SOURCE_HOSTING_KEY, source_hosting))
+        .map_err(err("write config"))?;
+    let mut builder = repo.treebuilder(None).map_err(err("build tree"))?;
+    for (file, text) in [(PlanFile::Integration, "{}\n"), (PlanFile::Configuration, "folders: []\n")] {
+        let blob = repo.blob(text.as_bytes()).map_err(err("write blob"))?;
+        builder.insert(file.path(), blob, FILE_MODE).map_err(err("build tree"))?;
+    }
+    let tree = repo.find_tree(builder.write().map_err(err("write tree"))?).map_err(err("read tree"))?;
+    let sig = signature(committer).map_err(err("signature"))?;
+    let commit = repo
+        .commit(Some(MAIN), &sig, &sig, &format!("Create tenant {tenant}\n"), &tree, &[])
+        .map_err(err("write commit"))?;
+    Ok(commit)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| StorageError::io("sync directory", dir, e))
+}
+
+/// Maps a git2 error to a `StorageError` that names the tenant, the file and the operation.
+fn git_err<'t>(tenant: &'t TenantId, op: &'static str, file: &'static str) -> impl Fn(git2::Error) -> StorageError + 't {
+    move |e| {
+        if e.class() == ErrorClass::Os && e.message().contains("No space left") {
+            return StorageError::StorageFull { tenant: tenant.clone(), file };
+        }
+        StorageError::Git {
+            tenant: tenant.clone(),
+            op,
+            message: if file.is_empty() { e.message().to_owned() } else { format!("{file}: {}", e.message()) },
+            code: e.raw_code(),
+            class: e.raw_class(),
+        }
+    }
+}
