@@ -1,0 +1,111 @@
+//! The claims a token carries and `Principal`, the caller they describe.
+use super::AuthError;
+use crate::domain::{Identity, PlanFile, TenantId};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Deserialize)]
+pub(super) struct Claims {
+    #[allow(dead_code)] // checked by jsonwebtoken's validation; required here too
+    exp: serde_json::Number,
+    pub(super) iat: Option<u64>,
+    tenant_id: String,
+    #[serde(default)]
+    permissions: Vec<String>,
+    sub: Option<String>,
+    email: Option<String>,
+    name: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct MintedClaims<'a> {
+    pub(super) exp: u64,
+    pub(super) iat: u64,
+    pub(super) tenant_id: &'a str,
+    pub(super) permissions: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) sub: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) email: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) name: Option<&'a str>,
+}
+
+impl Claims {
+    pub(super) fn into_principal(self) -> Result<Principal, AuthError> {
+        let tenant = TenantId::parse(&self.tenant_id)
+            .map_err(|e| AuthError::Invalid(format!("tenant_id: {e}")))?;
+        Ok(Principal { tenant, permissions: self.permissions, sub: self.sub, email: self.email, name: self.name })
+    }
+}
+
+/// A verified caller.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    tenant: TenantId,
+    permissions: Vec<String>,
+    sub: Option<String>,
+    email: Option<String>,
+    name: Option<String>,
+}
+
+impl Principal {
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    pub fn has(&self, permission: &str) -> bool {
+        self.permissions.iter().any(|p| p == permission)
+    }
+
+    /// Reading a file needs its read permission or its write permission.
+    pub fn can_read(&self, file: PlanFile) -> bool {
+        self.has(file.read_permission()) || self.has(file.write_permission())
+    }
+
+    pub fn can_write(&self, file: PlanFile) -> bool {
+        self.has(file.write_permission())
+    }
+
+    /// The commit author: `name` and `email`, falling back to `sub` and `<sub>@<tenant>`.
+    pub fn author(&self) -> Identity {
+        let name = self.name.as_deref().or(self.sub.as_deref()).unwrap_or("");
+        let email = match (&self.email, &self.sub) {
+            (Some(e), _) => e.clone(),
+            (None, Some(sub)) => format!("{sub}@{}", self.tenant),
+            (None, None) => String::new(),
+        };
+        Identity::new(name, &email, self.tenant.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(sub: Option<&str>, email: Option<&str>, name: Option<&str>) -> Principal {
+        Principal {
+            tenant: TenantId::parse("acme").unwrap(),
+            permissions: vec!["jit.integrations.write".into(), "jit.preferences.read".into()],
+            sub: sub.map(Into::into),
+            email: email.map(Into::into),
+            name: name.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn write_permission_grants_read() {
+        let p = principal(None, None, None);
+        assert!(p.can_read(PlanFile::Integration) && p.can_write(PlanFile::Integration));
+        assert!(p.can_read(PlanFile::Configuration) && !p.can_write(PlanFile::Configuration));
+    }
+
+    #[test]
+    fn author_falls_back_to_sub_then_unknown() {
+        let a = principal(Some("svc"), Some("a@b.c"), Some("Ann")).author();
+        assert_eq!((a.name(), a.email()), ("Ann", "a@b.c"));
+        let a = principal(Some("svc"), None, None).author();
+        assert_eq!((a.name(), a.email()), ("svc", "svc@acme"));
+        let a = principal(None, None, None).author();
+        assert_eq!((a.name(), a.email()), ("unknown", "unknown@acme"));
+    }
+}

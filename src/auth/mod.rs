@@ -1,0 +1,196 @@
+//! Authentication: bearer JWTs verified with one configured algorithm and key (jsonwebtoken).
+mod claims;
+
+pub use claims::Principal;
+
+use crate::config::{Algorithm, AuthConfig};
+use crate::domain::TenantId;
+use jsonwebtoken::{DecodingKey, EncodingKey, Header, Validation};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Why a request is not authenticated. The token itself is never part of the error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No `Authorization: Bearer` header.
+    #[error("a bearer token is required")]
+    Missing,
+    /// A token was sent and refused.
+    #[error("the token is not valid: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AuthSetupError {
+    #[error("reading the public key {path}: {source}")]
+    KeyFile { path: String, source: std::io::Error },
+    #[error("the public key is not a valid PEM key for {alg:?}: {message}")]
+    BadKey { alg: Algorithm, message: String },
+    #[error("the JWT library failed its start-up self-test: {0}")]
+    SelfTest(String),
+    #[error("cannot sign: {0}")]
+    Sign(String),
+}
+
+/// Verifies tokens. Cheap to clone.
+#[derive(Clone)]
+pub struct Verifier {
+    key: DecodingKey,
+    validation: Validation,
+    leeway: u64,
+}
+
+fn jwt_alg(alg: Algorithm) -> jsonwebtoken::Algorithm {
+    match alg {
+        Algorithm::HS256 => jsonwebtoken::Algorithm::HS256,
+        Algorithm::RS256 => jsonwebtoken::Algorithm::RS256,
+        Algorithm::ES256 => jsonwebtoken::Algorithm::ES256,
+    }
+}
+
+impl Verifier {
+    /// Builds the verifier from config, reading the PEM key for RS256/ES256.
+    pub fn from_config(config: &AuthConfig) -> Result<Self, AuthSetupError> {
+        let key = match config.algorithm {
+            Algorithm::HS256 => DecodingKey::from_secret(config.secret.as_bytes()),
+            alg @ (Algorithm::RS256 | Algorithm::ES256) => {
+                let path = config.public_key_file.clone().unwrap_or_default();
+                let pem = std::fs::read(&path)
+                    .map_err(|source| AuthSetupError::KeyFile { path: path.display().to_string(), source })?;
+                let parsed = if alg == Algorithm::RS256 {
+                    DecodingKey::from_rsa_pem(&pem)
+                } else {
+                    DecodingKey::from_ec_pem(&pem)
+                };
+                parsed.map_err(|e| AuthSetupError::BadKey { alg, message: e.to_string() })?
+            }
+        };
+        let mut validation = Validation::new(jwt_alg(config.algorithm));
+        validation.set_required_spec_claims(&["exp"]);
+        validation.leeway = config.leeway_secs;
+        validation.validate_exp = true;
+        validation.validate_nbf = true;
+        match &config.audience {
+            Some(aud) => validation.set_audience(&[aud]),
+            None => validation.validate_aud = false,
+        }
+        if let Some(iss) = &config.issuer {
+            validation.set_issuer(&[iss]);
+        }
+        Ok(Self { key, validation, leeway: config.leeway_secs })
+    }
+
+    /// Verifies an `Authorization` header value and returns who is calling.
+    pub fn verify_header(&self, header: Option<&[u8]>) -> Result<Principal, AuthError> {
+        let header = header.ok_or(AuthError::Missing)?;
+        let header = std::str::from_utf8(header).map_err(|_| AuthError::Missing)?;
+        let (scheme, token) = header.trim().split_once(' ').ok_or(AuthError::Missing)?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return Err(AuthError::Missing);
+        }
+        self.verify(token.trim())
+    }
+
+    /// Verifies a token: signature with the configured algorithm, `exp`, `nbf`, `iat`,
+    /// `iss`/`aud` when configured, and the service's own claims.
+    pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        let data = jsonwebtoken::decode::<claims::Claims>(token, &self.key, &self.validation)
+            .map_err(|e| AuthError::Invalid(e.to_string()))?;
+        let claims = data.claims;
+        if let Some(iat) = claims.iat {
+            if iat > now() + self.leeway {
+                return Err(AuthError::Invalid("issued in the future".into()));
+            }
+        }
+        claims.into_principal()
+    }
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// What `planfiles token` puts in a token.
+#[derive(Debug, Clone)]
+pub struct MintRequest {
+    pub tenant: TenantId,
+    pub permissions: Vec<String>,
+    pub sub: Option<String>,
+    pub email: Option<String>,
+    pub name: Option<String>,
+    pub ttl_secs: u64,
+}
+
+/// Signs a token with an HS256 secret.
+pub fn mint_hs256(secret: &str, req: &MintRequest) -> Result<String, AuthSetupError> {
+    let iat = now();
+    let claims = claims::MintedClaims {
+        exp: iat + req.ttl_secs,
+        iat,
+        tenant_id: req.tenant.as_str(),
+        permissions: &req.permissions,
+        sub: req.sub.as_deref(),
+        email: req.email.as_deref(),
+        name: req.name.as_deref(),
+    };
+    jsonwebtoken::encode(&Header::new(jsonwebtoken::Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes()))
+        .map_err(|e| AuthSetupError::Sign(e.to_string()))
+}
+
+/// Signs and verifies a token with a throwaway key. jsonwebtoken panics at run time when no
+/// crypto backend was compiled in; this turns that into a start-up error instead.
+pub fn self_test() -> Result<(), AuthSetupError> {
+    let outcome = std::panic::catch_unwind(|| {
+        let config = AuthConfig { secret: "self-test-secret-0123456789".into(), ..AuthConfig::default() };
+        let verifier = Verifier::from_config(&config)?;
+        let tenant = TenantId::parse("self-test").expect("valid id");
+        let req = MintRequest {
+            tenant: tenant.clone(),
+            permissions: vec!["p".into()],
+            sub: None,
+            email: None,
+            name: None,
+            ttl_secs: 60,
+        };
+        let token = mint_hs256(&config.secret, &req)?;
+        let who = verifier.verify(&token).map_err(|e| AuthSetupError::SelfTest(e.to_string()))?;
+        if who.tenant() != &tenant {
+            return Err(AuthSetupError::SelfTest("the verified tenant differs".into()));
+        }
+        let forged = format!("{}x", &token[..token.len() - 1]);
+        match verifier.verify(&forged) {
+            Err(_) => Ok(()),
+            Ok(_) => Err(AuthSetupError::SelfTest("a forged signature was accepted".into())),
+        }
+    });
+    outcome.unwrap_or_else(|_| Err(AuthSetupError::SelfTest("the JWT library panicked".into())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn self_test_passes_with_the_compiled_backend() {
+        self_test().unwrap();
+    }
+
+    #[test]
+    fn header_parsing() {
+        let config = AuthConfig::default();
+        let v = Verifier::from_config(&config).unwrap();
+        assert_eq!(v.verify_header(None).unwrap_err(), AuthError::Missing);
+        assert_eq!(v.verify_header(Some(b"Basic abc")).unwrap_err(), AuthError::Missing);
+        assert!(matches!(v.verify_header(Some(b"Bearer abc")), Err(AuthError::Invalid(_))));
+        let req = MintRequest {
+            tenant: TenantId::parse("acme").unwrap(),
+            permissions: vec![],
+            sub: Some("ci".into()),
+            email: None,
+            name: None,
+            ttl_secs: 60,
+        };
+        let token = mint_hs256(&config.secret, &req).unwrap();
+        let who = v.verify_header(Some(format!("bearer  {token}").as_bytes())).unwrap();
+        assert_eq!(who.tenant().as_str(), "acme");
+    }
+}

@@ -1,0 +1,192 @@
+//! The command line: `serve` (default), `token`, `tenant create|set|list` (clap).
+use crate::auth::{self, MintRequest, Verifier};
+use crate::config::{Config, ConfigError, Sources};
+use crate::domain::{Identity, TenantId};
+use crate::http::{self, AppState, ServerOptions};
+use crate::storage::{self, Storage, StorageError};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(name = "planfiles", version, about = "Git-backed plan files per tenant, over HTTP")]
+pub struct Cli {
+    /// Config file (default: ./config.toml when present, else built-in defaults).
+    #[arg(long, global = true, env = "PLANFILES_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the HTTP service (the default).
+    Serve,
+    /// Print a token signed with the configured HS256 secret.
+    Token {
+        #[arg(long)]
+        tenant: String,
+        /// A permission to grant; repeat for several. Default: read and write both files.
+        #[arg(long = "permission")]
+        permissions: Vec<String>,
+        #[arg(long)]
+        sub: Option<String>,
+        #[arg(long)]
+        email: Option<String>,
+        #[arg(long)]
+        name: Option<String>,
+        /// Lifetime in seconds.
+        #[arg(long, default_value_t = 3600)]
+        ttl: u64,
+    },
+    /// Manage tenants.
+    Tenant {
+        #[command(subcommand)]
+        action: TenantAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TenantAction {
+    /// Create a tenant repository with its first commit.
+    Create {
+        id: String,
+        /// The tenant has an active source-hosting installation.
+        #[arg(long)]
+        source_hosting: bool,
+    },
+    /// Change a tenant's settings.
+    Set {
+        id: String,
+        #[arg(long, value_enum)]
+        source_hosting: OnOff,
+    },
+    /// List tenants with their flag, head commit and last change.
+    List,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("invalid tenant id {id:?}: {reason}")]
+    TenantId { id: String, reason: String },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(transparent)]
+    Auth(#[from] auth::AuthSetupError),
+    #[error("{0}")]
+    Io(String),
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl CliError {
+    /// 2 for bad input on the command line, 1 for everything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::TenantId { .. } | CliError::Usage(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+fn tenant_id(raw: &str) -> Result<TenantId, CliError> {
+    TenantId::parse(raw).map_err(|e| CliError::TenantId { id: raw.to_owned(), reason: e.to_string() })
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    let sources = Sources { explicit_file: cli.config.clone(), env: std::env::vars().collect() };
+    let config = Config::load(&sources)?;
+    storage::init_git();
+    match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => serve(config),
+        Command::Token { tenant, permissions, sub, email, name, ttl } => {
+            let permissions = if permissions.is_empty() {
+                ["jit.integrations.write", "jit.preferences.write"].map(String::from).to_vec()
+            } else {
+                permissions
+            };
+            let req = MintRequest { tenant: tenant_id(&tenant)?, permissions, sub, email, name, ttl_secs: ttl };
+            if config.auth.algorithm != crate::config::Algorithm::HS256 {
+                return Err(CliError::Usage("planfiles token signs with HS256 only; the service is configured for another algorithm".into()));
+            }
+            println!("{}", auth::mint_hs256(&config.auth.secret, &req)?);
+            Ok(())
+        }
+        Command::Tenant { action } => tenant(&config, action),
+    }
+}
+
+fn open_storage(config: &Config) -> Result<Storage, CliError> {
+    let committer = Identity::new(&config.commit.committer_name, &config.commit.committer_email, "localhost");
+    Ok(Storage::open(&config.storage.data_dir, committer)?)
+}
+
+fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
+    let storage = open_storage(config)?;
+    match action {
+        TenantAction::Create { id, source_hosting } => {
+            let id = tenant_id(&id)?;
+            let commit = storage.create_tenant(&id, source_hosting)?;
+            println!("created {id} at {commit}");
+        }
+        TenantAction::Set { id, source_hosting } => {
+            let id = tenant_id(&id)?;
+            storage.set_source_hosting(&id, matches!(source_hosting, OnOff::On))?;
+            println!("{id}: source hosting {}", if matches!(source_hosting, OnOff::On) { "on" } else { "off" });
+        }
+        TenantAction::List => {
+            println!("{:<24} {:<15} {:<40} LAST CHANGE", "TENANT", "SOURCE HOSTING", "HEAD");
+            for t in storage.list_tenants()? {
+                let head = t.head.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
+                let when = t
+                    .last_change
+                    .map(|w| humantime::format_rfc3339_seconds(w).to_string())
+                    .unwrap_or_else(|| "-".into());
+                let flag = if t.source_hosting { "on" } else { "off" };
+                println!("{:<24} {:<15} {:<40} {when}", t.id, flag, head);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn serve(config: Config) -> Result<(), CliError> {
+    crate::telemetry::init(&config.log);
+    auth::self_test()?;
+    let storage = open_storage(&config)?;
+    if let Some(fixture) = &config.storage.seed_from {
+        if fixture.is_dir() {
+            let n = storage::seed_if_empty(fixture, storage.tenants_dir())?;
+            if n > 0 {
+                tracing::info!(tenants = n, from = %fixture.display(), "seeded an empty data dir");
+            }
+        } else {
+            tracing::warn!(from = %fixture.display(), "seed directory not found; not seeding");
+        }
+    }
+    let state = AppState { storage, verifier: Verifier::from_config(&config.auth)?, body_limit: config.server.body_limit };
+    let listener = TcpListener::bind(&config.server.bind)
+        .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;
+    let addr = listener.local_addr().map_err(|e| CliError::Io(e.to_string()))?;
+    let options = ServerOptions {
+        workers: config.server.workers,
+        client_request_timeout: Duration::from_secs(config.server.client_request_timeout_secs),
+        shutdown_timeout: Duration::from_secs(config.server.shutdown_timeout_secs),
+    };
+    tracing::info!(%addr, data_dir = %config.storage.data_dir.display(), "planfiles listening");
+    actix_web::rt::System::new()
+        .block_on(async move { http::serve(state, listener, &options)?.await })
+        .map_err(|e| CliError::Io(format!("server: {e}")))?;
+    tracing::info!("planfiles stopped");
+    Ok(())
+}

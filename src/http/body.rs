@@ -1,0 +1,136 @@
+//! Request bodies and headers into domain values, in the contract's order (415, 413, 400, 422).
+use super::problem::ApiError;
+use crate::domain::{json_guard, yaml, ContentError, ObjectId};
+use crate::storage::IfMatch;
+use actix_web::http::header;
+use actix_web::{web, HttpRequest};
+use futures_util::StreamExt;
+use serde_json::{Map, Value};
+
+/// A PUT body: a JSON object whose fields are looked up by the handlers.
+#[derive(Debug)]
+pub struct PutBody(Map<String, Value>);
+
+impl PutBody {
+    /// The optional `file_sha` field: null counts as absent; anything else must be 40 hex digits.
+    pub fn file_sha(&self) -> Result<Option<ObjectId>, ApiError> {
+        match self.0.get("file_sha") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => ObjectId::parse(s)
+                .map(Some)
+                .map_err(|e| ApiError::InvalidFileSha(e.to_string())),
+            Some(other) => Err(ApiError::InvalidFileSha(format!("must be a string, found {}", yaml::kind(other)))),
+        }
+    }
+
+    /// Takes a required field (`content` or `payload`).
+    pub fn take(&mut self, field: &str) -> Result<Value, ApiError> {
+        self.0
+            .remove(field)
+            .ok_or_else(|| ApiError::InvalidContent(ContentError::new(format!("/{field}"), "is required")))
+    }
+}
+
+/// Reads and parses the body: JSON media type, size limit (also for chunked bodies), JSON
+/// syntax, then a JSON object within the document limits.
+pub async fn read_put_body(req: &HttpRequest, mut payload: web::Payload, limit: usize) -> Result<PutBody, ApiError> {
+    if !is_json(req) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::PayloadTooLarge(limit));
+    }
+    let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| ApiError::InvalidJson(format!("the body could not be read: {e}")))?;
+        if body.len() + chunk.len() > limit {
+            return Err(ApiError::PayloadTooLarge(limit));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    parse_put_body(&body)
+}
+
+fn parse_put_body(body: &[u8]) -> Result<PutBody, ApiError> {
+    // The body object is one level above the document.
+    let guard = json_guard::scan(body, yaml::MAX_DEPTH + 1);
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(_) if guard.is_err() => return Err(guard_error(guard.unwrap_err())),
+        Err(e) => return Err(ApiError::InvalidJson(e.to_string())),
+    };
+    guard.map_err(guard_error)?;
+    match value {
+        Value::Object(map) => Ok(PutBody(map)),
+        other => Err(ApiError::InvalidContent(ContentError::new(
+            "",
+            format!("the body must be a JSON object, found {}", yaml::kind(&other)),
+        ))),
+    }
+}
+
+fn guard_error(e: json_guard::GuardError) -> ApiError {
+    ApiError::InvalidContent(ContentError::new("", e.to_string()))
+}
+
+fn is_json(req: &HttpRequest) -> bool {
+    let Some(ct) = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// The `If-Match` header: `*` or a list of entity tags (weak tags never match).
+pub fn if_match(req: &HttpRequest) -> Option<IfMatch> {
+    let values: Vec<&str> = req
+        .headers()
+        .get_all(header::IF_MATCH)
+        .map(|v| v.to_str().unwrap_or(""))
+        .collect();
+    if values.is_empty() {
+        return None;
+    }
+    if values.iter().any(|v| v.trim() == "*") {
+        return Some(IfMatch::Any);
+    }
+    let tags = values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|t| !t.starts_with("W/"))
+        .map(|t| t.trim_matches('"').to_ascii_lowercase())
+        .collect();
+    Some(IfMatch::Tags(tags))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_rules() {
+        assert!(matches!(parse_put_body(b"{\"a\":1}"), Ok(_)));
+        assert!(matches!(parse_put_body(b"{\"a\":"), Err(ApiError::InvalidJson(_))));
+        assert!(matches!(parse_put_body(b"\xff"), Err(ApiError::InvalidJson(_))));
+        assert!(matches!(parse_put_body(b"[1]"), Err(ApiError::InvalidContent(_))));
+        assert!(matches!(parse_put_body(b"{\"a\": 123456789012345678901}"), Err(ApiError::InvalidContent(_))));
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(matches!(parse_put_body(deep.as_bytes()), Err(ApiError::InvalidContent(_))));
+    }
+
+    #[test]
+    fn file_sha_rules() {
+        let body = |v: Value| PutBody(v.as_object().unwrap().clone());
+        assert!(body(serde_json::json!({})).file_sha().unwrap().is_none());
+        assert!(body(serde_json::json!({"file_sha": null})).file_sha().unwrap().is_none());
+        for bad in [serde_json::json!(1), serde_json::json!("abc"), serde_json::json!(["x"])] {
+            assert!(matches!(body(serde_json::json!({"file_sha": bad})).file_sha(), Err(ApiError::InvalidFileSha(_))));
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The HTTP service: application state, routes and the server (actix-web).
+mod body;
+mod handlers;
+mod middleware;
+mod problem;
+mod views;
+
+pub use problem::{problem_type, ApiError};
+
+use crate::auth::{Principal, Verifier};
+use crate::storage::Storage;
+use actix_web::dev::{Payload, Server};
+use actix_web::{middleware::from_fn, web, App, FromRequest, HttpRequest, HttpServer};
+use std::future::{ready, Ready};
+use std::net::TcpListener;
+use std::time::Duration;
+
+/// What every request can reach. Cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub storage: Storage,
+    pub verifier: Verifier,
+    pub body_limit: usize,
+}
+
+/// Server settings that are not part of the application state.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub workers: usize,
+    pub client_request_timeout: Duration,
+    pub shutdown_timeout: Duration,
+}
+
+/// Adds the routes of the service to an app.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/plans/integration-file")
+            .route(web::get().to(handlers::get_integration))
+            .route(web::put().to(handlers::put_integration))
+            .default_service(web::to(handlers::get_put_only)),
+    )
+    .service(
+        web::resource("/plans/configuration-file")
+            .route(web::get().to(handlers::get_configuration))
+            .route(web::put().to(handlers::put_configuration))
+            .default_service(web::to(handlers::get_put_only)),
+    );
+}
+
+/// Builds the server on an already bound listener (port 0 works: ask the listener its port).
+pub fn serve(state: AppState, listener: TcpListener, options: &ServerOptions) -> std::io::Result<Server> {
+    let data = web::Data::new(state);
+    let mut server = HttpServer::new(move || {
+        App::new()
+            .app_data(data.clone())
+            .wrap(from_fn(middleware::request_context))
+            .configure(routes)
+            .default_service(web::to(handlers::not_found))
+    })
+    .client_request_timeout(options.client_request_timeout)
+    .shutdown_timeout(options.shutdown_timeout.as_secs())
+    .listen(listener)?;
+    if options.workers > 0 {
+        server = server.workers(options.workers);
+    }
+    Ok(server.run())
+}
+
+impl FromRequest for Principal {
+    type Error = ApiError;
+    type Future = Ready<Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
+        let state = req.app_data::<web::Data<AppState>>().expect("AppState is registered");
+        let header = req.headers().get(actix_web::http::header::AUTHORIZATION).map(|v| v.as_bytes());
+        let verified = state.verifier.verify_header(header).map_err(ApiError::Unauthorized);
+        if let Ok(who) = &verified {
+            // For the request log line.
+            actix_web::HttpMessage::extensions_mut(req).insert(who.tenant().clone());
+        }
+        ready(verified)
+    }
+}

@@ -1,0 +1,169 @@
+//! `ApiError`: every error the HTTP API answers, mapped once to RFC 9457 problem+json.
+use crate::auth::AuthError;
+use crate::domain::{BlobId, ContentError, PlanFile};
+use crate::storage::StorageError;
+use actix_web::http::{header, StatusCode};
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+
+/// The body of an error response, finished with the request id by the middleware.
+#[derive(Debug, Clone, Serialize)]
+pub struct Problem {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: &'static str,
+    pub status: u16,
+    pub detail: String,
+    pub code: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_sha: Option<BlobId>,
+    pub request_id: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("no route for {0}")]
+    NotFound(String),
+    #[error("method not allowed; allowed: {0}")]
+    MethodNotAllowed(&'static str),
+    #[error("{0}")]
+    Unauthorized(AuthError),
+    #[error("tenant {0} does not exist")]
+    TenantNotFound(String),
+    #[error("the token lacks the permission {0}")]
+    Forbidden(&'static str),
+    #[error("the body must be sent as application/json")]
+    UnsupportedMediaType,
+    #[error("the body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
+    #[error("the body is not valid JSON: {0}")]
+    InvalidJson(String),
+    #[error("file_sha {0}")]
+    InvalidFileSha(String),
+    #[error("file_sha may only be sent for tenants with an active source-hosting installation")]
+    FileShaNotAllowed,
+    #[error("{0}")]
+    InvalidContent(ContentError),
+    #[error("send file_sha (the sha from your last read) or an If-Match header")]
+    PreconditionRequired,
+    #[error("{file} has changed since it was read; read it again and resend")]
+    ShaMismatch { file: &'static str, current: BlobId },
+    #[error("If-Match does not match the current {file}")]
+    PreconditionFailed { file: &'static str, current: BlobId },
+    #[error("too many concurrent writes to {0}; try again")]
+    Busy(&'static str),
+    #[error("no space left to store {0}")]
+    StorageFull(&'static str),
+    /// Anything the client cannot act on. The detail goes to the log, never to the client.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    fn parts(&self) -> (StatusCode, &'static str, &'static str) {
+        use ApiError::*;
+        match self {
+            NotFound(_) => (StatusCode::NOT_FOUND, "not_found", "Not found"),
+            MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "Method not allowed"),
+            Unauthorized(AuthError::Missing) => (StatusCode::UNAUTHORIZED, "unauthorized", "Authentication required"),
+            Unauthorized(AuthError::Invalid(_)) => (StatusCode::UNAUTHORIZED, "invalid_token", "Invalid token"),
+            TenantNotFound(_) => (StatusCode::NOT_FOUND, "tenant_not_found", "Tenant not found"),
+            Forbidden(_) => (StatusCode::FORBIDDEN, "insufficient_scope", "Insufficient permission"),
+            UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", "Unsupported media type"),
+            PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "Payload too large"),
+            InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json", "Invalid JSON"),
+            InvalidFileSha(_) => (StatusCode::BAD_REQUEST, "invalid_file_sha", "Invalid file_sha"),
+            FileShaNotAllowed => (StatusCode::BAD_REQUEST, "file_sha_not_allowed", "file_sha not allowed"),
+            InvalidContent(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_content", "Invalid content"),
+            PreconditionRequired => (StatusCode::PRECONDITION_REQUIRED, "precondition_required", "Precondition required"),
+            ShaMismatch { .. } => (StatusCode::CONFLICT, "sha_mismatch", "File has changed"),
+            PreconditionFailed { .. } => (StatusCode::PRECONDITION_FAILED, "precondition_failed", "Precondition failed"),
+            Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy", "Busy"),
+            StorageFull(_) => (StatusCode::INSUFFICIENT_STORAGE, "storage_full", "Insufficient storage"),
+            Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "Internal server error"),
+        }
+    }
+
+    /// The stable `code` of this error.
+    pub fn code(&self) -> &'static str {
+        self.parts().1
+    }
+
+    fn current_sha(&self) -> Option<BlobId> {
+        match self {
+            ApiError::ShaMismatch { current, .. } | ApiError::PreconditionFailed { current, .. } => Some(*current),
+            _ => None,
+        }
+    }
+}
+
+/// The `type` URI of a problem code.
+pub fn problem_type(code: &str) -> String {
+    format!("https://planfiles.dev/problems/{code}")
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        self.parts().0
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let (status, code, title) = self.parts();
+        let detail = match self {
+            ApiError::Internal(_) => "the server could not complete the request; see its log for the request id".to_owned(),
+            other => other.to_string(),
+        };
+        let mut res = HttpResponse::build(status);
+        match self {
+            ApiError::Unauthorized(AuthError::Missing) => {
+                res.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
+            }
+            ApiError::Unauthorized(AuthError::Invalid(_)) => {
+                res.insert_header((header::WWW_AUTHENTICATE, "Bearer error=\"invalid_token\""));
+            }
+            ApiError::Forbidden(scope) => {
+                res.insert_header((
+                    header::WWW_AUTHENTICATE,
+                    format!("Bearer error=\"insufficient_scope\", scope=\"{scope}\""),
+                ));
+            }
+            ApiError::MethodNotAllowed(allow) => {
+                res.insert_header((header::ALLOW, *allow));
+            }
+            ApiError::Busy(_) => {
+                res.insert_header((header::RETRY_AFTER, "1"));
+            }
+            ApiError::ShaMismatch { current, .. } | ApiError::PreconditionFailed { current, .. } => {
+                res.insert_header((header::ETAG, format!("\"{current}\"")));
+            }
+            _ => {}
+        }
+        let problem = Problem {
+            kind: problem_type(code),
+            title,
+            status: status.as_u16(),
+            detail,
+            code,
+            current_sha: self.current_sha(),
+            request_id: String::new(),
+        };
+        let mut response = res.finish();
+        response.extensions_mut().insert(problem);
+        response
+    }
+}
+
+impl ApiError {
+    /// Maps a storage error for a request about `file`. Internal details stay in the error
+    /// (logged), not in the response.
+    pub fn from_storage(e: StorageError, file: PlanFile) -> Self {
+        match e {
+            StorageError::TenantNotFound(t) => ApiError::TenantNotFound(t.to_string()),
+            StorageError::ShaMismatch { current, .. } => ApiError::ShaMismatch { file: file.path(), current },
+            StorageError::PreconditionFailed { current, .. } => ApiError::PreconditionFailed { file: file.path(), current },
+            StorageError::Contended { .. } => ApiError::Busy(file.path()),
+            StorageError::StorageFull { .. } => ApiError::StorageFull(file.path()),
+            other => ApiError::Internal(other.to_string()),
+        }
+    }
+}
