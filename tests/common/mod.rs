@@ -1,0 +1,219 @@
+//! Test harness: the real server on port 0 over a temp copy of `repos-fixture/`, real JWTs
+//! minted here (independently of the service's own minting code), and the git CLI.
+#![allow(dead_code)]
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine;
+use hmac::{Hmac, Mac};
+use planfiles::auth::Verifier;
+use planfiles::config::AuthConfig;
+use planfiles::domain::Identity;
+use planfiles::http::{self, AppState, ServerOptions};
+use planfiles::storage::{self, Storage};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub const SECRET: &str = "test-secret-0123456789abcdef";
+pub const ALL: &[&str] = &["jit.integrations.write", "jit.preferences.write"];
+
+pub fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("repos-fixture")
+}
+
+pub fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// Signs any claims as an HS256 JWT with `secret`.
+pub fn sign_hs256(secret: &str, header: &Value, claims: &Value) -> String {
+    let signing_input = format!(
+        "{}.{}",
+        B64.encode(serde_json::to_vec(header).unwrap()),
+        B64.encode(serde_json::to_vec(claims).unwrap())
+    );
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(signing_input.as_bytes());
+    format!("{signing_input}.{}", B64.encode(mac.finalize().into_bytes()))
+}
+
+/// A valid token for `tenant` with `permissions`, signed with the test secret.
+pub fn token(tenant: &str, permissions: &[&str]) -> String {
+    sign_hs256(
+        SECRET,
+        &json!({"alg": "HS256", "typ": "JWT"}),
+        &json!({"tenant_id": tenant, "permissions": permissions, "exp": now() + 600,
+                "sub": "tester", "email": "tester@example.com", "name": "Test Er"}),
+    )
+}
+
+pub struct TestApp {
+    pub addr: String,
+    pub data_dir: tempfile::TempDir,
+    pub client: reqwest::Client,
+    handle: actix_web::dev::ServerHandle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Copies a directory tree.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+impl TestApp {
+    /// The server over a fresh copy of the fixture, with default settings.
+    pub async fn spawn() -> Self {
+        Self::spawn_with(AuthConfig { secret: SECRET.into(), ..AuthConfig::default() }).await
+    }
+
+    pub async fn spawn_with(auth: AuthConfig) -> Self {
+        let data_dir = tempfile::tempdir().unwrap();
+        copy_tree(&fixture_dir().join("tenants"), &data_dir.path().join("tenants"));
+        Self::spawn_on(data_dir, auth).await
+    }
+
+    pub async fn spawn_on(data_dir: tempfile::TempDir, auth: AuthConfig) -> Self {
+        storage::init_git();
+        let committer = Identity::new("planfiles", "planfiles@test", "test");
+        let storage = Storage::open(data_dir.path(), committer).unwrap();
+        let state = AppState { storage, verifier: Verifier::from_config(&auth).unwrap(), body_limit: 1024 * 1024 };
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = format!("http://{}", listener.local_addr().unwrap());
+        let options = ServerOptions {
+            workers: 2,
+            client_request_timeout: Duration::from_secs(5),
+            shutdown_timeout: Duration::from_secs(5),
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            actix_web::rt::System::new().block_on(async move {
+                let server = http::serve(state, listener, &options).unwrap();
+                tx.send(server.handle()).unwrap();
+                server.await.unwrap();
+            })
+        });
+        let handle = rx.recv().unwrap();
+        Self { addr, data_dir, client: reqwest::Client::new(), handle, thread: Some(thread) }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.addr, path)
+    }
+
+    pub async fn get_integration(&self, token: &str) -> reqwest::Response {
+        self.client.get(self.url("/plans/integration-file")).bearer_auth(token).send().await.unwrap()
+    }
+
+    pub async fn put_integration(&self, token: &str, body: &Value) -> reqwest::Response {
+        self.client.put(self.url("/plans/integration-file")).bearer_auth(token).json(body).send().await.unwrap()
+    }
+
+    pub async fn get_configuration(&self, token: &str) -> reqwest::Response {
+        self.client.get(self.url("/plans/configuration-file")).bearer_auth(token).send().await.unwrap()
+    }
+
+    pub async fn put_configuration(&self, token: &str, body: &Value) -> reqwest::Response {
+        self.client.put(self.url("/plans/configuration-file")).bearer_auth(token).json(body).send().await.unwrap()
+    }
+
+    /// The path of a tenant's bare repository.
+    pub fn repo(&self, tenant: &str) -> PathBuf {
+        self.data_dir.path().join("tenants").join(format!("{tenant}.git"))
+    }
+
+    /// Runs the git CLI in a tenant's repository and returns its trimmed stdout.
+    pub fn git(&self, tenant: &str, args: &[&str]) -> String {
+        git_in(&self.repo(tenant), args)
+    }
+
+    pub fn head(&self, tenant: &str) -> String {
+        self.git(tenant, &["rev-parse", "main"])
+    }
+
+    pub fn blob(&self, tenant: &str, file: &str) -> String {
+        self.git(tenant, &["rev-parse", &format!("main:{file}")])
+    }
+
+    /// Asserts `git fsck --strict` finds nothing wrong.
+    pub fn fsck(&self, tenant: &str) {
+        git_in(&self.repo(tenant), &["fsck", "--strict", "--no-dangling"]);
+    }
+
+    /// Commits `content` as `file` with plain git, as someone outside the service would.
+    pub fn outside_commit(&self, tenant: &str, file: &str, content: &str) -> String {
+        let repo = self.repo(tenant);
+        let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], content);
+        let other = if file == "integrations.yml" { "configuration.yml" } else { "integrations.yml" };
+        let other_blob = self.blob(tenant, other);
+        let tree = git_stdin(&repo, &["mktree"], &format!("100644 blob {blob}\t{file}\n100644 blob {other_blob}\t{other}\n"));
+        let commit = git_in(&repo, &["commit-tree", &tree, "-p", "main", "-m", "outside edit"]);
+        git_in(&repo, &["update-ref", "refs/heads/main", &commit]);
+        commit
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        let stop = self.handle.stop(true);
+        std::thread::spawn(move || futures_executor(stop));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn futures_executor(f: impl std::future::Future<Output = ()>) {
+    actix_web::rt::System::new().block_on(f);
+}
+
+fn git_cmd(repo: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.arg("--git-dir").arg(repo).args(args);
+    cmd.env("GIT_AUTHOR_NAME", "Outside Dev").env("GIT_AUTHOR_EMAIL", "dev@outside.example");
+    cmd.env("GIT_COMMITTER_NAME", "Outside Dev").env("GIT_COMMITTER_EMAIL", "dev@outside.example");
+    cmd
+}
+
+pub fn git_in(repo: &Path, args: &[&str]) -> String {
+    let out = git_cmd(repo, args).output().unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+fn git_stdin(repo: &Path, args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    let mut child = git_cmd(repo, args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Reads a problem+json response, checking the media type and the members every problem has.
+pub async fn problem(res: reqwest::Response) -> (u16, Value) {
+    let status = res.status().as_u16();
+    let ct = res.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
+    let rid = res.headers().get("x-request-id").map(|v| v.to_str().unwrap().to_owned());
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(ct.as_deref(), Some("application/problem+json"), "{body}");
+    for member in ["type", "title", "status", "detail", "code", "request_id"] {
+        assert!(body.get(member).is_some(), "problem without {member}: {body}");
+    }
+    assert_eq!(body["status"], status);
+    assert_eq!(body["request_id"].as_str(), rid.as_deref());
+    (status, body)
+}
