@@ -65,7 +65,11 @@ impl Verifier {
             }
         };
         let mut validation = Validation::new(jwt_alg(config.algorithm));
-        validation.set_required_spec_claims(&["exp"]);
+        // A configured iss/aud must also be present, not only match when present.
+        let mut required = vec!["exp"];
+        required.extend(config.issuer.as_ref().map(|_| "iss"));
+        required.extend(config.audience.as_ref().map(|_| "aud"));
+        validation.set_required_spec_claims(&required);
         validation.leeway = config.leeway_secs;
         validation.validate_exp = true;
         validation.validate_nbf = true;

@@ -1,0 +1,180 @@
+//! Authentication and permissions: 401 and 403 with the right `WWW-Authenticate`, and no change.
+mod common;
+
+use common::{now, problem, sign_hs256, token, TestApp, ALL, SECRET};
+use serde_json::{json, Value};
+
+fn claims(extra: Value) -> Value {
+    let mut c = json!({"tenant_id": "acme", "permissions": ALL, "exp": now() + 600});
+    for (k, v) in extra.as_object().unwrap() {
+        if v.is_null() {
+            c.as_object_mut().unwrap().remove(k);
+        } else {
+            c[k] = v.clone();
+        }
+    }
+    c
+}
+
+fn hs256(extra: Value) -> String {
+    sign_hs256(SECRET, &json!({"alg": "HS256", "typ": "JWT"}), &claims(extra))
+}
+
+fn unsigned(alg: &str) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+    use base64::Engine;
+    format!(
+        "{}.{}.",
+        B64.encode(json!({"alg": alg, "typ": "JWT"}).to_string()),
+        B64.encode(claims(json!({})).to_string())
+    )
+}
+
+#[tokio::test]
+async fn refused_tokens_get_401_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    let head = app.head("acme");
+    let cases: Vec<(&str, String)> = vec![
+        ("alg none", unsigned("none")),
+        ("alg None", unsigned("None")),
+        ("alg NONE", unsigned("NONE")),
+        ("wrong secret", sign_hs256("another-secret-0123456789", &json!({"alg": "HS256"}), &claims(json!({})))),
+        ("HS512 instead of HS256", {
+            // A token whose header names another algorithm (signature irrelevant).
+            let t = hs256(json!({}));
+            let mut parts: Vec<String> = t.split('.').map(String::from).collect();
+            use base64::Engine;
+            parts[0] = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"alg":"HS512","typ":"JWT"}"#);
+            parts.join(".")
+        }),
+        ("expired", hs256(json!({"exp": now() - 3600}))),
+        ("no exp", hs256(json!({"exp": null}))),
+        ("not yet valid", hs256(json!({"nbf": now() + 3600}))),
+        ("issued in the future", hs256(json!({"iat": now() + 3600}))),
+        ("no tenant", hs256(json!({"tenant_id": null}))),
+        ("tenant ../x", hs256(json!({"tenant_id": "../x"}))),
+        ("tenant %2e%2e", hs256(json!({"tenant_id": "%2e%2e"}))),
+        ("tenant a/b", hs256(json!({"tenant_id": "a/b"}))),
+        ("tenant a\\b", hs256(json!({"tenant_id": "a\\b"}))),
+        ("tenant NUL", hs256(json!({"tenant_id": "acme\u{0}"}))),
+        ("tenant lookalike", hs256(json!({"tenant_id": "аcme"}))),
+        ("tenant .git", hs256(json!({"tenant_id": "acme.git"}))),
+        ("tenant 65 chars", hs256(json!({"tenant_id": "a".repeat(65)}))),
+        ("permissions a string", hs256(json!({"permissions": "jit.integrations.write"}))),
+        ("garbage", "not.a.token".into()),
+        ("kid tries to pick a key", sign_hs256("another-secret-0123456789", &json!({"alg": "HS256", "kid": "../../dev/null"}), &claims(json!({})))),
+        ("jku tries to pick a key", sign_hs256("another-secret-0123456789", &json!({"alg": "HS256", "jku": "http://127.0.0.1:1/k"}), &claims(json!({})))),
+    ];
+    for (name, token) in cases {
+        let res = app.put_integration(&token, &json!({"content": {}})).await;
+        assert_eq!(res.headers()["www-authenticate"], "Bearer error=\"invalid_token\"", "{name}");
+        let (status, body) = problem(res).await;
+        assert_eq!((status, body["code"].as_str()), (401, Some("invalid_token")), "{name}");
+        assert!(!body.to_string().contains(&token), "{name}: the token is echoed");
+    }
+    assert_eq!(app.head("acme"), head);
+}
+
+#[tokio::test]
+async fn a_missing_token_gets_a_bare_challenge() {
+    let app = TestApp::spawn().await;
+    for req in [
+        app.client.get(app.url("/plans/integration-file")),
+        app.client.get(app.url("/plans/integration-file")).header("authorization", "Basic YTpi"),
+        app.client.get(app.url(&format!("/plans/integration-file?access_token={}", token("acme", ALL)))),
+    ] {
+        let res = req.send().await.unwrap();
+        assert_eq!(res.headers()["www-authenticate"], "Bearer");
+        let (status, body) = problem(res).await;
+        assert_eq!((status, body["code"].as_str()), (401, Some("unauthorized")));
+    }
+}
+
+#[tokio::test]
+async fn permissions_per_operation() {
+    let app = TestApp::spawn().await;
+    let head = app.head("acme");
+    let cases: &[(&[&str], &str, &str, bool)] = &[
+        // (permissions, method, path, allowed)
+        (&["jit.integrations.read"], "GET", "/plans/integration-file", true),
+        (&["jit.integrations.write"], "GET", "/plans/integration-file", true),
+        (&["jit.preferences.write"], "GET", "/plans/integration-file", false),
+        (&[], "GET", "/plans/integration-file", false),
+        (&["jit.preferences.read"], "GET", "/plans/configuration-file", true),
+        (&["jit.preferences.write"], "GET", "/plans/configuration-file", true),
+        (&["jit.integrations.write"], "GET", "/plans/configuration-file", false),
+        (&["jit.integrations.read"], "PUT", "/plans/integration-file", false),
+        (&["jit.preferences.write"], "PUT", "/plans/integration-file", false),
+        (&["jit.preferences.read"], "PUT", "/plans/configuration-file", false),
+        (&["jit.integrations.write"], "PUT", "/plans/configuration-file", false),
+    ];
+    for (perms, method, path, allowed) in cases {
+        let t = token("acme", perms);
+        let req = if *method == "GET" {
+            app.client.get(app.url(path))
+        } else {
+            app.client.put(app.url(path)).json(&json!({"content": {}, "payload": {}}))
+        };
+        let res = req.bearer_auth(&t).send().await.unwrap();
+        if *allowed {
+            assert_eq!(res.status(), 200, "{perms:?} {method} {path}");
+            continue;
+        }
+        let needed = match (*method, *path) {
+            ("GET", "/plans/integration-file") => "jit.integrations.read",
+            ("GET", _) => "jit.preferences.read",
+            ("PUT", "/plans/integration-file") => "jit.integrations.write",
+            _ => "jit.preferences.write",
+        };
+        assert_eq!(
+            res.headers()["www-authenticate"].to_str().unwrap(),
+            format!("Bearer error=\"insufficient_scope\", scope=\"{needed}\"")
+        );
+        let (status, body) = problem(res).await;
+        assert_eq!((status, body["code"].as_str()), (403, Some("insufficient_scope")), "{perms:?} {method} {path}");
+    }
+    assert_eq!(app.head("acme"), head);
+}
+
+#[tokio::test]
+async fn a_token_for_a_missing_tenant_gets_404() {
+    let app = TestApp::spawn().await;
+    let (status, body) = problem(app.get_integration(&token("ghost", ALL)).await).await;
+    assert_eq!((status, body["code"].as_str()), (404, Some("tenant_not_found")));
+}
+
+#[tokio::test]
+async fn iss_and_aud_are_checked_only_when_configured() {
+    // Not configured: a token that carries them is accepted.
+    let app = TestApp::spawn().await;
+    let t = hs256(json!({"iss": "someone", "aud": "something"}));
+    assert_eq!(app.get_integration(&t).await.status(), 200);
+    drop(app);
+
+    let auth = planfiles::config::AuthConfig {
+        secret: SECRET.into(),
+        issuer: Some("https://auth.example".into()),
+        audience: Some("planfiles".into()),
+        ..Default::default()
+    };
+    let app = TestApp::spawn_with(auth).await;
+    let good = hs256(json!({"iss": "https://auth.example", "aud": "planfiles"}));
+    assert_eq!(app.get_integration(&good).await.status(), 200);
+    for bad in [
+        hs256(json!({"iss": "https://evil.example", "aud": "planfiles"})),
+        hs256(json!({"iss": "https://auth.example", "aud": "other"})),
+        hs256(json!({})),
+    ] {
+        assert_eq!(app.get_integration(&bad).await.status(), 401);
+    }
+}
+
+#[tokio::test]
+async fn a_token_of_one_tenant_only_reaches_that_tenant() {
+    let app = TestApp::spawn().await;
+    let acme: Value = app.get_integration(&token("acme", ALL)).await.json().await.unwrap();
+    let globex: Value = app.get_integration(&token("globex", ALL)).await.json().await.unwrap();
+    assert_eq!(acme["file_sha"], app.blob("acme", "integrations.yml"));
+    assert_eq!(globex["file_sha"], app.blob("globex", "integrations.yml"));
+    assert_ne!(acme["file_sha"], globex["file_sha"]);
+}
