@@ -10,7 +10,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Debug, Parser)]
-#[command(name = "planfiles", version, about = "Git-backed plan files per tenant, over HTTP")]
+#[command(
+    name = "planfiles",
+    version,
+    about = "Git-backed plan files per tenant, over HTTP"
+)]
 pub struct Cli {
     /// Config file (default: ./config.toml when present, else built-in defaults).
     #[arg(long, global = true, env = "PLANFILES_CONFIG")]
@@ -99,23 +103,45 @@ impl CliError {
 }
 
 fn tenant_id(raw: &str) -> Result<TenantId, CliError> {
-    TenantId::parse(raw).map_err(|e| CliError::TenantId { id: raw.to_owned(), reason: e.to_string() })
+    TenantId::parse(raw).map_err(|e| CliError::TenantId {
+        id: raw.to_owned(),
+        reason: e.to_string(),
+    })
 }
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Result<(), CliError> {
-    let sources = Sources { explicit_file: cli.config.clone(), env: std::env::vars().collect() };
+    let sources = Sources {
+        explicit_file: cli.config.clone(),
+        env: std::env::vars().collect(),
+    };
     let config = Config::load(&sources)?;
     storage::init_git();
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => serve(config),
-        Command::Token { tenant, permissions, sub, email, name, ttl } => {
+        Command::Token {
+            tenant,
+            permissions,
+            sub,
+            email,
+            name,
+            ttl,
+        } => {
             let permissions = if permissions.is_empty() {
-                ["jit.integrations.write", "jit.preferences.write"].map(String::from).to_vec()
+                ["jit.integrations.write", "jit.preferences.write"]
+                    .map(String::from)
+                    .to_vec()
             } else {
                 permissions
             };
-            let req = MintRequest { tenant: tenant_id(&tenant)?, permissions, sub, email, name, ttl_secs: ttl };
+            let req = MintRequest {
+                tenant: tenant_id(&tenant)?,
+                permissions,
+                sub,
+                email,
+                name,
+                ttl_secs: ttl,
+            };
             if config.auth.algorithm != crate::config::Algorithm::HS256 {
                 return Err(CliError::Usage("planfiles token signs with HS256 only; the service is configured for another algorithm".into()));
             }
@@ -127,7 +153,11 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
 }
 
 fn open_storage(config: &Config) -> Result<Storage, CliError> {
-    let committer = Identity::new(&config.commit.committer_name, &config.commit.committer_email, "localhost");
+    let committer = Identity::new(
+        &config.commit.committer_name,
+        &config.commit.committer_email,
+        "localhost",
+    );
     Ok(Storage::open(&config.storage.data_dir, committer)?)
 }
 
@@ -142,10 +172,20 @@ fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
         TenantAction::Set { id, source_hosting } => {
             let id = tenant_id(&id)?;
             storage.set_source_hosting(&id, matches!(source_hosting, OnOff::On))?;
-            println!("{id}: source hosting {}", if matches!(source_hosting, OnOff::On) { "on" } else { "off" });
+            println!(
+                "{id}: source hosting {}",
+                if matches!(source_hosting, OnOff::On) {
+                    "on"
+                } else {
+                    "off"
+                }
+            );
         }
         TenantAction::List => {
-            println!("{:<24} {:<15} {:<40} LAST CHANGE", "TENANT", "SOURCE HOSTING", "HEAD");
+            println!(
+                "{:<24} {:<15} {:<40} LAST CHANGE",
+                "TENANT", "SOURCE HOSTING", "HEAD"
+            );
             for t in storage.list_tenants()? {
                 let head = t.head.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
                 let when = t
@@ -174,10 +214,16 @@ fn serve(config: Config) -> Result<(), CliError> {
             tracing::warn!(from = %fixture.display(), "seed directory not found; not seeding");
         }
     }
-    let state = AppState { storage, verifier: Verifier::from_config(&config.auth)?, body_limit: config.server.body_limit };
+    let state = AppState {
+        storage,
+        verifier: Verifier::from_config(&config.auth)?,
+        body_limit: config.server.body_limit,
+    };
     let listener = TcpListener::bind(&config.server.bind)
         .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;
-    let addr = listener.local_addr().map_err(|e| CliError::Io(e.to_string()))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CliError::Io(e.to_string()))?;
     let options = ServerOptions {
         workers: config.server.workers,
         client_request_timeout: Duration::from_secs(config.server.client_request_timeout_secs),

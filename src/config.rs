@@ -2,7 +2,7 @@
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -105,7 +105,10 @@ impl Default for ServerConfig {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        Self { data_dir: "data".into(), seed_from: Some("repos-fixture".into()) }
+        Self {
+            data_dir: "data".into(),
+            seed_from: Some("repos-fixture".into()),
+        }
     }
 }
 
@@ -124,34 +127,35 @@ impl Default for AuthConfig {
 
 impl Default for CommitConfig {
     fn default() -> Self {
-        Self { committer_name: "planfiles".into(), committer_email: "planfiles@localhost".into() }
+        Self {
+            committer_name: "planfiles".into(),
+            committer_email: "planfiles@localhost".into(),
+        }
     }
 }
 
 impl Default for LogConfig {
     fn default() -> Self {
-        Self { filter: "info".into(), format: "text".into() }
-    }
-}
-
-impl Default for Config {
-    fn default() -> Self {
         Self {
-            server: ServerConfig::default(),
-            storage: StorageConfig::default(),
-            auth: AuthConfig::default(),
-            commit: CommitConfig::default(),
-            log: LogConfig::default(),
+            filter: "info".into(),
+            format: "text".into(),
         }
     }
 }
 
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config file {}: {source}", path.display())]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {}: {source}", path.display())]
-    Parse { path: PathBuf, source: Box<toml::de::Error> },
+    Parse {
+        path: PathBuf,
+        source: Box<toml::de::Error>,
+    },
     #[error("{name}: {message}")]
     Env { name: &'static str, message: String },
     #[error("{0}")]
@@ -173,7 +177,9 @@ impl Config {
     pub fn load(sources: &Sources) -> Result<Self, ConfigError> {
         let mut config = match &sources.explicit_file {
             Some(path) => Self::from_file(path)?,
-            None if Path::new("config.toml").is_file() => Self::from_file(Path::new("config.toml"))?,
+            None if Path::new("config.toml").is_file() => {
+                Self::from_file(Path::new("config.toml"))?
+            }
             None => Self::default(),
         };
         for (name, value) in &sources.env {
@@ -184,8 +190,14 @@ impl Config {
     }
 
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: path.into(), source: Box::new(source) })
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse {
+            path: path.into(),
+            source: Box::new(source),
+        })
     }
 
     fn apply_env(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
@@ -202,18 +214,23 @@ impl Config {
 
     fn check(&self) -> Result<(), ConfigError> {
         if !matches!(self.log.format.as_str(), "text" | "json") {
-            return Err(ConfigError::Invalid(format!("log.format must be \"text\" or \"json\", not {:?}", self.log.format)));
+            return Err(ConfigError::Invalid(format!(
+                "log.format must be \"text\" or \"json\", not {:?}",
+                self.log.format
+            )));
         }
         if self.server.body_limit == 0 {
-            return Err(ConfigError::Invalid("server.body_limit must be positive".into()));
+            return Err(ConfigError::Invalid(
+                "server.body_limit must be positive".into(),
+            ));
         }
         match self.auth.algorithm {
-            Algorithm::HS256 if self.auth.secret.len() < 16 => {
-                Err(ConfigError::Invalid("auth.secret must be at least 16 bytes for HS256".into()))
-            }
-            Algorithm::RS256 | Algorithm::ES256 if self.auth.public_key_file.is_none() => Err(ConfigError::Invalid(
-                "auth.public_key_file is required for RS256 and ES256".into(),
+            Algorithm::HS256 if self.auth.secret.len() < 16 => Err(ConfigError::Invalid(
+                "auth.secret must be at least 16 bytes for HS256".into(),
             )),
+            Algorithm::RS256 | Algorithm::ES256 if self.auth.public_key_file.is_none() => Err(
+                ConfigError::Invalid("auth.public_key_file is required for RS256 and ES256".into()),
+            ),
             _ => Ok(()),
         }
     }
@@ -224,17 +241,28 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn environment_overrides_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
-        std::fs::write(&path, "[server]\nbind = \"0.0.0.0:1\"\n[storage]\ndata_dir = \"/a\"\n").unwrap();
+        std::fs::write(
+            &path,
+            "[server]\nbind = \"0.0.0.0:1\"\n[storage]\ndata_dir = \"/a\"\n",
+        )
+        .unwrap();
         let sources = Sources {
             explicit_file: Some(path),
-            env: env(&[("PLANFILES_DATA_DIR", "/b"), ("PLANFILES_LOG", "debug"), ("OTHER", "x")]),
+            env: env(&[
+                ("PLANFILES_DATA_DIR", "/b"),
+                ("PLANFILES_LOG", "debug"),
+                ("OTHER", "x"),
+            ]),
         };
         let c = Config::load(&sources).unwrap();
         assert_eq!(c.server.bind, "0.0.0.0:1");
@@ -244,8 +272,14 @@ mod tests {
 
     #[test]
     fn a_missing_explicit_file_is_an_error() {
-        let sources = Sources { explicit_file: Some("/nonexistent/planfiles.toml".into()), env: vec![] };
-        assert!(matches!(Config::load(&sources), Err(ConfigError::Read { .. })));
+        let sources = Sources {
+            explicit_file: Some("/nonexistent/planfiles.toml".into()),
+            env: vec![],
+        };
+        assert!(matches!(
+            Config::load(&sources),
+            Err(ConfigError::Read { .. })
+        ));
     }
 
     #[test]
@@ -253,8 +287,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");
         std::fs::write(&path, "[server]\nbnd = \"x\"\n").unwrap();
-        assert!(matches!(Config::from_file(&path), Err(ConfigError::Parse { .. })));
-        let short = Sources { explicit_file: None, env: env(&[("PLANFILES_JWT_SECRET", "short")]) };
+        assert!(matches!(
+            Config::from_file(&path),
+            Err(ConfigError::Parse { .. })
+        ));
+        let short = Sources {
+            explicit_file: None,
+            env: env(&[("PLANFILES_JWT_SECRET", "short")]),
+        };
         assert!(matches!(Config::load(&short), Err(ConfigError::Invalid(_))));
     }
 

@@ -17,7 +17,11 @@ fn claims(extra: Value) -> Value {
 }
 
 fn hs256(extra: Value) -> String {
-    sign_hs256(SECRET, &json!({"alg": "HS256", "typ": "JWT"}), &claims(extra))
+    sign_hs256(
+        SECRET,
+        &json!({"alg": "HS256", "typ": "JWT"}),
+        &claims(extra),
+    )
 }
 
 fn unsigned(alg: &str) -> String {
@@ -38,13 +42,21 @@ async fn refused_tokens_get_401_and_change_nothing() {
         ("alg none", unsigned("none")),
         ("alg None", unsigned("None")),
         ("alg NONE", unsigned("NONE")),
-        ("wrong secret", sign_hs256("another-secret-0123456789", &json!({"alg": "HS256"}), &claims(json!({})))),
+        (
+            "wrong secret",
+            sign_hs256(
+                "another-secret-0123456789",
+                &json!({"alg": "HS256"}),
+                &claims(json!({})),
+            ),
+        ),
         ("HS512 instead of HS256", {
             // A token whose header names another algorithm (signature irrelevant).
             let t = hs256(json!({}));
             let mut parts: Vec<String> = t.split('.').map(String::from).collect();
             use base64::Engine;
-            parts[0] = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"alg":"HS512","typ":"JWT"}"#);
+            parts[0] = base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .encode(r#"{"alg":"HS512","typ":"JWT"}"#);
             parts.join(".")
         }),
         ("expired", hs256(json!({"exp": now() - 3600}))),
@@ -59,18 +71,49 @@ async fn refused_tokens_get_401_and_change_nothing() {
         ("tenant NUL", hs256(json!({"tenant_id": "acme\u{0}"}))),
         ("tenant lookalike", hs256(json!({"tenant_id": "аcme"}))),
         ("tenant .git", hs256(json!({"tenant_id": "acme.git"}))),
-        ("tenant 65 chars", hs256(json!({"tenant_id": "a".repeat(65)}))),
-        ("permissions a string", hs256(json!({"permissions": "jit.integrations.write"}))),
+        (
+            "tenant 65 chars",
+            hs256(json!({"tenant_id": "a".repeat(65)})),
+        ),
+        (
+            "permissions a string",
+            hs256(json!({"permissions": "jit.integrations.write"})),
+        ),
         ("garbage", "not.a.token".into()),
-        ("kid tries to pick a key", sign_hs256("another-secret-0123456789", &json!({"alg": "HS256", "kid": "../../dev/null"}), &claims(json!({})))),
-        ("jku tries to pick a key", sign_hs256("another-secret-0123456789", &json!({"alg": "HS256", "jku": "http://127.0.0.1:1/k"}), &claims(json!({})))),
+        (
+            "kid tries to pick a key",
+            sign_hs256(
+                "another-secret-0123456789",
+                &json!({"alg": "HS256", "kid": "../../dev/null"}),
+                &claims(json!({})),
+            ),
+        ),
+        (
+            "jku tries to pick a key",
+            sign_hs256(
+                "another-secret-0123456789",
+                &json!({"alg": "HS256", "jku": "http://127.0.0.1:1/k"}),
+                &claims(json!({})),
+            ),
+        ),
     ];
     for (name, token) in cases {
         let res = app.put_integration(&token, &json!({"content": {}})).await;
-        assert_eq!(res.headers()["www-authenticate"], "Bearer error=\"invalid_token\"", "{name}");
+        assert_eq!(
+            res.headers()["www-authenticate"],
+            "Bearer error=\"invalid_token\"",
+            "{name}"
+        );
         let (status, body) = problem(res).await;
-        assert_eq!((status, body["code"].as_str()), (401, Some("invalid_token")), "{name}");
-        assert!(!body.to_string().contains(&token), "{name}: the token is echoed");
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (401, Some("invalid_token")),
+            "{name}"
+        );
+        assert!(
+            !body.to_string().contains(&token),
+            "{name}: the token is echoed"
+        );
     }
     assert_eq!(app.head("acme"), head);
 }
@@ -80,8 +123,13 @@ async fn a_missing_token_gets_a_bare_challenge() {
     let app = TestApp::spawn().await;
     for req in [
         app.client.get(app.url("/plans/integration-file")),
-        app.client.get(app.url("/plans/integration-file")).header("authorization", "Basic YTpi"),
-        app.client.get(app.url(&format!("/plans/integration-file?access_token={}", token("acme", ALL)))),
+        app.client
+            .get(app.url("/plans/integration-file"))
+            .header("authorization", "Basic YTpi"),
+        app.client.get(app.url(&format!(
+            "/plans/integration-file?access_token={}",
+            token("acme", ALL)
+        ))),
     ] {
         let res = req.send().await.unwrap();
         assert_eq!(res.headers()["www-authenticate"], "Bearer");
@@ -96,24 +144,76 @@ async fn permissions_per_operation() {
     let head = app.head("acme");
     let cases: &[(&[&str], &str, &str, bool)] = &[
         // (permissions, method, path, allowed)
-        (&["jit.integrations.read"], "GET", "/plans/integration-file", true),
-        (&["jit.integrations.write"], "GET", "/plans/integration-file", true),
-        (&["jit.preferences.write"], "GET", "/plans/integration-file", false),
+        (
+            &["jit.integrations.read"],
+            "GET",
+            "/plans/integration-file",
+            true,
+        ),
+        (
+            &["jit.integrations.write"],
+            "GET",
+            "/plans/integration-file",
+            true,
+        ),
+        (
+            &["jit.preferences.write"],
+            "GET",
+            "/plans/integration-file",
+            false,
+        ),
         (&[], "GET", "/plans/integration-file", false),
-        (&["jit.preferences.read"], "GET", "/plans/configuration-file", true),
-        (&["jit.preferences.write"], "GET", "/plans/configuration-file", true),
-        (&["jit.integrations.write"], "GET", "/plans/configuration-file", false),
-        (&["jit.integrations.read"], "PUT", "/plans/integration-file", false),
-        (&["jit.preferences.write"], "PUT", "/plans/integration-file", false),
-        (&["jit.preferences.read"], "PUT", "/plans/configuration-file", false),
-        (&["jit.integrations.write"], "PUT", "/plans/configuration-file", false),
+        (
+            &["jit.preferences.read"],
+            "GET",
+            "/plans/configuration-file",
+            true,
+        ),
+        (
+            &["jit.preferences.write"],
+            "GET",
+            "/plans/configuration-file",
+            true,
+        ),
+        (
+            &["jit.integrations.write"],
+            "GET",
+            "/plans/configuration-file",
+            false,
+        ),
+        (
+            &["jit.integrations.read"],
+            "PUT",
+            "/plans/integration-file",
+            false,
+        ),
+        (
+            &["jit.preferences.write"],
+            "PUT",
+            "/plans/integration-file",
+            false,
+        ),
+        (
+            &["jit.preferences.read"],
+            "PUT",
+            "/plans/configuration-file",
+            false,
+        ),
+        (
+            &["jit.integrations.write"],
+            "PUT",
+            "/plans/configuration-file",
+            false,
+        ),
     ];
     for (perms, method, path, allowed) in cases {
         let t = token("acme", perms);
         let req = if *method == "GET" {
             app.client.get(app.url(path))
         } else {
-            app.client.put(app.url(path)).json(&json!({"content": {}, "payload": {}}))
+            app.client
+                .put(app.url(path))
+                .json(&json!({"content": {}, "payload": {}}))
         };
         let res = req.bearer_auth(&t).send().await.unwrap();
         if *allowed {
@@ -131,7 +231,11 @@ async fn permissions_per_operation() {
             format!("Bearer error=\"insufficient_scope\", scope=\"{needed}\"")
         );
         let (status, body) = problem(res).await;
-        assert_eq!((status, body["code"].as_str()), (403, Some("insufficient_scope")), "{perms:?} {method} {path}");
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (403, Some("insufficient_scope")),
+            "{perms:?} {method} {path}"
+        );
     }
     assert_eq!(app.head("acme"), head);
 }
@@ -140,7 +244,10 @@ async fn permissions_per_operation() {
 async fn a_token_for_a_missing_tenant_gets_404() {
     let app = TestApp::spawn().await;
     let (status, body) = problem(app.get_integration(&token("ghost", ALL)).await).await;
-    assert_eq!((status, body["code"].as_str()), (404, Some("tenant_not_found")));
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("tenant_not_found"))
+    );
 }
 
 #[tokio::test]
@@ -172,8 +279,18 @@ async fn iss_and_aud_are_checked_only_when_configured() {
 #[tokio::test]
 async fn a_token_of_one_tenant_only_reaches_that_tenant() {
     let app = TestApp::spawn().await;
-    let acme: Value = app.get_integration(&token("acme", ALL)).await.json().await.unwrap();
-    let globex: Value = app.get_integration(&token("globex", ALL)).await.json().await.unwrap();
+    let acme: Value = app
+        .get_integration(&token("acme", ALL))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let globex: Value = app
+        .get_integration(&token("globex", ALL))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(acme["file_sha"], app.blob("acme", "integrations.yml"));
     assert_eq!(globex["file_sha"], app.blob("globex", "integrations.yml"));
     assert_ne!(acme["file_sha"], globex["file_sha"]);

@@ -18,12 +18,42 @@ struct Case {
     code: &'static str,
 }
 
-fn json_case(name: &'static str, path: &'static str, tenant: &'static str, body: serde_json::Value, status: u16, code: &'static str) -> Case {
-    Case { name, path, tenant, content_type: Some("application/json"), body: serde_json::to_vec(&body).unwrap(), status, code }
+fn json_case(
+    name: &'static str,
+    path: &'static str,
+    tenant: &'static str,
+    body: serde_json::Value,
+    status: u16,
+    code: &'static str,
+) -> Case {
+    Case {
+        name,
+        path,
+        tenant,
+        content_type: Some("application/json"),
+        body: serde_json::to_vec(&body).unwrap(),
+        status,
+        code,
+    }
 }
 
-fn raw_case(name: &'static str, path: &'static str, content_type: Option<&'static str>, body: &[u8], status: u16, code: &'static str) -> Case {
-    Case { name, path, tenant: "acme", content_type, body: body.to_vec(), status, code }
+fn raw_case(
+    name: &'static str,
+    path: &'static str,
+    content_type: Option<&'static str>,
+    body: &[u8],
+    status: u16,
+    code: &'static str,
+) -> Case {
+    Case {
+        name,
+        path,
+        tenant: "acme",
+        content_type,
+        body: body.to_vec(),
+        status,
+        code,
+    }
 }
 
 fn nested(levels: usize) -> serde_json::Value {
@@ -37,46 +67,310 @@ fn nested(levels: usize) -> serde_json::Value {
 fn cases() -> Vec<Case> {
     let sha40 = "0123456789abcdef0123456789abcdef01234567";
     let bomb = "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n";
-    let deep_json = format!("{{\"content\": {}{}}}", "[".repeat(10_000), "]".repeat(10_000));
-    let many_keys: serde_json::Map<String, serde_json::Value> = (0..100_000).map(|i| (i.to_string(), json!(0))).collect();
+    let deep_json = format!(
+        "{{\"content\": {}{}}}",
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
+    let many_keys: serde_json::Map<String, serde_json::Value> =
+        (0..100_000).map(|i| (i.to_string(), json!(0))).collect();
     vec![
-        raw_case("no content type", INTEGRATION, None, b"{\"content\": {}}", 415, "unsupported_media_type"),
-        raw_case("text/plain", INTEGRATION, Some("text/plain"), b"{\"content\": {}}", 415, "unsupported_media_type"),
-        raw_case("form", CONFIGURATION, Some("application/x-www-form-urlencoded"), b"a=b", 415, "unsupported_media_type"),
-        raw_case("not json", INTEGRATION, Some("application/json"), b"content: {}", 400, "invalid_json"),
-        raw_case("truncated json", CONFIGURATION, Some("application/json"), b"{\"payload\": {", 400, "invalid_json"),
-        raw_case("not utf-8", INTEGRATION, Some("application/json"), b"{\"content\": \"\xff\xfe\"}", 400, "invalid_json"),
-        raw_case("empty body", INTEGRATION, Some("application/json"), b"", 400, "invalid_json"),
-        raw_case("body is a list", INTEGRATION, Some("application/json"), b"[]", 422, "invalid_content"),
-        raw_case("json nested 10k deep", INTEGRATION, Some("application/json"), deep_json.as_bytes(), 422, "invalid_content"),
-        raw_case("integer past 64 bits", INTEGRATION, Some("application/json"), b"{\"content\": {\"n\": 18446744073709551616}}", 422, "invalid_content"),
-        json_case("content missing", INTEGRATION, "acme", json!({"file_sha": null}), 422, "invalid_content"),
-        json_case("content is a list", INTEGRATION, "acme", json!({"content": [1, 2]}), 422, "invalid_content"),
-        json_case("content is a number", INTEGRATION, "acme", json!({"content": 5}), 422, "invalid_content"),
-        json_case("content is null", INTEGRATION, "acme", json!({"content": null}), 422, "invalid_content"),
-        json_case("content is bad yaml", INTEGRATION, "acme", json!({"content": "a: [1,"}), 422, "invalid_content"),
-        json_case("content yaml is a list", INTEGRATION, "acme", json!({"content": "- a\n- b\n"}), 422, "invalid_content"),
-        json_case("yaml with two documents", INTEGRATION, "acme", json!({"content": "a: 1\n---\nb: 2\n"}), 422, "invalid_content"),
-        json_case("yaml duplicate keys", INTEGRATION, "acme", json!({"content": "a: 1\na: 2\n"}), 422, "invalid_content"),
-        json_case("yaml non-string key", INTEGRATION, "acme", json!({"content": "1: a\n"}), 422, "invalid_content"),
-        json_case("yaml custom tag", INTEGRATION, "acme", json!({"content": "a: !secret x\n"}), 422, "invalid_content"),
-        json_case("yaml alias bomb", INTEGRATION, "acme", json!({"content": bomb}), 422, "invalid_content"),
-        json_case("nesting past the limit", INTEGRATION, "acme", json!({"content": nested(65)}), 422, "invalid_content"),
-        json_case("100k keys", INTEGRATION, "acme", json!({"content": many_keys}), 422, "invalid_content"),
-        json_case("payload missing", CONFIGURATION, "acme", json!({"file_sha": sha40}), 422, "invalid_content"),
-        json_case("payload is a string", CONFIGURATION, "acme", json!({"payload": "folders: []", "file_sha": sha40}), 422, "invalid_content"),
-        json_case("folders not a list", CONFIGURATION, "acme", json!({"payload": {"folders": {}}, "file_sha": sha40}), 422, "invalid_content"),
-        json_case("folder without path", CONFIGURATION, "acme", json!({"payload": {"folders": [{"exclude": []}]}, "file_sha": sha40}), 422, "invalid_content"),
-        json_case("exclude not strings", CONFIGURATION, "acme", json!({"payload": {"folders": [{"path": "a", "exclude": [1]}]}, "file_sha": sha40}), 422, "invalid_content"),
-        json_case("file_sha too short", CONFIGURATION, "acme", json!({"payload": {}, "file_sha": "abc"}), 400, "invalid_file_sha"),
-        json_case("file_sha not hex", CONFIGURATION, "acme", json!({"payload": {}, "file_sha": "z".repeat(40)}), 400, "invalid_file_sha"),
-        json_case("file_sha a number", CONFIGURATION, "acme", json!({"payload": {}, "file_sha": 7}), 400, "invalid_file_sha"),
-        json_case("file_sha a list", INTEGRATION, "acme", json!({"content": {}, "file_sha": [sha40]}), 400, "invalid_file_sha"),
-        json_case("file_sha too long", INTEGRATION, "acme", json!({"content": {}, "file_sha": format!("{sha40}0")}), 400, "invalid_file_sha"),
-        json_case("file_sha without source hosting", INTEGRATION, "globex", json!({"content": {}, "file_sha": sha40}), 400, "file_sha_not_allowed"),
-        json_case("stale file_sha", INTEGRATION, "acme", json!({"content": {}, "file_sha": sha40}), 409, "sha_mismatch"),
-        json_case("stale configuration file_sha", CONFIGURATION, "acme", json!({"payload": {}, "file_sha": sha40}), 409, "sha_mismatch"),
-        json_case("no precondition", CONFIGURATION, "acme", json!({"payload": {}}), 428, "precondition_required"),
+        raw_case(
+            "no content type",
+            INTEGRATION,
+            None,
+            b"{\"content\": {}}",
+            415,
+            "unsupported_media_type",
+        ),
+        raw_case(
+            "text/plain",
+            INTEGRATION,
+            Some("text/plain"),
+            b"{\"content\": {}}",
+            415,
+            "unsupported_media_type",
+        ),
+        raw_case(
+            "form",
+            CONFIGURATION,
+            Some("application/x-www-form-urlencoded"),
+            b"a=b",
+            415,
+            "unsupported_media_type",
+        ),
+        raw_case(
+            "not json",
+            INTEGRATION,
+            Some("application/json"),
+            b"content: {}",
+            400,
+            "invalid_json",
+        ),
+        raw_case(
+            "truncated json",
+            CONFIGURATION,
+            Some("application/json"),
+            b"{\"payload\": {",
+            400,
+            "invalid_json",
+        ),
+        raw_case(
+            "not utf-8",
+            INTEGRATION,
+            Some("application/json"),
+            b"{\"content\": \"\xff\xfe\"}",
+            400,
+            "invalid_json",
+        ),
+        raw_case(
+            "empty body",
+            INTEGRATION,
+            Some("application/json"),
+            b"",
+            400,
+            "invalid_json",
+        ),
+        raw_case(
+            "body is a list",
+            INTEGRATION,
+            Some("application/json"),
+            b"[]",
+            422,
+            "invalid_content",
+        ),
+        raw_case(
+            "json nested 10k deep",
+            INTEGRATION,
+            Some("application/json"),
+            deep_json.as_bytes(),
+            422,
+            "invalid_content",
+        ),
+        raw_case(
+            "integer past 64 bits",
+            INTEGRATION,
+            Some("application/json"),
+            b"{\"content\": {\"n\": 18446744073709551616}}",
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "content missing",
+            INTEGRATION,
+            "acme",
+            json!({"file_sha": null}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "content is a list",
+            INTEGRATION,
+            "acme",
+            json!({"content": [1, 2]}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "content is a number",
+            INTEGRATION,
+            "acme",
+            json!({"content": 5}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "content is null",
+            INTEGRATION,
+            "acme",
+            json!({"content": null}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "content is bad yaml",
+            INTEGRATION,
+            "acme",
+            json!({"content": "a: [1,"}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "content yaml is a list",
+            INTEGRATION,
+            "acme",
+            json!({"content": "- a\n- b\n"}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "yaml with two documents",
+            INTEGRATION,
+            "acme",
+            json!({"content": "a: 1\n---\nb: 2\n"}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "yaml duplicate keys",
+            INTEGRATION,
+            "acme",
+            json!({"content": "a: 1\na: 2\n"}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "yaml non-string key",
+            INTEGRATION,
+            "acme",
+            json!({"content": "1: a\n"}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "yaml custom tag",
+            INTEGRATION,
+            "acme",
+            json!({"content": "a: !secret x\n"}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "yaml alias bomb",
+            INTEGRATION,
+            "acme",
+            json!({"content": bomb}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "nesting past the limit",
+            INTEGRATION,
+            "acme",
+            json!({"content": nested(65)}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "100k keys",
+            INTEGRATION,
+            "acme",
+            json!({"content": many_keys}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "payload missing",
+            CONFIGURATION,
+            "acme",
+            json!({"file_sha": sha40}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "payload is a string",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": "folders: []", "file_sha": sha40}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "folders not a list",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": {"folders": {}}, "file_sha": sha40}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "folder without path",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": {"folders": [{"exclude": []}]}, "file_sha": sha40}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "exclude not strings",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": {"folders": [{"path": "a", "exclude": [1]}]}, "file_sha": sha40}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "file_sha too short",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": {}, "file_sha": "abc"}),
+            400,
+            "invalid_file_sha",
+        ),
+        json_case(
+            "file_sha not hex",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": {}, "file_sha": "z".repeat(40)}),
+            400,
+            "invalid_file_sha",
+        ),
+        json_case(
+            "file_sha a number",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": {}, "file_sha": 7}),
+            400,
+            "invalid_file_sha",
+        ),
+        json_case(
+            "file_sha a list",
+            INTEGRATION,
+            "acme",
+            json!({"content": {}, "file_sha": [sha40]}),
+            400,
+            "invalid_file_sha",
+        ),
+        json_case(
+            "file_sha too long",
+            INTEGRATION,
+            "acme",
+            json!({"content": {}, "file_sha": format!("{sha40}0")}),
+            400,
+            "invalid_file_sha",
+        ),
+        json_case(
+            "file_sha without source hosting",
+            INTEGRATION,
+            "globex",
+            json!({"content": {}, "file_sha": sha40}),
+            400,
+            "file_sha_not_allowed",
+        ),
+        json_case(
+            "stale file_sha",
+            INTEGRATION,
+            "acme",
+            json!({"content": {}, "file_sha": sha40}),
+            409,
+            "sha_mismatch",
+        ),
+        json_case(
+            "stale configuration file_sha",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": {}, "file_sha": sha40}),
+            409,
+            "sha_mismatch",
+        ),
+        json_case(
+            "no precondition",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": {}}),
+            428,
+            "precondition_required",
+        ),
     ]
 }
 
@@ -86,16 +380,40 @@ async fn bad_input_is_refused_and_changes_nothing() {
     for case in cases() {
         let t = token(case.tenant, ALL);
         let head = app.head(case.tenant);
-        let mut req = app.client.put(app.url(case.path)).bearer_auth(&t).body(case.body.clone());
+        let mut req = app
+            .client
+            .put(app.url(case.path))
+            .bearer_auth(&t)
+            .body(case.body.clone());
         if let Some(ct) = case.content_type {
             req = req.header("content-type", ct);
         }
         let started = std::time::Instant::now();
         let (status, body) = problem(req.send().await.unwrap()).await;
-        assert_eq!((status, body["code"].as_str().unwrap()), (case.status, case.code), "{}: {body}", case.name);
-        assert!(started.elapsed().as_secs() < 2, "{} took {:?}", case.name, started.elapsed());
-        assert_eq!(app.head(case.tenant), head, "{} changed the repository", case.name);
-        assert_eq!(app.get_integration(&t).await.status(), 200, "server not answering after {}", case.name);
+        assert_eq!(
+            (status, body["code"].as_str().unwrap()),
+            (case.status, case.code),
+            "{}: {body}",
+            case.name
+        );
+        assert!(
+            started.elapsed().as_secs() < 2,
+            "{} took {:?}",
+            case.name,
+            started.elapsed()
+        );
+        assert_eq!(
+            app.head(case.tenant),
+            head,
+            "{} changed the repository",
+            case.name
+        );
+        assert_eq!(
+            app.get_integration(&t).await.status(),
+            200,
+            "server not answering after {}",
+            case.name
+        );
     }
     app.fsck("acme");
 }
@@ -105,13 +423,30 @@ async fn bodies_over_the_limit_get_413_plain_or_chunked() {
     let app = TestApp::spawn().await;
     let t = token("acme", ALL);
     let head = app.head("acme");
-    let big = format!("{{\"content\": {{\"a\": \"{}\"}}}}", "x".repeat(1024 * 1024));
+    let big = format!(
+        "{{\"content\": {{\"a\": \"{}\"}}}}",
+        "x".repeat(1024 * 1024)
+    );
     let (status, body) = problem(
-        app.client.put(app.url(INTEGRATION)).bearer_auth(&t).header("content-type", "application/json").body(big.clone()).send().await.unwrap(),
+        app.client
+            .put(app.url(INTEGRATION))
+            .bearer_auth(&t)
+            .header("content-type", "application/json")
+            .body(big.clone())
+            .send()
+            .await
+            .unwrap(),
     )
     .await;
-    assert_eq!((status, body["code"].as_str()), (413, Some("payload_too_large")));
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = big.as_bytes().chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (413, Some("payload_too_large"))
+    );
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = big
+        .as_bytes()
+        .chunks(64 * 1024)
+        .map(|c| Ok(c.to_vec()))
+        .collect();
     let stream = futures_util::stream::iter(chunks);
     let res = app
         .client
@@ -130,14 +465,34 @@ async fn bodies_over_the_limit_get_413_plain_or_chunked() {
 #[tokio::test]
 async fn routes_and_methods() {
     let app = TestApp::spawn().await;
-    let (status, body) = problem(app.client.get(app.url("/plans/other-file")).send().await.unwrap()).await;
+    let (status, body) = problem(
+        app.client
+            .get(app.url("/plans/other-file"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!((status, body["code"].as_str()), (404, Some("not_found")));
-    for method in [reqwest::Method::POST, reqwest::Method::DELETE, reqwest::Method::PATCH] {
+    for method in [
+        reqwest::Method::POST,
+        reqwest::Method::DELETE,
+        reqwest::Method::PATCH,
+    ] {
         for path in [INTEGRATION, CONFIGURATION] {
-            let res = app.client.request(method.clone(), app.url(path)).send().await.unwrap();
+            let res = app
+                .client
+                .request(method.clone(), app.url(path))
+                .send()
+                .await
+                .unwrap();
             assert_eq!(res.headers()["allow"], "GET, PUT");
             let (status, body) = problem(res).await;
-            assert_eq!((status, body["code"].as_str()), (405, Some("method_not_allowed")), "{method} {path}");
+            assert_eq!(
+                (status, body["code"].as_str()),
+                (405, Some("method_not_allowed")),
+                "{method} {path}"
+            );
         }
     }
 }
@@ -146,7 +501,13 @@ async fn routes_and_methods() {
 async fn request_ids_are_kept_when_safe_and_replaced_otherwise() {
     let app = TestApp::spawn().await;
     let t = token("acme", ALL);
-    let send = |id: &'static str| app.client.get(app.url(INTEGRATION)).bearer_auth(&t).header("x-request-id", id).send();
+    let send = |id: &'static str| {
+        app.client
+            .get(app.url(INTEGRATION))
+            .bearer_auth(&t)
+            .header("x-request-id", id)
+            .send()
+    };
     let res = send("trace-abc:123").await.unwrap();
     assert_eq!(res.headers()["x-request-id"], "trace-abc:123");
     let res = send("bad id with spaces").await.unwrap();
@@ -160,25 +521,59 @@ async fn request_ids_are_kept_when_safe_and_replaced_otherwise() {
 #[tokio::test]
 async fn order_of_checks() {
     let app = TestApp::spawn().await;
-    let bad_body = || app.client.put(app.url(INTEGRATION)).header("content-type", "text/plain").body("x");
+    let bad_body = || {
+        app.client
+            .put(app.url(INTEGRATION))
+            .header("content-type", "text/plain")
+            .body("x")
+    };
     // No token beats a bad body.
     let (status, _) = problem(bad_body().send().await.unwrap()).await;
     assert_eq!(status, 401);
     // A missing tenant beats a missing permission and a bad body.
-    let (status, body) = problem(bad_body().bearer_auth(token("nobody", &[])).send().await.unwrap()).await;
-    assert_eq!((status, body["code"].as_str()), (404, Some("tenant_not_found")));
+    let (status, body) = problem(
+        bad_body()
+            .bearer_auth(token("nobody", &[]))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("tenant_not_found"))
+    );
     // A missing permission beats a bad body.
-    let (status, _) = problem(bad_body().bearer_auth(token("acme", &["jit.integrations.read"])).send().await.unwrap()).await;
+    let (status, _) = problem(
+        bad_body()
+            .bearer_auth(token("acme", &["jit.integrations.read"]))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, 403);
     // 415 beats 413.
     let big = "x".repeat(2 * 1024 * 1024);
-    let (status, _) = problem(bad_body().bearer_auth(token("acme", ALL)).body(big).send().await.unwrap()).await;
+    let (status, _) = problem(
+        bad_body()
+            .bearer_auth(token("acme", ALL))
+            .body(big)
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_eq!(status, 415);
     // 400 (file_sha) beats 422 (content).
-    let res = app.put_integration(&token("acme", ALL), &json!({"content": 5, "file_sha": "x"})).await;
+    let res = app
+        .put_integration(&token("acme", ALL), &json!({"content": 5, "file_sha": "x"}))
+        .await;
     assert_eq!(problem(res).await.0, 400);
     // 422 beats 428.
-    let res = app.put_configuration(&token("acme", ALL), &json!({"payload": []})).await;
+    let res = app
+        .put_configuration(&token("acme", ALL), &json!({"payload": []}))
+        .await;
     assert_eq!(problem(res).await.0, 422);
 }
 

@@ -28,16 +28,28 @@ fn run(dir: &Path, args: &[&str]) -> (i32, String, String) {
 #[test]
 fn tenant_create_makes_a_bare_repo_with_one_initial_commit() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, out, err) = run(dir.path(), &["tenant", "create", "newco", "--source-hosting"]);
+    let (code, out, err) = run(
+        dir.path(),
+        &["tenant", "create", "newco", "--source-hosting"],
+    );
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("created newco"));
     let repo = dir.path().join("data/tenants/newco.git");
-    assert_eq!(git_in(&repo, &["rev-parse", "--is-bare-repository"]), "true");
+    assert_eq!(
+        git_in(&repo, &["rev-parse", "--is-bare-repository"]),
+        "true"
+    );
     assert_eq!(git_in(&repo, &["symbolic-ref", "HEAD"]), "refs/heads/main");
     assert_eq!(git_in(&repo, &["rev-list", "--count", "main"]), "1");
     assert_eq!(git_in(&repo, &["show", "main:integrations.yml"]), "{}");
-    assert_eq!(git_in(&repo, &["show", "main:configuration.yml"]), "folders: []");
-    assert_eq!(git_in(&repo, &["config", "planfiles.sourcehosting"]), "true");
+    assert_eq!(
+        git_in(&repo, &["show", "main:configuration.yml"]),
+        "folders: []"
+    );
+    assert_eq!(
+        git_in(&repo, &["config", "planfiles.sourcehosting"]),
+        "true"
+    );
     git_in(&repo, &["fsck", "--strict", "--no-dangling"]);
 
     // Creating it again fails and changes nothing.
@@ -46,43 +58,103 @@ fn tenant_create_makes_a_bare_repo_with_one_initial_commit() {
     assert_ne!(code, 0);
     assert!(err.contains("already exists"), "{err}");
     assert_eq!(git_in(&repo, &["rev-parse", "main"]), head);
-    assert_eq!(git_in(&repo, &["config", "planfiles.sourcehosting"]), "true");
+    assert_eq!(
+        git_in(&repo, &["config", "planfiles.sourcehosting"]),
+        "true"
+    );
 }
 
 #[test]
 fn invalid_tenant_ids_exit_2() {
     let dir = tempfile::tempdir().unwrap();
-    for bad in ["../x", "a/b", "x.git", "X.GIT", "-a", "a..b", &"a".repeat(65)] {
+    for bad in [
+        "../x",
+        "a/b",
+        "x.git",
+        "X.GIT",
+        "-a",
+        "a..b",
+        &"a".repeat(65),
+    ] {
         let (code, _, err) = run(dir.path(), &["tenant", "create", bad]);
         assert_eq!(code, 2, "{bad}: {err}");
         let (code, _, _) = run(dir.path(), &["token", "--tenant", bad]);
         assert_eq!(code, 2, "{bad}");
     }
-    assert_eq!(std::fs::read_dir(dir.path().join("data/tenants")).map(|d| d.count()).unwrap_or(0), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("data/tenants"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0
+    );
 }
 
 #[test]
 fn tenant_set_and_list() {
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(run(dir.path(), &["tenant", "create", "alpha"]).0, 0);
-    assert_eq!(run(dir.path(), &["tenant", "create", "beta", "--source-hosting"]).0, 0);
-    assert_eq!(run(dir.path(), &["tenant", "set", "alpha", "--source-hosting", "on"]).0, 0);
-    assert_eq!(run(dir.path(), &["tenant", "set", "beta", "--source-hosting", "off"]).0, 0);
+    assert_eq!(
+        run(
+            dir.path(),
+            &["tenant", "create", "beta", "--source-hosting"]
+        )
+        .0,
+        0
+    );
+    assert_eq!(
+        run(
+            dir.path(),
+            &["tenant", "set", "alpha", "--source-hosting", "on"]
+        )
+        .0,
+        0
+    );
+    assert_eq!(
+        run(
+            dir.path(),
+            &["tenant", "set", "beta", "--source-hosting", "off"]
+        )
+        .0,
+        0
+    );
     let (code, out, _) = run(dir.path(), &["tenant", "list"]);
     assert_eq!(code, 0);
-    let rows: Vec<Vec<&str>> = out.lines().skip(1).map(|l| l.split_whitespace().collect()).collect();
+    let rows: Vec<Vec<&str>> = out
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
     assert_eq!(rows.len(), 2, "{out}");
-    let head = git_in(&dir.path().join("data/tenants/alpha.git"), &["rev-parse", "main"]);
+    let head = git_in(
+        &dir.path().join("data/tenants/alpha.git"),
+        &["rev-parse", "main"],
+    );
     assert_eq!(rows[0][..3], ["alpha", "on", head.as_str()]);
     assert_eq!(rows[1][..2], ["beta", "off"]);
-    let (code, _, _) = run(dir.path(), &["tenant", "set", "ghost", "--source-hosting", "on"]);
+    let (code, _, _) = run(
+        dir.path(),
+        &["tenant", "set", "ghost", "--source-hosting", "on"],
+    );
     assert_ne!(code, 0);
 }
 
 #[test]
 fn token_mints_a_verifiable_hs256_token() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, out, err) = run(dir.path(), &["token", "--tenant", "acme", "--permission", "jit.preferences.read", "--sub", "ci", "--ttl", "120"]);
+    let (code, out, err) = run(
+        dir.path(),
+        &[
+            "token",
+            "--tenant",
+            "acme",
+            "--permission",
+            "jit.preferences.read",
+            "--sub",
+            "ci",
+            "--ttl",
+            "120",
+        ],
+    );
     assert_eq!(code, 0, "{err}");
     let token = out.trim();
     let parts: Vec<&str> = token.split('.').collect();
@@ -93,12 +165,16 @@ fn token_mints_a_verifiable_hs256_token() {
     use hmac::{Hmac, Mac};
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(common::SECRET.as_bytes()).unwrap();
     mac.update(format!("{}.{}", parts[0], parts[1]).as_bytes());
-    mac.verify_slice(&B64.decode(parts[2]).unwrap()).expect("signature");
+    mac.verify_slice(&B64.decode(parts[2]).unwrap())
+        .expect("signature");
     let header: Value = serde_json::from_slice(&B64.decode(parts[0]).unwrap()).unwrap();
     let claims: Value = serde_json::from_slice(&B64.decode(parts[1]).unwrap()).unwrap();
     assert_eq!(header["alg"], "HS256");
     assert_eq!(claims["tenant_id"], "acme");
-    assert_eq!(claims["permissions"], serde_json::json!(["jit.preferences.read"]));
+    assert_eq!(
+        claims["permissions"],
+        serde_json::json!(["jit.preferences.read"])
+    );
     assert_eq!(claims["sub"], "ci");
     let exp = claims["exp"].as_u64().unwrap();
     assert!(exp > common::now() + 100 && exp <= common::now() + 121);
@@ -107,10 +183,17 @@ fn token_mints_a_verifiable_hs256_token() {
 #[test]
 fn a_missing_explicit_config_file_is_an_error_and_no_file_means_defaults() {
     let dir = tempfile::tempdir().unwrap();
-    let out = planfiles(dir.path()).args(["--config", "/nonexistent/planfiles.toml", "tenant", "list"]).output().unwrap();
+    let out = planfiles(dir.path())
+        .args(["--config", "/nonexistent/planfiles.toml", "tenant", "list"])
+        .output()
+        .unwrap();
     assert_ne!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/planfiles.toml"));
-    let out = planfiles(dir.path()).env("PLANFILES_CONFIG", "/nonexistent/x.toml").args(["tenant", "list"]).output().unwrap();
+    let out = planfiles(dir.path())
+        .env("PLANFILES_CONFIG", "/nonexistent/x.toml")
+        .args(["tenant", "list"])
+        .output()
+        .unwrap();
     assert_ne!(out.status.code(), Some(0));
     // No config.toml in the working directory: built-in defaults.
     assert_eq!(run(dir.path(), &["tenant", "list"]).0, 0);
@@ -132,7 +215,10 @@ impl Drop for Server {
 /// Starts the binary on a random port and waits for its "listening" line.
 pub fn serve(dir: &Path, extra_env: &[(&str, &str)]) -> Server {
     let mut cmd = planfiles(dir);
-    cmd.env("PLANFILES_BIND", "127.0.0.1:0").env("PLANFILES_LOG_FORMAT", "json").stderr(Stdio::piped()).stdout(Stdio::null());
+    cmd.env("PLANFILES_BIND", "127.0.0.1:0")
+        .env("PLANFILES_LOG_FORMAT", "json")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null());
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
@@ -140,14 +226,22 @@ pub fn serve(dir: &Path, extra_env: &[(&str, &str)]) -> Server {
     let stderr = child.stderr.take().unwrap();
     let mut lines = BufReader::new(stderr).lines();
     let addr = loop {
-        let line = lines.next().expect("server exited before listening").unwrap();
-        let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+        let line = lines
+            .next()
+            .expect("server exited before listening")
+            .unwrap();
+        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
         if v["message"] == "planfiles listening" {
             break v["addr"].as_str().unwrap().to_owned();
         }
     };
     std::thread::spawn(move || for _ in lines {});
-    Server { child, addr: format!("http://{addr}") }
+    Server {
+        child,
+        addr: format!("http://{addr}"),
+    }
 }
 
 #[tokio::test]
@@ -155,10 +249,25 @@ async fn serve_seeds_an_empty_data_dir_and_sees_tenant_changes_without_restart()
     let dir = tempfile::tempdir().unwrap();
     let fixture = fixture_dir();
     let config = dir.path().join("planfiles.toml");
-    std::fs::write(&config, format!("[storage]\nseed_from = {:?}\n", fixture.display().to_string())).unwrap();
-    let server = serve(dir.path(), &[("PLANFILES_CONFIG", config.to_str().unwrap())]);
+    std::fs::write(
+        &config,
+        format!(
+            "[storage]\nseed_from = {:?}\n",
+            fixture.display().to_string()
+        ),
+    )
+    .unwrap();
+    let server = serve(
+        dir.path(),
+        &[("PLANFILES_CONFIG", config.to_str().unwrap())],
+    );
     for tenant in ["acme", "globex", "initech"] {
-        assert!(dir.path().join(format!("data/tenants/{tenant}.git")).is_dir(), "{tenant} not seeded");
+        assert!(
+            dir.path()
+                .join(format!("data/tenants/{tenant}.git"))
+                .is_dir(),
+            "{tenant} not seeded"
+        );
     }
     let client = reqwest::Client::new();
     let t = common::token("globex", common::ALL);
@@ -172,7 +281,14 @@ async fn serve_seeds_an_empty_data_dir_and_sees_tenant_changes_without_restart()
     let repo = dir.path().join("data/tenants/globex.git");
     let sha = git_in(&repo, &["rev-parse", "main:integrations.yml"]);
     assert_eq!(put(sha.clone()).await.unwrap().status(), 400);
-    assert_eq!(run(dir.path(), &["tenant", "set", "globex", "--source-hosting", "on"]).0, 0);
+    assert_eq!(
+        run(
+            dir.path(),
+            &["tenant", "set", "globex", "--source-hosting", "on"]
+        )
+        .0,
+        0
+    );
     assert_eq!(put(sha).await.unwrap().status(), 200);
 
     // A tenant created while the server runs is served at once.

@@ -22,8 +22,13 @@ async fn read_modify_write_with_file_sha_loses_nothing() {
                 loop {
                     let cur: Value = app.get_configuration(&t).await.json().await.unwrap();
                     let mut content = cur["content"].clone();
-                    content["folders"].as_array_mut().unwrap().push(json!({"path": format!("w{w}-{i}")}));
-                    let res = app.put_configuration(&t, &json!({"payload": content, "file_sha": cur["sha"]})).await;
+                    content["folders"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"path": format!("w{w}-{i}")}));
+                    let res = app
+                        .put_configuration(&t, &json!({"payload": content, "file_sha": cur["sha"]}))
+                        .await;
                     match res.status().as_u16() {
                         200 => {
                             ok += 1;
@@ -45,13 +50,30 @@ async fn read_modify_write_with_file_sha_loses_nothing() {
         conflicts += c;
     }
     assert_eq!(acknowledged, WRITERS * EACH);
-    let commits: usize = app.git("acme", &["rev-list", "--count", &format!("{start_head}..main")]).parse().unwrap();
-    assert_eq!(commits, acknowledged, "every 200 is exactly one commit ({conflicts} conflicts)");
+    let commits: usize = app
+        .git(
+            "acme",
+            &["rev-list", "--count", &format!("{start_head}..main")],
+        )
+        .parse()
+        .unwrap();
+    assert_eq!(
+        commits, acknowledged,
+        "every 200 is exactly one commit ({conflicts} conflicts)"
+    );
     let body: Value = app.get_configuration(&t).await.json().await.unwrap();
-    let paths: Vec<&str> = body["content"]["folders"].as_array().unwrap().iter().map(|f| f["path"].as_str().unwrap()).collect();
+    let paths: Vec<&str> = body["content"]["folders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
     for w in 0..WRITERS {
         for i in 0..EACH {
-            assert!(paths.contains(&format!("w{w}-{i}").as_str()), "w{w}-{i} was lost");
+            assert!(
+                paths.contains(&format!("w{w}-{i}").as_str()),
+                "w{w}-{i} was lost"
+            );
         }
     }
     app.fsck("acme");
@@ -67,7 +89,13 @@ async fn same_sha_exactly_one_writer_wins() {
         for w in 0..6 {
             let (app, t, sha) = (app.clone(), t.clone(), sha.clone());
             tasks.push(tokio::spawn(async move {
-                app.put_integration(&t, &json!({"content": {"round": round, "writer": w}, "file_sha": sha})).await.status().as_u16()
+                app.put_integration(
+                    &t,
+                    &json!({"content": {"round": round, "writer": w}, "file_sha": sha}),
+                )
+                .await
+                .status()
+                .as_u16()
             }));
         }
         let mut statuses = Vec::new();
@@ -89,8 +117,11 @@ async fn writes_to_the_two_files_never_conflict() {
         let (app, t) = (app.clone(), t.clone());
         tokio::spawn(async move {
             for i in 0..N {
-                let sha = app.get_integration(&t).await.json::<Value>().await.unwrap()["file_sha"].clone();
-                let res = app.put_integration(&t, &json!({"content": {"i": i}, "file_sha": sha})).await;
+                let sha = app.get_integration(&t).await.json::<Value>().await.unwrap()["file_sha"]
+                    .clone();
+                let res = app
+                    .put_integration(&t, &json!({"content": {"i": i}, "file_sha": sha}))
+                    .await;
                 assert_eq!(res.status(), 200, "integration write {i}");
             }
         })
@@ -99,7 +130,13 @@ async fn writes_to_the_two_files_never_conflict() {
         let (app, t) = (app.clone(), t.clone());
         tokio::spawn(async move {
             for i in 0..N {
-                let sha = app.get_configuration(&t).await.json::<Value>().await.unwrap()["sha"].clone();
+                let sha = app
+                    .get_configuration(&t)
+                    .await
+                    .json::<Value>()
+                    .await
+                    .unwrap()["sha"]
+                    .clone();
                 let res = app.put_configuration(&t, &json!({"payload": {"folders": [{"path": format!("p{i}")}]}, "file_sha": sha})).await;
                 assert_eq!(res.status(), 200, "configuration write {i}");
             }
@@ -107,7 +144,13 @@ async fn writes_to_the_two_files_never_conflict() {
     };
     integration.await.unwrap();
     configuration.await.unwrap();
-    let commits: usize = app.git("acme", &["rev-list", "--count", &format!("{start_head}..main")]).parse().unwrap();
+    let commits: usize = app
+        .git(
+            "acme",
+            &["rev-list", "--count", &format!("{start_head}..main")],
+        )
+        .parse()
+        .unwrap();
     assert_eq!(commits, 2 * N);
     let body: Value = app.get_integration(&t).await.json().await.unwrap();
     assert_eq!(body["content"], json!({"i": N - 1}));

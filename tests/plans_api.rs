@@ -7,7 +7,9 @@ use serde_json::{json, Value};
 #[tokio::test]
 async fn get_integration_file_returns_the_stored_file_and_its_blob_id() {
     let app = TestApp::spawn().await;
-    let res = app.get_integration(&token("acme", &["jit.integrations.read"])).await;
+    let res = app
+        .get_integration(&token("acme", &["jit.integrations.read"]))
+        .await;
     assert_eq!(res.status(), 200);
     let etag = res.headers()["etag"].to_str().unwrap().to_owned();
     assert!(res.headers().contains_key("x-request-id"));
@@ -17,7 +19,10 @@ async fn get_integration_file_returns_the_stored_file_and_its_blob_id() {
     assert_eq!(etag, format!("\"{sha}\""));
     assert_eq!(body["status"], "valid");
     assert_eq!(body["vendor_response"], json!({}));
-    assert_eq!(body["raw_content"], app.git("acme", &["show", "main:integrations.yml"]) + "\n");
+    assert_eq!(
+        body["raw_content"],
+        app.git("acme", &["show", "main:integrations.yml"]) + "\n"
+    );
     assert_eq!(body["content"]["aws"][0]["account_id"], "123456789012");
     assert_eq!(body["content"]["drata"]["workspace"], "acme-prod");
 }
@@ -25,13 +30,21 @@ async fn get_integration_file_returns_the_stored_file_and_its_blob_id() {
 #[tokio::test]
 async fn get_configuration_file_has_the_seed_shape() {
     let app = TestApp::spawn().await;
-    let res = app.get_configuration(&token("acme", &["jit.preferences.read"])).await;
+    let res = app
+        .get_configuration(&token("acme", &["jit.preferences.read"]))
+        .await;
     assert_eq!(res.status(), 200);
     let body: Value = res.json().await.unwrap();
-    assert_eq!(body.as_object().unwrap().keys().collect::<Vec<_>>(), ["content", "sha"]);
+    assert_eq!(
+        body.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["content", "sha"]
+    );
     assert_eq!(body["sha"], app.blob("acme", "configuration.yml"));
     assert_eq!(body["content"]["folders"][0]["path"], "services/payments");
-    assert_eq!(body["content"]["folders"][1]["exclude"], json!(["node_modules/**"]));
+    assert_eq!(
+        body["content"]["folders"][1]["exclude"],
+        json!(["node_modules/**"])
+    );
 }
 
 #[tokio::test]
@@ -40,8 +53,13 @@ async fn configuration_flow_add_an_exclude_pattern() {
     let t = token("acme", ALL);
     let before: Value = app.get_configuration(&t).await.json().await.unwrap();
     let mut content = before["content"].clone();
-    content["folders"][1]["exclude"].as_array_mut().unwrap().push(json!("dist/**"));
-    let res = app.put_configuration(&t, &json!({"payload": content, "file_sha": before["sha"]})).await;
+    content["folders"][1]["exclude"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("dist/**"));
+    let res = app
+        .put_configuration(&t, &json!({"payload": content, "file_sha": before["sha"]}))
+        .await;
     assert_eq!(res.status(), 200);
     let etag = res.headers()["etag"].to_str().unwrap().to_owned();
     let put: Value = res.json().await.unwrap();
@@ -62,20 +80,37 @@ async fn integration_flow_with_file_sha_on_a_source_hosting_tenant() {
     let before: Value = app.get_integration(&t).await.json().await.unwrap();
     let mut content = before["content"].clone();
     content["vanta"] = json!({"user_email": "sec@acme.example", "workspace": "acme"});
-    let res = app.put_integration(&t, &json!({"content": content, "file_sha": before["file_sha"]})).await;
+    let res = app
+        .put_integration(
+            &t,
+            &json!({"content": content, "file_sha": before["file_sha"]}),
+        )
+        .await;
     assert_eq!(res.status(), 200);
     let put: Value = res.json().await.unwrap();
     assert_eq!(put["file_sha"], app.blob("acme", "integrations.yml"));
     assert_eq!(put["commit_sha"], app.head("acme"));
     assert_eq!(put["status"], "valid");
     assert_eq!(put["content"], content);
-    assert_eq!(put["raw_content"], app.git("acme", &["show", "main:integrations.yml"]) + "\n");
+    assert_eq!(
+        put["raw_content"],
+        app.git("acme", &["show", "main:integrations.yml"]) + "\n"
+    );
     // Key order is the client's.
-    let keys: Vec<_> = put["content"].as_object().unwrap().keys().cloned().collect();
+    let keys: Vec<_> = put["content"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
     assert_eq!(keys, ["aws", "drata", "vanta"]);
     // A stale sha now fails and changes nothing.
     let head = app.head("acme");
-    let (status, body) = problem(app.put_integration(&t, &json!({"content": {}, "file_sha": before["file_sha"]})).await).await;
+    let (status, body) = problem(
+        app.put_integration(&t, &json!({"content": {}, "file_sha": before["file_sha"]}))
+            .await,
+    )
+    .await;
     assert_eq!((status, body["code"].as_str()), (409, Some("sha_mismatch")));
     assert_eq!(body["current_sha"], put["file_sha"]);
     assert_eq!(app.head("acme"), head);
@@ -87,10 +122,19 @@ async fn integration_file_sha_is_refused_without_source_hosting_and_omitting_it_
     let t = token("globex", ALL);
     let sha = app.blob("globex", "integrations.yml");
     let head = app.head("globex");
-    let (status, body) = problem(app.put_integration(&t, &json!({"content": {}, "file_sha": sha})).await).await;
-    assert_eq!((status, body["code"].as_str()), (400, Some("file_sha_not_allowed")));
+    let (status, body) = problem(
+        app.put_integration(&t, &json!({"content": {}, "file_sha": sha}))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("file_sha_not_allowed"))
+    );
     assert_eq!(app.head("globex"), head);
-    let res = app.put_integration(&t, &json!({"content": {"aws": []}, "file_sha": null})).await;
+    let res = app
+        .put_integration(&t, &json!({"content": {"aws": []}, "file_sha": null}))
+        .await;
     assert_eq!(res.status(), 200);
     let msg = app.git("globex", &["log", "-1", "--format=%B"]);
     assert!(msg.contains("Forced: true"), "{msg}");
@@ -115,15 +159,24 @@ async fn a_write_is_one_commit_that_changes_only_its_file_with_author_and_traile
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["x-request-id"], "walkthrough-42");
     assert_eq!(app.git("acme", &["rev-parse", "main~1"]), before_head);
-    assert_eq!(app.git("acme", &["diff", "--name-only", "main~1", "main"]), "integrations.yml");
+    assert_eq!(
+        app.git("acme", &["diff", "--name-only", "main~1", "main"]),
+        "integrations.yml"
+    );
     assert_eq!(app.blob("acme", "configuration.yml"), config_blob);
     let log = app.git("acme", &["log", "-1", "--format=%an <%ae>|%cn <%ce>|%B"]);
     let (author, rest) = log.split_once('|').unwrap();
     let (committer, message) = rest.split_once('|').unwrap();
     assert_eq!(author, "Test Er <tester@example.com>");
     assert_eq!(committer, "planfiles <planfiles@test>");
-    assert_eq!(message, "Update integrations.yml\n\nRequest-Id: walkthrough-42");
-    let trailers = app.git("acme", &["log", "-1", "--format=%(trailers:key=Request-Id,valueonly)"]);
+    assert_eq!(
+        message,
+        "Update integrations.yml\n\nRequest-Id: walkthrough-42"
+    );
+    let trailers = app.git(
+        "acme",
+        &["log", "-1", "--format=%(trailers:key=Request-Id,valueonly)"],
+    );
     assert_eq!(trailers, "walkthrough-42");
     app.fsck("acme");
 }
@@ -136,13 +189,21 @@ async fn writing_the_same_bytes_makes_no_commit() {
     let head = app.head("acme");
     // The fixture file was written by hand; the first PUT re-emits it, the second is a no-op.
     let first: Value = app
-        .put_configuration(&t, &json!({"payload": before["content"], "file_sha": before["sha"]}))
+        .put_configuration(
+            &t,
+            &json!({"payload": before["content"], "file_sha": before["sha"]}),
+        )
         .await
         .json()
         .await
         .unwrap();
     let head_after_first = app.head("acme");
-    let second = app.put_configuration(&t, &json!({"payload": before["content"], "file_sha": first["sha"]})).await;
+    let second = app
+        .put_configuration(
+            &t,
+            &json!({"payload": before["content"], "file_sha": first["sha"]}),
+        )
+        .await;
     assert_eq!(second.status(), 200);
     let second: Value = second.json().await.unwrap();
     assert_eq!(second["commit_sha"], head_after_first);
@@ -157,18 +218,33 @@ async fn a_commit_hash_forces_a_configuration_update() {
     let t = token("acme", ALL);
     let old_commit = app.git("acme", &["rev-parse", "main~2"]);
     let payload = json!({"folders": [{"path": "all"}]});
-    let res = app.put_configuration(&t, &json!({"payload": payload, "file_sha": old_commit.to_uppercase()})).await;
+    let res = app
+        .put_configuration(
+            &t,
+            &json!({"payload": payload, "file_sha": old_commit.to_uppercase()}),
+        )
+        .await;
     assert_eq!(res.status(), 200);
-    assert!(app.git("acme", &["log", "-1", "--format=%B"]).contains("Forced: true"));
+    assert!(app
+        .git("acme", &["log", "-1", "--format=%B"])
+        .contains("Forced: true"));
     // A commit id that is not in the tenant's history does not force.
     let foreign = app.git("globex", &["rev-parse", "main"]);
     let head = app.head("acme");
-    let (status, body) = problem(app.put_configuration(&t, &json!({"payload": {}, "file_sha": foreign})).await).await;
+    let (status, body) = problem(
+        app.put_configuration(&t, &json!({"payload": {}, "file_sha": foreign}))
+            .await,
+    )
+    .await;
     assert_eq!((status, body["code"].as_str()), (409, Some("sha_mismatch")));
     assert_eq!(app.head("acme"), head);
     // Nor does an old blob id.
     let old_blob = app.git("acme", &["rev-parse", "main~1:configuration.yml"]);
-    let (status, _) = problem(app.put_configuration(&t, &json!({"payload": {}, "file_sha": old_blob})).await).await;
+    let (status, _) = problem(
+        app.put_configuration(&t, &json!({"payload": {}, "file_sha": old_blob}))
+            .await,
+    )
+    .await;
     assert_eq!(status, 409);
 }
 
@@ -178,7 +254,10 @@ async fn configuration_put_needs_a_precondition() {
     let t = token("acme", ALL);
     let head = app.head("acme");
     let (status, body) = problem(app.put_configuration(&t, &json!({"payload": {}})).await).await;
-    assert_eq!((status, body["code"].as_str()), (428, Some("precondition_required")));
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (428, Some("precondition_required"))
+    );
     assert_eq!(app.head("acme"), head);
 }
 
@@ -201,18 +280,39 @@ async fn if_match_is_checked_on_both_files_and_satisfies_the_configuration_preco
     ] {
         let head = app.head("globex");
         let (status, pb) = problem(put(file, stale.clone(), body.clone()).await.unwrap()).await;
-        assert_eq!((status, pb["code"].as_str()), (412, Some("precondition_failed")), "{file}");
+        assert_eq!(
+            (status, pb["code"].as_str()),
+            (412, Some("precondition_failed")),
+            "{file}"
+        );
         assert!(pb["current_sha"].is_string());
         assert_eq!(app.head("globex"), head);
     }
     // If-Match alone: a matching, not forced, configuration write.
     let etag = format!("\"{}\"", app.blob("globex", "configuration.yml"));
-    let res = put("/plans/configuration-file", etag, json!({"payload": {"folders": []}})).await.unwrap();
+    let res = put(
+        "/plans/configuration-file",
+        etag,
+        json!({"payload": {"folders": []}}),
+    )
+    .await
+    .unwrap();
     assert_eq!(res.status(), 200);
-    assert!(!app.git("globex", &["log", "-1", "--format=%B"]).contains("Forced"));
+    assert!(!app
+        .git("globex", &["log", "-1", "--format=%B"])
+        .contains("Forced"));
     // A stale If-Match is 412 even when file_sha matches.
     let sha = app.blob("globex", "configuration.yml");
-    let (status, _) = problem(put("/plans/configuration-file", stale, json!({"payload": {}, "file_sha": sha})).await.unwrap()).await;
+    let (status, _) = problem(
+        put(
+            "/plans/configuration-file",
+            stale,
+            json!({"payload": {}, "file_sha": sha}),
+        )
+        .await
+        .unwrap(),
+    )
+    .await;
     assert_eq!(status, 412);
 }
 
@@ -225,10 +325,16 @@ async fn yaml_text_content_is_stored_byte_for_byte() {
     assert_eq!(res.status(), 200);
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["raw_content"], text);
-    assert_eq!(app.git("globex", &["cat-file", "blob", "main:integrations.yml"]) + "\n", text);
+    assert_eq!(
+        app.git("globex", &["cat-file", "blob", "main:integrations.yml"]) + "\n",
+        text
+    );
     let got: Value = app.get_integration(&t).await.json().await.unwrap();
     assert_eq!(got["raw_content"], text);
-    assert_eq!(got["content"], json!({"aws": [{"account_id": "000011112222", "regions": ["us-east-1"], "type": "aws"}]}));
+    assert_eq!(
+        got["content"],
+        json!({"aws": [{"account_id": "000011112222", "regions": ["us-east-1"], "type": "aws"}]})
+    );
 }
 
 #[tokio::test]
@@ -243,27 +349,42 @@ async fn outside_commits_are_served_and_broken_files_read_as_invalid() {
     assert_eq!(body["content"], json!({}));
     assert_eq!(body["raw_content"], "- not\n- a mapping\n");
     assert_eq!(body["file_sha"], app.blob("globex", "integrations.yml"));
-    assert!(body["validation_errors"].as_array().is_some_and(|e| !e.is_empty()));
+    assert!(body["validation_errors"]
+        .as_array()
+        .is_some_and(|e| !e.is_empty()));
 
     app.outside_commit("globex", "configuration.yml", "folders:\n  - path: 7\n");
     let body: Value = app.get_configuration(&t).await.json().await.unwrap();
     assert_eq!(body["status"], "invalid");
     assert_eq!(body["content"], json!({"folders": [{"path": 7}]}));
-    assert!(body["validation_errors"][0].as_str().unwrap().contains("/folders/0/path"));
+    assert!(body["validation_errors"][0]
+        .as_str()
+        .unwrap()
+        .contains("/folders/0/path"));
 
     // A PUT fixes it.
     let sha = body["sha"].clone();
-    let res = app.put_configuration(&t, &json!({"payload": {"folders": []}, "file_sha": sha})).await;
+    let res = app
+        .put_configuration(&t, &json!({"payload": {"folders": []}, "file_sha": sha}))
+        .await;
     assert_eq!(res.status(), 200);
     let body: Value = app.get_configuration(&t).await.json().await.unwrap();
-    assert_eq!(body, json!({"content": {"folders": []}, "sha": app.blob("globex", "configuration.yml")}));
+    assert_eq!(
+        body,
+        json!({"content": {"folders": []}, "sha": app.blob("globex", "configuration.yml")})
+    );
 }
 
 #[tokio::test]
 async fn an_empty_integration_file_reads_as_an_empty_mapping() {
     let app = TestApp::spawn().await;
     app.outside_commit("initech", "integrations.yml", "");
-    let body: Value = app.get_integration(&token("initech", ALL)).await.json().await.unwrap();
+    let body: Value = app
+        .get_integration(&token("initech", ALL))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(body["content"], json!({}));
     assert_eq!(body["status"], "valid");
     assert_eq!(body["file_sha"], "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
@@ -273,7 +394,9 @@ async fn an_empty_integration_file_reads_as_an_empty_mapping() {
 async fn writes_to_one_tenant_never_touch_another() {
     let app = TestApp::spawn().await;
     let globex_head = app.head("globex");
-    let res = app.put_integration(&token("acme", ALL), &json!({"content": {"x": 1}})).await;
+    let res = app
+        .put_integration(&token("acme", ALL), &json!({"content": {"x": 1}}))
+        .await;
     assert_eq!(res.status(), 200);
     assert_eq!(app.head("globex"), globex_head);
 }

@@ -7,11 +7,63 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
 const TRICKY: &[&str] = &[
-    "yes", "no", "on", "off", "y", "n", "Yes", "ON", "true", "False", "null", "Null", "~", "",
-    "0x1F", "0o17", "017", "0b101", "1e3", "1E3", "1_000", "1.5", ".5", "-.inf", ".NaN", "+1",
-    "2001-12-14", "2001-12-14T21:59:43.10-05:00", "12:30:00", "1:20", "<<", "=", "- a", "? x",
-    "a: b", "#c", "&a", "*a", "!tag", "%x", "@x", "`x", "|", ">", "'", "\"", " lead", "trail ",
-    "multi\nline", "tab\there", "\u{1}ctl", "é", "💥", "---", "...", "[a]", "{a: 1}",
+    "yes",
+    "no",
+    "on",
+    "off",
+    "y",
+    "n",
+    "Yes",
+    "ON",
+    "true",
+    "False",
+    "null",
+    "Null",
+    "~",
+    "",
+    "0x1F",
+    "0o17",
+    "017",
+    "0b101",
+    "1e3",
+    "1E3",
+    "1_000",
+    "1.5",
+    ".5",
+    "-.inf",
+    ".NaN",
+    "+1",
+    "2001-12-14",
+    "2001-12-14T21:59:43.10-05:00",
+    "12:30:00",
+    "1:20",
+    "<<",
+    "=",
+    "- a",
+    "? x",
+    "a: b",
+    "#c",
+    "&a",
+    "*a",
+    "!tag",
+    "%x",
+    "@x",
+    "`x",
+    "|",
+    ">",
+    "'",
+    "\"",
+    " lead",
+    "trail ",
+    "multi\nline",
+    "tab\there",
+    "\u{1}ctl",
+    "é",
+    "💥",
+    "---",
+    "...",
+    "[a]",
+    "{a: 1}",
 ];
 
 fn scalar() -> impl Strategy<Value = Value> {
@@ -20,21 +72,28 @@ fn scalar() -> impl Strategy<Value = Value> {
         any::<String>().prop_map(Value::String),
         any::<i64>().prop_map(|n| json!(n)),
         any::<u64>().prop_map(|n| json!(n)),
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| json!(f)),
         any::<bool>().prop_map(Value::Bool),
         Just(Value::Null),
     ]
 }
 
 fn key() -> impl Strategy<Value = String> {
-    prop_oneof![prop::sample::select(TRICKY).prop_map(String::from), "[a-z_]{1,8}", any::<String>()]
+    prop_oneof![
+        prop::sample::select(TRICKY).prop_map(String::from),
+        "[a-z_]{1,8}",
+        any::<String>()
+    ]
 }
 
 fn value() -> impl Strategy<Value = Value> {
     scalar().prop_recursive(4, 48, 6, |inner| {
         prop_oneof![
             prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
-            prop::collection::vec((key(), inner), 0..5).prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            prop::collection::vec((key(), inner), 0..5)
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
         ]
     })
 }
@@ -49,19 +108,29 @@ fn put_then_get_returns_the_same_content() {
     let app = rt.block_on(TestApp::spawn());
     let t = token("globex", ALL);
     let stored = std::cell::RefCell::new(Vec::new());
-    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases: 96, ..ProptestConfig::default() });
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 96,
+        ..ProptestConfig::default()
+    });
     runner
         .run(&document(), |doc| {
             let content = Value::Object(doc);
             let (put, got) = rt.block_on(async {
-                let put: Value = app.put_integration(&t, &json!({"content": content})).await.json().await.unwrap();
+                let put: Value = app
+                    .put_integration(&t, &json!({"content": content}))
+                    .await
+                    .json()
+                    .await
+                    .unwrap();
                 let got: Value = app.get_integration(&t).await.json().await.unwrap();
                 (put, got)
             });
             prop_assert_eq!(&put["content"], &content);
             prop_assert_eq!(&got["content"], &content);
             prop_assert_eq!(&got["raw_content"], &put["raw_content"]);
-            stored.borrow_mut().push(json!({"raw": got["raw_content"], "content": content}));
+            stored
+                .borrow_mut()
+                .push(json!({"raw": got["raw_content"], "content": content}));
             Ok(())
         })
         .unwrap();
@@ -91,7 +160,10 @@ sys.exit(1 if bad else 0)
         .status()
         .is_ok_and(|s| s.success());
     if !has_pyyaml {
-        assert!(std::env::var_os("CI").is_none(), "CI must have PyYAML (pip install pyyaml)");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have PyYAML (pip install pyyaml)"
+        );
         eprintln!("skipping the PyYAML cross-check: python3 with PyYAML is not installed");
         return;
     }
@@ -102,10 +174,18 @@ sys.exit(1 if bad else 0)
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(serde_json::to_string(cases).unwrap().as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(cases).unwrap().as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     let report = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "PyYAML reads the stored YAML differently:\n{report}");
+    assert!(
+        out.status.success(),
+        "PyYAML reads the stored YAML differently:\n{report}"
+    );
 }
 
 #[tokio::test]
@@ -128,8 +208,15 @@ async fn sixty_four_levels_of_nesting_are_accepted() {
         v = json!({ "k": v });
     }
     let content = json!({ "top": v });
-    let res = app.put_integration(&token("globex", ALL), &json!({"content": content})).await;
+    let res = app
+        .put_integration(&token("globex", ALL), &json!({"content": content}))
+        .await;
     assert_eq!(res.status(), 200);
-    let got: Value = app.get_integration(&token("globex", ALL)).await.json().await.unwrap();
+    let got: Value = app
+        .get_integration(&token("globex", ALL))
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(got["content"], content);
 }

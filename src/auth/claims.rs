@@ -34,7 +34,13 @@ impl Claims {
     pub(super) fn into_principal(self) -> Result<Principal, AuthError> {
         let tenant = TenantId::parse(&self.tenant_id)
             .map_err(|e| AuthError::Invalid(format!("tenant_id: {e}")))?;
-        Ok(Principal { tenant, permissions: self.permissions, sub: self.sub, email: self.email, name: self.name })
+        Ok(Principal {
+            tenant,
+            permissions: self.permissions,
+            sub: self.sub,
+            email: self.email,
+            name: self.name,
+        })
     }
 }
 
@@ -85,7 +91,10 @@ mod tests {
     fn principal(sub: Option<&str>, email: Option<&str>, name: Option<&str>) -> Principal {
         Principal {
             tenant: TenantId::parse("acme").unwrap(),
-            permissions: vec!["jit.integrations.write".into(), "jit.preferences.read".into()],
+            permissions: vec![
+                "jit.integrations.write".into(),
+                "jit.preferences.read".into(),
+            ],
             sub: sub.map(Into::into),
             email: email.map(Into::into),
             name: name.map(Into::into),

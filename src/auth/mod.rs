@@ -22,7 +22,10 @@ pub enum AuthError {
 #[derive(Debug, thiserror::Error)]
 pub enum AuthSetupError {
     #[error("reading the public key {path}: {source}")]
-    KeyFile { path: String, source: std::io::Error },
+    KeyFile {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("the public key is not a valid PEM key for {alg:?}: {message}")]
     BadKey { alg: Algorithm, message: String },
     #[error("the JWT library failed its start-up self-test: {0}")]
@@ -54,14 +57,19 @@ impl Verifier {
             Algorithm::HS256 => DecodingKey::from_secret(config.secret.as_bytes()),
             alg @ (Algorithm::RS256 | Algorithm::ES256) => {
                 let path = config.public_key_file.clone().unwrap_or_default();
-                let pem = std::fs::read(&path)
-                    .map_err(|source| AuthSetupError::KeyFile { path: path.display().to_string(), source })?;
+                let pem = std::fs::read(&path).map_err(|source| AuthSetupError::KeyFile {
+                    path: path.display().to_string(),
+                    source,
+                })?;
                 let parsed = if alg == Algorithm::RS256 {
                     DecodingKey::from_rsa_pem(&pem)
                 } else {
                     DecodingKey::from_ec_pem(&pem)
                 };
-                parsed.map_err(|e| AuthSetupError::BadKey { alg, message: e.to_string() })?
+                parsed.map_err(|e| AuthSetupError::BadKey {
+                    alg,
+                    message: e.to_string(),
+                })?
             }
         };
         let mut validation = Validation::new(jwt_alg(config.algorithm));
@@ -80,7 +88,11 @@ impl Verifier {
         if let Some(iss) = &config.issuer {
             validation.set_issuer(&[iss]);
         }
-        Ok(Self { key, validation, leeway: config.leeway_secs })
+        Ok(Self {
+            key,
+            validation,
+            leeway: config.leeway_secs,
+        })
     }
 
     /// Verifies an `Authorization` header value and returns who is calling.
@@ -110,7 +122,10 @@ impl Verifier {
 }
 
 fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// What `planfiles token` puts in a token.
@@ -136,15 +151,22 @@ pub fn mint_hs256(secret: &str, req: &MintRequest) -> Result<String, AuthSetupEr
         email: req.email.as_deref(),
         name: req.name.as_deref(),
     };
-    jsonwebtoken::encode(&Header::new(jsonwebtoken::Algorithm::HS256), &claims, &EncodingKey::from_secret(secret.as_bytes()))
-        .map_err(|e| AuthSetupError::Sign(e.to_string()))
+    jsonwebtoken::encode(
+        &Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .map_err(|e| AuthSetupError::Sign(e.to_string()))
 }
 
 /// Signs and verifies a token with a throwaway key. jsonwebtoken panics at run time when no
 /// crypto backend was compiled in; this turns that into a start-up error instead.
 pub fn self_test() -> Result<(), AuthSetupError> {
     let outcome = std::panic::catch_unwind(|| {
-        let config = AuthConfig { secret: "self-test-secret-0123456789".into(), ..AuthConfig::default() };
+        let config = AuthConfig {
+            secret: "self-test-secret-0123456789".into(),
+            ..AuthConfig::default()
+        };
         let verifier = Verifier::from_config(&config)?;
         let tenant = TenantId::parse("self-test").expect("valid id");
         let req = MintRequest {
@@ -156,14 +178,20 @@ pub fn self_test() -> Result<(), AuthSetupError> {
             ttl_secs: 60,
         };
         let token = mint_hs256(&config.secret, &req)?;
-        let who = verifier.verify(&token).map_err(|e| AuthSetupError::SelfTest(e.to_string()))?;
+        let who = verifier
+            .verify(&token)
+            .map_err(|e| AuthSetupError::SelfTest(e.to_string()))?;
         if who.tenant() != &tenant {
-            return Err(AuthSetupError::SelfTest("the verified tenant differs".into()));
+            return Err(AuthSetupError::SelfTest(
+                "the verified tenant differs".into(),
+            ));
         }
         let forged = format!("{}x", &token[..token.len() - 1]);
         match verifier.verify(&forged) {
             Err(_) => Ok(()),
-            Ok(_) => Err(AuthSetupError::SelfTest("a forged signature was accepted".into())),
+            Ok(_) => Err(AuthSetupError::SelfTest(
+                "a forged signature was accepted".into(),
+            )),
         }
     });
     outcome.unwrap_or_else(|_| Err(AuthSetupError::SelfTest("the JWT library panicked".into())))
@@ -183,8 +211,14 @@ mod tests {
         let config = AuthConfig::default();
         let v = Verifier::from_config(&config).unwrap();
         assert_eq!(v.verify_header(None).unwrap_err(), AuthError::Missing);
-        assert_eq!(v.verify_header(Some(b"Basic abc")).unwrap_err(), AuthError::Missing);
-        assert!(matches!(v.verify_header(Some(b"Bearer abc")), Err(AuthError::Invalid(_))));
+        assert_eq!(
+            v.verify_header(Some(b"Basic abc")).unwrap_err(),
+            AuthError::Missing
+        );
+        assert!(matches!(
+            v.verify_header(Some(b"Bearer abc")),
+            Err(AuthError::Invalid(_))
+        ));
         let req = MintRequest {
             tenant: TenantId::parse("acme").unwrap(),
             permissions: vec![],
@@ -194,7 +228,9 @@ mod tests {
             ttl_secs: 60,
         };
         let token = mint_hs256(&config.secret, &req).unwrap();
-        let who = v.verify_header(Some(format!("bearer  {token}").as_bytes())).unwrap();
+        let who = v
+            .verify_header(Some(format!("bearer  {token}").as_bytes()))
+            .unwrap();
         assert_eq!(who.tenant().as_str(), "acme");
     }
 }

@@ -20,7 +20,10 @@ impl ConfigurationDoc {
             other => {
                 return Err(ContentError::new(
                     AT,
-                    format!("must be a mapping (JSON object), found {}", yaml::kind(&other)),
+                    format!(
+                        "must be a mapping (JSON object), found {}",
+                        yaml::kind(&other)
+                    ),
                 ))
             }
         };
@@ -39,11 +42,22 @@ impl ConfigurationDoc {
         };
         let map = match yaml::parse_mapping(text) {
             Ok(map) => map,
-            Err(e) => return Stored::Invalid { content: Mapping::new(), errors: vec![e.to_string()] },
+            Err(e) => {
+                return Stored::Invalid {
+                    content: Mapping::new(),
+                    errors: vec![e.to_string()],
+                }
+            }
         };
         match check_shape(&map, "") {
-            Ok(()) => Stored::Valid(Self { content: map, raw: text.to_owned() }),
-            Err(e) => Stored::Invalid { content: map, errors: vec![e.to_string()] },
+            Ok(()) => Stored::Valid(Self {
+                content: map,
+                raw: text.to_owned(),
+            }),
+            Err(e) => Stored::Invalid {
+                content: map,
+                errors: vec![e.to_string()],
+            },
         }
     }
 
@@ -62,18 +76,29 @@ fn check_shape(map: &Mapping, at: &str) -> Result<(), ContentError> {
     };
     let at = format!("{at}/folders");
     let Value::Array(folders) = folders else {
-        return Err(ContentError::new(at, format!("must be a list, found {}", yaml::kind(folders))));
+        return Err(ContentError::new(
+            at,
+            format!("must be a list, found {}", yaml::kind(folders)),
+        ));
     };
     for (i, folder) in folders.iter().enumerate() {
         let at = format!("{at}/{i}");
         let Value::Object(folder) = folder else {
-            return Err(ContentError::new(at, format!("must be a mapping, found {}", yaml::kind(folder))));
+            return Err(ContentError::new(
+                at,
+                format!("must be a mapping, found {}", yaml::kind(folder)),
+            ));
         };
         match folder.get("path") {
             Some(Value::String(p)) if !p.is_empty() => {}
-            Some(Value::String(_)) => return Err(ContentError::new(format!("{at}/path"), "must not be empty")),
+            Some(Value::String(_)) => {
+                return Err(ContentError::new(format!("{at}/path"), "must not be empty"))
+            }
             Some(other) => {
-                return Err(ContentError::new(format!("{at}/path"), format!("must be a string, found {}", yaml::kind(other))))
+                return Err(ContentError::new(
+                    format!("{at}/path"),
+                    format!("must be a string, found {}", yaml::kind(other)),
+                ))
             }
             None => return Err(ContentError::new(format!("{at}/path"), "is required")),
         }
@@ -88,7 +113,10 @@ fn check_shape(map: &Mapping, at: &str) -> Result<(), ContentError> {
                 }
             }
             Some(other) => {
-                return Err(ContentError::new(format!("{at}/exclude"), format!("must be a list, found {}", yaml::kind(other))))
+                return Err(ContentError::new(
+                    format!("{at}/exclude"),
+                    format!("must be a list, found {}", yaml::kind(other)),
+                ))
             }
         }
     }
@@ -102,7 +130,8 @@ mod tests {
 
     #[test]
     fn accepts_the_documented_shape_and_keeps_other_keys() {
-        let payload = json!({"folders": [{"path": "src", "exclude": ["*.md"]}, {"path": "lib"}], "depth": 3});
+        let payload =
+            json!({"folders": [{"path": "src", "exclude": ["*.md"]}, {"path": "lib"}], "depth": 3});
         let doc = ConfigurationDoc::from_request(payload.clone()).unwrap();
         assert_eq!(Value::Object(doc.content().clone()), payload);
         assert_eq!(yaml::parse_mapping(doc.raw()).unwrap(), *doc.content());
@@ -116,11 +145,23 @@ mod tests {
             (json!("folders: []"), "/payload"),
             (json!({"folders": {}}), "/payload/folders"),
             (json!({"folders": ["src"]}), "/payload/folders/0"),
-            (json!({"folders": [{"path": "a"}, {"exclude": []}]}), "/payload/folders/1/path"),
-            (json!({"folders": [{"path": ""}]}), "/payload/folders/0/path"),
+            (
+                json!({"folders": [{"path": "a"}, {"exclude": []}]}),
+                "/payload/folders/1/path",
+            ),
+            (
+                json!({"folders": [{"path": ""}]}),
+                "/payload/folders/0/path",
+            ),
             (json!({"folders": [{"path": 7}]}), "/payload/folders/0/path"),
-            (json!({"folders": [{"path": "a", "exclude": "x"}]}), "/payload/folders/0/exclude"),
-            (json!({"folders": [{"path": "a", "exclude": ["x", 1]}]}), "/payload/folders/0/exclude/1"),
+            (
+                json!({"folders": [{"path": "a", "exclude": "x"}]}),
+                "/payload/folders/0/exclude",
+            ),
+            (
+                json!({"folders": [{"path": "a", "exclude": ["x", 1]}]}),
+                "/payload/folders/0/exclude/1",
+            ),
         ];
         for (payload, pointer) in cases {
             let err = ConfigurationDoc::from_request(payload.clone()).unwrap_err();
@@ -130,7 +171,10 @@ mod tests {
 
     #[test]
     fn stored_files() {
-        assert!(matches!(ConfigurationDoc::from_stored(b"folders: []\n"), Stored::Valid(_)));
+        assert!(matches!(
+            ConfigurationDoc::from_stored(b"folders: []\n"),
+            Stored::Valid(_)
+        ));
         match ConfigurationDoc::from_stored(b"- a\n") {
             Stored::Invalid { content, .. } => assert!(content.is_empty()),
             _ => panic!("a list read as valid"),

@@ -42,7 +42,10 @@ impl IntegrationDoc {
             Err(_) => return invalid("the file is not UTF-8 text".into()),
         };
         match yaml::parse_mapping(text) {
-            Ok(content) => Stored::Valid(Self { content, raw: text.to_owned() }),
+            Ok(content) => Stored::Valid(Self {
+                content,
+                raw: text.to_owned(),
+            }),
             Err(e) => invalid(e.to_string()),
         }
     }
@@ -61,7 +64,10 @@ impl IntegrationDoc {
 }
 
 fn invalid(error: String) -> Stored<IntegrationDoc> {
-    Stored::Invalid { content: Mapping::new(), errors: vec![error] }
+    Stored::Invalid {
+        content: Mapping::new(),
+        errors: vec![error],
+    }
 }
 
 #[cfg(test)]
@@ -82,12 +88,22 @@ mod tests {
         let text = "# our accounts\naws:\n  - account_id: '1'   # prod\n";
         let doc = IntegrationDoc::from_request(json!(text)).unwrap();
         assert_eq!(doc.raw(), text);
-        assert_eq!(Value::Object(doc.content().clone()), json!({"aws": [{"account_id": "1"}]}));
+        assert_eq!(
+            Value::Object(doc.content().clone()),
+            json!({"aws": [{"account_id": "1"}]})
+        );
     }
 
     #[test]
     fn refuses_content_that_is_not_a_mapping() {
-        for bad in [json!([1]), json!(3), json!(null), json!(true), json!("- a\n"), json!("a: [")] {
+        for bad in [
+            json!([1]),
+            json!(3),
+            json!(null),
+            json!(true),
+            json!("- a\n"),
+            json!("a: ["),
+        ] {
             let err = IntegrationDoc::from_request(bad.clone()).unwrap_err();
             assert_eq!(err.pointer, "/content", "{bad}");
         }
@@ -95,8 +111,13 @@ mod tests {
 
     #[test]
     fn stored_files() {
-        assert!(matches!(IntegrationDoc::from_stored(b""), Stored::Valid(d) if d.content().is_empty()));
-        assert!(matches!(IntegrationDoc::from_stored(b"a: 1\n"), Stored::Valid(_)));
+        assert!(
+            matches!(IntegrationDoc::from_stored(b""), Stored::Valid(d) if d.content().is_empty())
+        );
+        assert!(matches!(
+            IntegrationDoc::from_stored(b"a: 1\n"),
+            Stored::Valid(_)
+        ));
         for broken in [&b"- a\n"[..], b"a: [", b"\xff\xfe"] {
             match IntegrationDoc::from_stored(broken) {
                 Stored::Invalid { content, errors } => {

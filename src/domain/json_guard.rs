@@ -31,7 +31,9 @@ pub fn scan(body: &[u8], max_depth: usize) -> Result<(), GuardError> {
             b'-' | b'0'..=b'9' => {
                 let start = i;
                 i += 1;
-                while i < body.len() && matches!(body[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+                while i < body.len()
+                    && matches!(body[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-')
+                {
                     i += 1;
                 }
                 let token = &body[start..i];
@@ -73,9 +75,16 @@ mod tests {
 
     #[test]
     fn refuses_integers_past_64_bits() {
-        for n in ["18446744073709551616", "-9223372036854775809", "123456789012345678901234567890"] {
+        for n in [
+            "18446744073709551616",
+            "-9223372036854775809",
+            "123456789012345678901234567890",
+        ] {
             let body = format!(r#"{{"a": {n}}}"#);
-            assert_eq!(scan(body.as_bytes(), 10), Err(GuardError::IntegerTooLarge(n.into())));
+            assert_eq!(
+                scan(body.as_bytes(), 10),
+                Err(GuardError::IntegerTooLarge(n.into()))
+            );
         }
     }
 
@@ -90,6 +99,9 @@ mod tests {
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
         assert_eq!(scan(deep(5).as_bytes(), 5), Ok(()));
         assert_eq!(scan(deep(6).as_bytes(), 5), Err(GuardError::TooDeep(5)));
-        assert_eq!(scan(deep(10_000).as_bytes(), 5), Err(GuardError::TooDeep(5)));
+        assert_eq!(
+            scan(deep(10_000).as_bytes(), 5),
+            Err(GuardError::TooDeep(5))
+        );
     }
 }

@@ -39,6 +39,9 @@ pub struct ContentError {
 
 impl ContentError {
     pub fn new(pointer: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { pointer: pointer.into(), message: message.into() }
+        Self {
+            pointer: pointer.into(),
+            message: message.into(),
+        }
     }
 }

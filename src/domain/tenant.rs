@@ -27,7 +27,10 @@ impl TenantId {
         if raw.is_empty() || raw.len() > Self::MAX_LEN {
             return Err(TenantIdError::Length);
         }
-        if !raw.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+        if !raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
             return Err(TenantIdError::Character);
         }
         if !raw.as_bytes()[0].is_ascii_alphanumeric() {
@@ -66,7 +69,14 @@ mod tests {
 
     #[test]
     fn accepts_ordinary_names() {
-        for ok in ["acme", "a", "A1", "0day", "acme-corp_eu.prod", &"x".repeat(64)] {
+        for ok in [
+            "acme",
+            "a",
+            "A1",
+            "0day",
+            "acme-corp_eu.prod",
+            &"x".repeat(64),
+        ] {
             assert_eq!(TenantId::parse(ok).unwrap().as_str(), ok);
         }
     }

@@ -123,7 +123,11 @@ pub fn kind(v: &Value) -> &'static str {
 }
 
 fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or(s).trim_start_matches("error: ").to_owned()
+    s.lines()
+        .next()
+        .unwrap_or(s)
+        .trim_start_matches("error: ")
+        .to_owned()
 }
 
 /// A YAML value that refuses what JSON cannot hold: non-string keys and non-finite floats.
@@ -280,7 +284,9 @@ mod tests {
 
     #[test]
     fn refuses_alias_bombs_quickly() {
-        let mut text = String::from("a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n");
+        let mut text = String::from(
+            "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+        );
         let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
         for w in names.windows(2) {
             let (prev, next) = (w[0], w[1]);
@@ -302,7 +308,10 @@ mod tests {
             map(v)
         };
         assert!(check_limits(&nested(MAX_DEPTH)).is_ok());
-        assert_eq!(check_limits(&nested(MAX_DEPTH + 1)), Err(YamlError::TooDeep));
+        assert_eq!(
+            check_limits(&nested(MAX_DEPTH + 1)),
+            Err(YamlError::TooDeep)
+        );
         // The same holds for text: the emitted form of the deepest allowed document parses.
         let text = emit(&nested(MAX_DEPTH)).unwrap();
         assert!(parse_mapping(&text).is_ok());
@@ -310,7 +319,9 @@ mod tests {
 
     #[test]
     fn node_limit() {
-        let many: Mapping = (0..MAX_NODES).map(|i| (format!("k{i}"), json!(i))).collect();
+        let many: Mapping = (0..MAX_NODES)
+            .map(|i| (format!("k{i}"), json!(i)))
+            .collect();
         assert_eq!(check_limits(&many), Err(YamlError::TooManyNodes));
         let some: Mapping = (0..1000).map(|i| (format!("k{i}"), json!(i))).collect();
         assert!(check_limits(&some).is_ok());

@@ -19,21 +19,28 @@ impl PutBody {
             Some(Value::String(s)) => ObjectId::parse(s)
                 .map(Some)
                 .map_err(|e| ApiError::InvalidFileSha(e.to_string())),
-            Some(other) => Err(ApiError::InvalidFileSha(format!("must be a string, found {}", yaml::kind(other)))),
+            Some(other) => Err(ApiError::InvalidFileSha(format!(
+                "must be a string, found {}",
+                yaml::kind(other)
+            ))),
         }
     }
 
     /// Takes a required field (`content` or `payload`).
     pub fn take(&mut self, field: &str) -> Result<Value, ApiError> {
-        self.0
-            .remove(field)
-            .ok_or_else(|| ApiError::InvalidContent(ContentError::new(format!("/{field}"), "is required")))
+        self.0.remove(field).ok_or_else(|| {
+            ApiError::InvalidContent(ContentError::new(format!("/{field}"), "is required"))
+        })
     }
 }
 
 /// Reads and parses the body: JSON media type, size limit (also for chunked bodies), JSON
 /// syntax, then a JSON object within the document limits.
-pub async fn read_put_body(req: &HttpRequest, mut payload: web::Payload, limit: usize) -> Result<PutBody, ApiError> {
+pub async fn read_put_body(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<PutBody, ApiError> {
     if !is_json(req) {
         return Err(ApiError::UnsupportedMediaType);
     }
@@ -47,7 +54,8 @@ pub async fn read_put_body(req: &HttpRequest, mut payload: web::Payload, limit: 
     }
     let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
     while let Some(chunk) = payload.next().await {
-        let chunk = chunk.map_err(|e| ApiError::InvalidJson(format!("the body could not be read: {e}")))?;
+        let chunk =
+            chunk.map_err(|e| ApiError::InvalidJson(format!("the body could not be read: {e}")))?;
         if body.len() + chunk.len() > limit {
             return Err(ApiError::PayloadTooLarge(limit));
         }
@@ -69,7 +77,10 @@ fn parse_put_body(body: &[u8]) -> Result<PutBody, ApiError> {
         Value::Object(map) => Ok(PutBody(map)),
         other => Err(ApiError::InvalidContent(ContentError::new(
             "",
-            format!("the body must be a JSON object, found {}", yaml::kind(&other)),
+            format!(
+                "the body must be a JSON object, found {}",
+                yaml::kind(&other)
+            ),
         ))),
     }
 }
@@ -79,11 +90,21 @@ fn guard_error(e: json_guard::GuardError) -> ApiError {
 }
 
 fn is_json(req: &HttpRequest) -> bool {
-    let Some(ct) = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+    let Some(ct) = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
         return false;
     };
-    let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+    let essence = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// The `If-Match` header: `*` or a list of entity tags (weak tags never match).
@@ -115,22 +136,47 @@ mod tests {
 
     #[test]
     fn body_rules() {
-        assert!(matches!(parse_put_body(b"{\"a\":1}"), Ok(_)));
-        assert!(matches!(parse_put_body(b"{\"a\":"), Err(ApiError::InvalidJson(_))));
-        assert!(matches!(parse_put_body(b"\xff"), Err(ApiError::InvalidJson(_))));
-        assert!(matches!(parse_put_body(b"[1]"), Err(ApiError::InvalidContent(_))));
-        assert!(matches!(parse_put_body(b"{\"a\": 123456789012345678901}"), Err(ApiError::InvalidContent(_))));
+        assert!(parse_put_body(b"{\"a\":1}").is_ok());
+        assert!(matches!(
+            parse_put_body(b"{\"a\":"),
+            Err(ApiError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            parse_put_body(b"\xff"),
+            Err(ApiError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            parse_put_body(b"[1]"),
+            Err(ApiError::InvalidContent(_))
+        ));
+        assert!(matches!(
+            parse_put_body(b"{\"a\": 123456789012345678901}"),
+            Err(ApiError::InvalidContent(_))
+        ));
         let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
-        assert!(matches!(parse_put_body(deep.as_bytes()), Err(ApiError::InvalidContent(_))));
+        assert!(matches!(
+            parse_put_body(deep.as_bytes()),
+            Err(ApiError::InvalidContent(_))
+        ));
     }
 
     #[test]
     fn file_sha_rules() {
         let body = |v: Value| PutBody(v.as_object().unwrap().clone());
         assert!(body(serde_json::json!({})).file_sha().unwrap().is_none());
-        assert!(body(serde_json::json!({"file_sha": null})).file_sha().unwrap().is_none());
-        for bad in [serde_json::json!(1), serde_json::json!("abc"), serde_json::json!(["x"])] {
-            assert!(matches!(body(serde_json::json!({"file_sha": bad})).file_sha(), Err(ApiError::InvalidFileSha(_))));
+        assert!(body(serde_json::json!({"file_sha": null}))
+            .file_sha()
+            .unwrap()
+            .is_none());
+        for bad in [
+            serde_json::json!(1),
+            serde_json::json!("abc"),
+            serde_json::json!(["x"]),
+        ] {
+            assert!(matches!(
+                body(serde_json::json!({"file_sha": bad})).file_sha(),
+                Err(ApiError::InvalidFileSha(_))
+            ));
         }
     }
 }

@@ -22,10 +22,19 @@ pub async fn get_configuration(state: web::Data<AppState>, who: Principal) -> Re
     let file = PlanFile::Configuration;
     let snap = state.read(&who, file).await?;
     require(who.can_read(file), file.read_permission())?;
-    Ok(views::configuration(&ConfigurationDoc::from_stored(&snap.bytes), snap.blob, None))
+    Ok(views::configuration(
+        &ConfigurationDoc::from_stored(&snap.bytes),
+        snap.blob,
+        None,
+    ))
 }
 
-pub async fn put_integration(state: web::Data<AppState>, who: Principal, req: HttpRequest, payload: web::Payload) -> Reply {
+pub async fn put_integration(
+    state: web::Data<AppState>,
+    who: Principal,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Reply {
     let file = PlanFile::Integration;
     let tenant = state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
@@ -34,27 +43,56 @@ pub async fn put_integration(state: web::Data<AppState>, who: Principal, req: Ht
     if file_sha.is_some() && !tenant.source_hosting {
         return Err(ApiError::FileShaNotAllowed);
     }
-    let doc = IntegrationDoc::from_request(body.take("content")?).map_err(ApiError::InvalidContent)?;
-    let preconditions = Preconditions { file_sha: file_sha.map(ShaCheck::Blob), if_match: body::if_match(&req) };
-    let outcome = state.write(&who, &req, file, doc.raw().as_bytes().to_vec(), preconditions).await?;
+    let doc =
+        IntegrationDoc::from_request(body.take("content")?).map_err(ApiError::InvalidContent)?;
+    let preconditions = Preconditions {
+        file_sha: file_sha.map(ShaCheck::Blob),
+        if_match: body::if_match(&req),
+    };
+    let outcome = state
+        .write(
+            &who,
+            &req,
+            file,
+            doc.raw().as_bytes().to_vec(),
+            preconditions,
+        )
+        .await?;
     let mut res = views::integration(&Stored::Valid(doc), &[], outcome.blob, Some(outcome.commit));
     res.extensions_mut().insert(WrittenCommit(outcome.commit));
     Ok(res)
 }
 
-pub async fn put_configuration(state: web::Data<AppState>, who: Principal, req: HttpRequest, payload: web::Payload) -> Reply {
+pub async fn put_configuration(
+    state: web::Data<AppState>,
+    who: Principal,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Reply {
     let file = PlanFile::Configuration;
     state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
     let mut body = state.read_body(&req, payload).await?;
     let file_sha = body.file_sha()?;
-    let doc = ConfigurationDoc::from_request(body.take("payload")?).map_err(ApiError::InvalidContent)?;
+    let doc =
+        ConfigurationDoc::from_request(body.take("payload")?).map_err(ApiError::InvalidContent)?;
     let if_match = body::if_match(&req);
     if file_sha.is_none() && if_match.is_none() {
         return Err(ApiError::PreconditionRequired);
     }
-    let preconditions = Preconditions { file_sha: file_sha.map(ShaCheck::BlobOrCommit), if_match };
-    let outcome = state.write(&who, &req, file, doc.raw().as_bytes().to_vec(), preconditions).await?;
+    let preconditions = Preconditions {
+        file_sha: file_sha.map(ShaCheck::BlobOrCommit),
+        if_match,
+    };
+    let outcome = state
+        .write(
+            &who,
+            &req,
+            file,
+            doc.raw().as_bytes().to_vec(),
+            preconditions,
+        )
+        .await?;
     let mut res = views::configuration(&Stored::Valid(doc), outcome.blob, Some(outcome.commit));
     res.extensions_mut().insert(WrittenCommit(outcome.commit));
     Ok(res)
@@ -77,17 +115,29 @@ pub async fn get_put_only() -> Reply {
 }
 
 impl AppState {
-    async fn read(&self, who: &Principal, file: PlanFile) -> Result<crate::storage::FileSnapshot, ApiError> {
+    async fn read(
+        &self,
+        who: &Principal,
+        file: PlanFile,
+    ) -> Result<crate::storage::FileSnapshot, ApiError> {
         let (storage, tenant) = (self.storage.clone(), who.tenant().clone());
         blocking(move || storage.read(&tenant, file), file).await
     }
 
-    async fn tenant(&self, who: &Principal, file: PlanFile) -> Result<crate::storage::TenantInfo, ApiError> {
+    async fn tenant(
+        &self,
+        who: &Principal,
+        file: PlanFile,
+    ) -> Result<crate::storage::TenantInfo, ApiError> {
         let (storage, tenant) = (self.storage.clone(), who.tenant().clone());
         blocking(move || storage.tenant(&tenant), file).await
     }
 
-    async fn read_body(&self, req: &HttpRequest, payload: web::Payload) -> Result<PutBody, ApiError> {
+    async fn read_body(
+        &self,
+        req: &HttpRequest,
+        payload: web::Payload,
+    ) -> Result<PutBody, ApiError> {
         body::read_put_body(req, payload, self.body_limit).await
     }
 
@@ -99,8 +149,18 @@ impl AppState {
         bytes: Vec<u8>,
         preconditions: Preconditions,
     ) -> Result<crate::storage::WriteOutcome, ApiError> {
-        let request_id = req.extensions().get::<RequestId>().cloned().unwrap_or_else(RequestId::generate);
-        let write = WriteRequest { file, bytes, preconditions, author: who.author(), request_id };
+        let request_id = req
+            .extensions()
+            .get::<RequestId>()
+            .cloned()
+            .unwrap_or_else(RequestId::generate);
+        let write = WriteRequest {
+            file,
+            bytes,
+            preconditions,
+            author: who.author(),
+            request_id,
+        };
         let (storage, tenant) = (self.storage.clone(), who.tenant().clone());
         blocking(move || storage.write(&tenant, write), file).await
     }

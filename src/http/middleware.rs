@@ -32,8 +32,16 @@ pub async fn request_context(
 
     let res = next.call(req).await?;
     let status = res.status();
-    let commit = res.response().extensions().get::<WrittenCommit>().map(|c| c.0.to_string());
-    let tenant = res.request().extensions().get::<TenantId>().map(|t| t.to_string());
+    let commit = res
+        .response()
+        .extensions()
+        .get::<WrittenCommit>()
+        .map(|c| c.0.to_string());
+    let tenant = res
+        .request()
+        .extensions()
+        .get::<TenantId>()
+        .map(|t| t.to_string());
     if let Some(err) = res.response().error() {
         if status.is_server_error() {
             tracing::error!(request_id = %request_id, error = %err, "request failed");
@@ -43,7 +51,10 @@ pub async fn request_context(
     let mut res = res.map_body(|head, body| match problem {
         Some(mut problem) => {
             problem.request_id = request_id.to_string();
-            head.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+            head.headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/problem+json"),
+            );
             let bytes = serde_json::to_vec(&problem).expect("a problem always serializes");
             EitherBody::right(BoxBody::new(bytes))
         }

@@ -48,7 +48,11 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
 }
 
 /// Builds the server on an already bound listener (port 0 works: ask the listener its port).
-pub fn serve(state: AppState, listener: TcpListener, options: &ServerOptions) -> std::io::Result<Server> {
+pub fn serve(
+    state: AppState,
+    listener: TcpListener,
+    options: &ServerOptions,
+) -> std::io::Result<Server> {
     let data = web::Data::new(state);
     let mut server = HttpServer::new(move || {
         App::new()
@@ -71,9 +75,17 @@ impl FromRequest for Principal {
     type Future = Ready<Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, _: &mut Payload) -> Self::Future {
-        let state = req.app_data::<web::Data<AppState>>().expect("AppState is registered");
-        let header = req.headers().get(actix_web::http::header::AUTHORIZATION).map(|v| v.as_bytes());
-        let verified = state.verifier.verify_header(header).map_err(ApiError::Unauthorized);
+        let state = req
+            .app_data::<web::Data<AppState>>()
+            .expect("AppState is registered");
+        let header = req
+            .headers()
+            .get(actix_web::http::header::AUTHORIZATION)
+            .map(|v| v.as_bytes());
+        let verified = state
+            .verifier
+            .verify_header(header)
+            .map_err(ApiError::Unauthorized);
         if let Ok(who) = &verified {
             // For the request log line.
             actix_web::HttpMessage::extensions_mut(req).insert(who.tenant().clone());

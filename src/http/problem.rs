@@ -64,23 +64,77 @@ impl ApiError {
         use ApiError::*;
         match self {
             NotFound(_) => (StatusCode::NOT_FOUND, "not_found", "Not found"),
-            MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "Method not allowed"),
-            Unauthorized(AuthError::Missing) => (StatusCode::UNAUTHORIZED, "unauthorized", "Authentication required"),
-            Unauthorized(AuthError::Invalid(_)) => (StatusCode::UNAUTHORIZED, "invalid_token", "Invalid token"),
-            TenantNotFound(_) => (StatusCode::NOT_FOUND, "tenant_not_found", "Tenant not found"),
-            Forbidden(_) => (StatusCode::FORBIDDEN, "insufficient_scope", "Insufficient permission"),
-            UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", "Unsupported media type"),
-            PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", "Payload too large"),
+            MethodNotAllowed(_) => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "Method not allowed",
+            ),
+            Unauthorized(AuthError::Missing) => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "Authentication required",
+            ),
+            Unauthorized(AuthError::Invalid(_)) => {
+                (StatusCode::UNAUTHORIZED, "invalid_token", "Invalid token")
+            }
+            TenantNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                "tenant_not_found",
+                "Tenant not found",
+            ),
+            Forbidden(_) => (
+                StatusCode::FORBIDDEN,
+                "insufficient_scope",
+                "Insufficient permission",
+            ),
+            UnsupportedMediaType => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "Unsupported media type",
+            ),
+            PayloadTooLarge(_) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                "Payload too large",
+            ),
             InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json", "Invalid JSON"),
-            InvalidFileSha(_) => (StatusCode::BAD_REQUEST, "invalid_file_sha", "Invalid file_sha"),
-            FileShaNotAllowed => (StatusCode::BAD_REQUEST, "file_sha_not_allowed", "file_sha not allowed"),
-            InvalidContent(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_content", "Invalid content"),
-            PreconditionRequired => (StatusCode::PRECONDITION_REQUIRED, "precondition_required", "Precondition required"),
+            InvalidFileSha(_) => (
+                StatusCode::BAD_REQUEST,
+                "invalid_file_sha",
+                "Invalid file_sha",
+            ),
+            FileShaNotAllowed => (
+                StatusCode::BAD_REQUEST,
+                "file_sha_not_allowed",
+                "file_sha not allowed",
+            ),
+            InvalidContent(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_content",
+                "Invalid content",
+            ),
+            PreconditionRequired => (
+                StatusCode::PRECONDITION_REQUIRED,
+                "precondition_required",
+                "Precondition required",
+            ),
             ShaMismatch { .. } => (StatusCode::CONFLICT, "sha_mismatch", "File has changed"),
-            PreconditionFailed { .. } => (StatusCode::PRECONDITION_FAILED, "precondition_failed", "Precondition failed"),
+            PreconditionFailed { .. } => (
+                StatusCode::PRECONDITION_FAILED,
+                "precondition_failed",
+                "Precondition failed",
+            ),
             Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy", "Busy"),
-            StorageFull(_) => (StatusCode::INSUFFICIENT_STORAGE, "storage_full", "Insufficient storage"),
-            Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal_error", "Internal server error"),
+            StorageFull(_) => (
+                StatusCode::INSUFFICIENT_STORAGE,
+                "storage_full",
+                "Insufficient storage",
+            ),
+            Internal(_) => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal_error",
+                "Internal server error",
+            ),
         }
     }
 
@@ -91,7 +145,8 @@ impl ApiError {
 
     fn current_sha(&self) -> Option<BlobId> {
         match self {
-            ApiError::ShaMismatch { current, .. } | ApiError::PreconditionFailed { current, .. } => Some(*current),
+            ApiError::ShaMismatch { current, .. }
+            | ApiError::PreconditionFailed { current, .. } => Some(*current),
             _ => None,
         }
     }
@@ -110,7 +165,10 @@ impl ResponseError for ApiError {
     fn error_response(&self) -> HttpResponse {
         let (status, code, title) = self.parts();
         let detail = match self {
-            ApiError::Internal(_) => "the server could not complete the request; see its log for the request id".to_owned(),
+            ApiError::Internal(_) => {
+                "the server could not complete the request; see its log for the request id"
+                    .to_owned()
+            }
             other => other.to_string(),
         };
         let mut res = HttpResponse::build(status);
@@ -133,7 +191,8 @@ impl ResponseError for ApiError {
             ApiError::Busy(_) => {
                 res.insert_header((header::RETRY_AFTER, "1"));
             }
-            ApiError::ShaMismatch { current, .. } | ApiError::PreconditionFailed { current, .. } => {
+            ApiError::ShaMismatch { current, .. }
+            | ApiError::PreconditionFailed { current, .. } => {
                 res.insert_header((header::ETAG, format!("\"{current}\"")));
             }
             _ => {}
@@ -159,8 +218,14 @@ impl ApiError {
     pub fn from_storage(e: StorageError, file: PlanFile) -> Self {
         match e {
             StorageError::TenantNotFound(t) => ApiError::TenantNotFound(t.to_string()),
-            StorageError::ShaMismatch { current, .. } => ApiError::ShaMismatch { file: file.path(), current },
-            StorageError::PreconditionFailed { current, .. } => ApiError::PreconditionFailed { file: file.path(), current },
+            StorageError::ShaMismatch { current, .. } => ApiError::ShaMismatch {
+                file: file.path(),
+                current,
+            },
+            StorageError::PreconditionFailed { current, .. } => ApiError::PreconditionFailed {
+                file: file.path(),
+                current,
+            },
             StorageError::Contended { .. } => ApiError::Busy(file.path()),
             StorageError::StorageFull { .. } => ApiError::StorageFull(file.path()),
             other => ApiError::Internal(other.to_string()),

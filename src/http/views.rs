@@ -1,11 +1,16 @@
 //! Response bodies: what a GET or PUT answers for each file, valid or broken.
-use crate::domain::{ConfigurationDoc, IntegrationDoc, Stored};
 use crate::domain::{BlobId, CommitId};
+use crate::domain::{ConfigurationDoc, IntegrationDoc, Stored};
 use actix_web::http::header;
 use actix_web::HttpResponse;
 use serde_json::{json, Value};
 
-pub fn integration(stored: &Stored<IntegrationDoc>, raw: &[u8], sha: BlobId, commit: Option<CommitId>) -> HttpResponse {
+pub fn integration(
+    stored: &Stored<IntegrationDoc>,
+    raw: &[u8],
+    sha: BlobId,
+    commit: Option<CommitId>,
+) -> HttpResponse {
     let mut body = match stored {
         Stored::Valid(doc) => json!({
             "content": doc.content(),
@@ -26,7 +31,11 @@ pub fn integration(stored: &Stored<IntegrationDoc>, raw: &[u8], sha: BlobId, com
     respond(&mut body, sha, commit)
 }
 
-pub fn configuration(stored: &Stored<ConfigurationDoc>, sha: BlobId, commit: Option<CommitId>) -> HttpResponse {
+pub fn configuration(
+    stored: &Stored<ConfigurationDoc>,
+    sha: BlobId,
+    commit: Option<CommitId>,
+) -> HttpResponse {
     let mut body = match stored {
         Stored::Valid(doc) => json!({ "content": doc.content(), "sha": sha }),
         Stored::Invalid { content, errors } => json!({
@@ -48,4 +57,3 @@ fn respond(body: &mut Value, sha: BlobId, commit: Option<CommitId>) -> HttpRespo
         .insert_header((header::CACHE_CONTROL, "no-store"))
         .json(&*body)
 }
-

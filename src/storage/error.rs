@@ -9,15 +9,36 @@ pub enum StorageError {
     #[error("tenant {0} already exists")]
     TenantExists(TenantId),
     #[error("tenant {tenant}: {file} has changed; its current blob is {current}")]
-    ShaMismatch { tenant: TenantId, file: &'static str, current: BlobId },
+    ShaMismatch {
+        tenant: TenantId,
+        file: &'static str,
+        current: BlobId,
+    },
     #[error("tenant {tenant}: If-Match does not match {file}; its current blob is {current}")]
-    PreconditionFailed { tenant: TenantId, file: &'static str, current: BlobId },
+    PreconditionFailed {
+        tenant: TenantId,
+        file: &'static str,
+        current: BlobId,
+    },
     #[error("tenant {tenant}: {file}: main kept moving; gave up after {attempts} attempts")]
-    Contended { tenant: TenantId, file: &'static str, attempts: u32 },
+    Contended {
+        tenant: TenantId,
+        file: &'static str,
+        attempts: u32,
+    },
     #[error("tenant {tenant}: no space left on the device while writing {file}")]
-    StorageFull { tenant: TenantId, file: &'static str },
+    StorageFull {
+        tenant: TenantId,
+        file: &'static str,
+    },
     #[error("tenant {tenant}: {op}: {message}")]
-    Git { tenant: TenantId, op: &'static str, message: String, code: i32, class: u32 },
+    Git {
+        tenant: TenantId,
+        op: &'static str,
+        message: String,
+        code: i32,
+        class: u32,
+    },
     #[error("{op} ({}): {source}", path.display())]
     Io {
         op: &'static str,
@@ -29,6 +50,10 @@ pub enum StorageError {
 
 impl StorageError {
     pub(crate) fn io(op: &'static str, path: &Path, source: std::io::Error) -> Self {
-        StorageError::Io { op, path: path.to_owned(), source }
+        StorageError::Io {
+            op,
+            path: path.to_owned(),
+            source,
+        }
     }
 }

@@ -101,7 +101,10 @@ impl Storage {
         let tenants_dir = data_dir.join("tenants");
         std::fs::create_dir_all(&tenants_dir)
             .map_err(|e| StorageError::io("create the tenants directory", &tenants_dir, e))?;
-        Ok(Self { tenants_dir, committer })
+        Ok(Self {
+            tenants_dir,
+            committer,
+        })
     }
 
     pub fn tenants_dir(&self) -> &Path {
@@ -115,7 +118,10 @@ impl Storage {
     /// The tenant's settings; `TenantNotFound` when it has no repository.
     pub fn tenant(&self, tenant: &TenantId) -> Result<TenantInfo, StorageError> {
         let repo = repo::TenantRepo::open(tenant, &self.repo_path(tenant))?;
-        Ok(TenantInfo { id: tenant.clone(), source_hosting: repo.source_hosting()? })
+        Ok(TenantInfo {
+            id: tenant.clone(),
+            source_hosting: repo.source_hosting()?,
+        })
     }
 
     /// The file at the head of `main`. A missing file reads as empty.
@@ -124,13 +130,27 @@ impl Storage {
     }
 
     /// Commits a new version of one file if the preconditions hold (see [`Preconditions`]).
-    pub fn write(&self, tenant: &TenantId, req: WriteRequest) -> Result<WriteOutcome, StorageError> {
+    pub fn write(
+        &self,
+        tenant: &TenantId,
+        req: WriteRequest,
+    ) -> Result<WriteOutcome, StorageError> {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.write(req, &self.committer)
     }
 
     /// Creates a tenant repository with its first commit. Fails if the tenant exists.
-    pub fn create_tenant(&self, tenant: &TenantId, source_hosting: bool) -> Result<CommitId, StorageError> {
-        repo::create(tenant, &self.tenants_dir, &self.repo_path(tenant), source_hosting, &self.committer)
+    pub fn create_tenant(
+        &self,
+        tenant: &TenantId,
+        source_hosting: bool,
+    ) -> Result<CommitId, StorageError> {
+        repo::create(
+            tenant,
+            &self.tenants_dir,
+            &self.repo_path(tenant),
+            source_hosting,
+            &self.committer,
+        )
     }
 
     /// Turns the source-hosting flag on or off; running servers see it on the next request.
@@ -144,10 +164,15 @@ impl Storage {
             .map_err(|e| StorageError::io("list tenants", &self.tenants_dir, e))?;
         let mut out = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|e| StorageError::io("list tenants", &self.tenants_dir, e))?;
+            let entry =
+                entry.map_err(|e| StorageError::io("list tenants", &self.tenants_dir, e))?;
             let name = entry.file_name();
-            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".git")) else { continue };
-            let Ok(id) = TenantId::parse(id) else { continue };
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".git")) else {
+                continue;
+            };
+            let Ok(id) = TenantId::parse(id) else {
+                continue;
+            };
             let repo = repo::TenantRepo::open(&id, &entry.path())?;
             out.push(repo.summary()?);
         }

@@ -19,7 +19,10 @@ pub(super) fn init_libgit2() {
     // SAFETY: git_libgit2_opts with ENABLE_FSYNC_GITDIR takes one int argument; libgit2 is
     // initialised above.
     let rc = unsafe {
-        libgit2_sys::git_libgit2_opts(libgit2_sys::GIT_OPT_ENABLE_FSYNC_GITDIR as libc_int, 1 as libc_int)
+        libgit2_sys::git_libgit2_opts(
+            libgit2_sys::GIT_OPT_ENABLE_FSYNC_GITDIR as libc_int,
+            1 as libc_int,
+        )
     };
     assert_eq!(rc, 0, "libgit2 refused GIT_OPT_ENABLE_FSYNC_GITDIR");
 }
@@ -55,7 +58,10 @@ impl<'a> TenantRepo<'a> {
     }
 
     pub(super) fn source_hosting(&self) -> Result<bool, StorageError> {
-        let config = self.repo.config().map_err(git_err(self.tenant, "read config", ""))?;
+        let config = self
+            .repo
+            .config()
+            .map_err(git_err(self.tenant, "read config", ""))?;
         match config.get_bool(SOURCE_HOSTING_KEY) {
             Ok(on) => Ok(on),
             Err(e) if e.code() == ErrorCode::NotFound => Ok(false),
@@ -64,7 +70,10 @@ impl<'a> TenantRepo<'a> {
     }
 
     pub(super) fn set_source_hosting(&self, on: bool) -> Result<(), StorageError> {
-        let mut config = self.repo.config().map_err(git_err(self.tenant, "open config", ""))?;
+        let mut config = self
+            .repo
+            .config()
+            .map_err(git_err(self.tenant, "open config", ""))?;
         config
             .set_bool(SOURCE_HOSTING_KEY, on)
             .map_err(git_err(self.tenant, "write config", ""))
@@ -74,7 +83,10 @@ impl<'a> TenantRepo<'a> {
         let head = self.repo.refname_to_id(MAIN).ok();
         let last_change = match head {
             Some(oid) => {
-                let commit = self.repo.find_commit(oid).map_err(git_err(self.tenant, "read head", ""))?;
+                let commit =
+                    self.repo
+                        .find_commit(oid)
+                        .map_err(git_err(self.tenant, "read head", ""))?;
                 let secs = u64::try_from(commit.time().seconds()).unwrap_or(0);
                 Some(UNIX_EPOCH + Duration::from_secs(secs))
             }
@@ -91,10 +103,21 @@ impl<'a> TenantRepo<'a> {
     /// The head commit of `main` and the blob id of `file` in it (the empty blob if absent).
     fn head_and_blob(&self, file: PlanFile) -> Result<(git2::Commit<'_>, Oid, bool), StorageError> {
         let path = file.path();
-        let head_oid = self.repo.refname_to_id(MAIN).map_err(git_err(self.tenant, "resolve main", path))?;
-        let head = self.repo.find_commit(head_oid).map_err(git_err(self.tenant, "read head commit", path))?;
-        let tree = head.tree().map_err(git_err(self.tenant, "read head tree", path))?;
-        let entry = tree.get_name(path).filter(|e| e.kind() == Some(ObjectType::Blob));
+        let head_oid =
+            self.repo
+                .refname_to_id(MAIN)
+                .map_err(git_err(self.tenant, "resolve main", path))?;
+        let head = self.repo.find_commit(head_oid).map_err(git_err(
+            self.tenant,
+            "read head commit",
+            path,
+        ))?;
+        let tree = head
+            .tree()
+            .map_err(git_err(self.tenant, "read head tree", path))?;
+        let entry = tree
+            .get_name(path)
+            .filter(|e| e.kind() == Some(ObjectType::Blob));
         Ok(match entry {
             Some(e) => (head, e.id(), true),
             None => (head, empty_blob_oid(), false),
@@ -104,12 +127,20 @@ impl<'a> TenantRepo<'a> {
     pub(super) fn read(&self, file: PlanFile) -> Result<FileSnapshot, StorageError> {
         let (head, blob_oid, present) = self.head_and_blob(file)?;
         let bytes = if present {
-            let blob = self.repo.find_blob(blob_oid).map_err(git_err(self.tenant, "read blob", file.path()))?;
+            let blob = self.repo.find_blob(blob_oid).map_err(git_err(
+                self.tenant,
+                "read blob",
+                file.path(),
+            ))?;
             blob.content().to_vec()
         } else {
             Vec::new()
         };
-        Ok(FileSnapshot { bytes, blob: BlobId(to_id(blob_oid)), commit: CommitId(to_id(head.id())) })
+        Ok(FileSnapshot {
+            bytes,
+            blob: BlobId(to_id(blob_oid)),
+            commit: CommitId(to_id(head.id())),
+        })
     }
 
     /// True when `oid` names a commit that is `head` or one of its ancestors.
@@ -123,10 +154,17 @@ impl<'a> TenantRepo<'a> {
         }
     }
 
-    pub(super) fn write(&self, req: WriteRequest, committer: &Identity) -> Result<WriteOutcome, StorageError> {
+    pub(super) fn write(
+        &self,
+        req: WriteRequest,
+        committer: &Identity,
+    ) -> Result<WriteOutcome, StorageError> {
         let path = req.file.path();
-        let new_blob = Oid::hash_object(ObjectType::Blob, &req.bytes)
-            .map_err(git_err(self.tenant, "hash blob", path))?;
+        let new_blob = Oid::hash_object(ObjectType::Blob, &req.bytes).map_err(git_err(
+            self.tenant,
+            "hash blob",
+            path,
+        ))?;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -136,17 +174,25 @@ impl<'a> TenantRepo<'a> {
             let mut blob_matched = false;
             match req.preconditions.file_sha {
                 None => {}
-                Some(ShaCheck::Blob(id)) | Some(ShaCheck::BlobOrCommit(id)) if to_oid(&id) == current => {
+                Some(ShaCheck::Blob(id)) | Some(ShaCheck::BlobOrCommit(id))
+                    if to_oid(&id) == current =>
+                {
                     blob_matched = true;
                 }
                 Some(ShaCheck::BlobOrCommit(id)) if self.in_history(head.id(), to_oid(&id)) => {}
                 Some(_) => {
-                    return Err(StorageError::ShaMismatch { tenant: self.tenant.clone(), file: path, current: current_id })
+                    return Err(StorageError::ShaMismatch {
+                        tenant: self.tenant.clone(),
+                        file: path,
+                        current: current_id,
+                    })
                 }
             }
             match &req.preconditions.if_match {
                 None | Some(IfMatch::Any) => {}
-                Some(IfMatch::Tags(tags)) if tags.iter().any(|t| t == current_id.as_str()) => blob_matched = true,
+                Some(IfMatch::Tags(tags)) if tags.iter().any(|t| t == current_id.as_str()) => {
+                    blob_matched = true
+                }
                 Some(IfMatch::Tags(_)) => {
                     return Err(StorageError::PreconditionFailed {
                         tenant: self.tenant.clone(),
@@ -157,10 +203,21 @@ impl<'a> TenantRepo<'a> {
             }
             let forced = !blob_matched;
             if present && new_blob == current {
-                return Ok(WriteOutcome { commit: CommitId(to_id(head.id())), blob: current_id, changed: false, forced });
+                return Ok(WriteOutcome {
+                    commit: CommitId(to_id(head.id())),
+                    blob: current_id,
+                    changed: false,
+                    forced,
+                });
             }
             let commit = self.commit_on(&head, &req, committer, forced)?;
-            match self.repo.reference_matching(MAIN, commit, true, head.id(), &format!("planfiles: update {path}")) {
+            match self.repo.reference_matching(
+                MAIN,
+                commit,
+                true,
+                head.id(),
+                &format!("planfiles: update {path}"),
+            ) {
                 Ok(_) => {
                     return Ok(WriteOutcome {
                         commit: CommitId(to_id(commit)),
@@ -171,9 +228,18 @@ impl<'a> TenantRepo<'a> {
                 }
                 // Another writer moved main or holds its lock: rebase onto the new head and
                 // check our own preconditions again.
-                Err(e) if matches!(e.code(), ErrorCode::Modified | ErrorCode::Locked | ErrorCode::NotFound) => {
+                Err(e)
+                    if matches!(
+                        e.code(),
+                        ErrorCode::Modified | ErrorCode::Locked | ErrorCode::NotFound
+                    ) =>
+                {
                     if attempt >= MAX_ATTEMPTS {
-                        return Err(StorageError::Contended { tenant: self.tenant.clone(), file: path, attempts: attempt });
+                        return Err(StorageError::Contended {
+                            tenant: self.tenant.clone(),
+                            file: path,
+                            attempts: attempt,
+                        });
                     }
                     backoff(attempt);
                 }
@@ -183,15 +249,29 @@ impl<'a> TenantRepo<'a> {
     }
 
     /// Writes the blob, the tree with that one entry replaced, and a commit on top of `head`.
-    fn commit_on(&self, head: &git2::Commit<'_>, req: &WriteRequest, committer: &Identity, forced: bool) -> Result<Oid, StorageError> {
+    fn commit_on(
+        &self,
+        head: &git2::Commit<'_>,
+        req: &WriteRequest,
+        committer: &Identity,
+        forced: bool,
+    ) -> Result<Oid, StorageError> {
         let path = req.file.path();
         let err = |op| git_err(self.tenant, op, path);
         let blob = self.repo.blob(&req.bytes).map_err(err("write blob"))?;
         let base = head.tree().map_err(err("read head tree"))?;
-        let mut builder = self.repo.treebuilder(Some(&base)).map_err(err("build tree"))?;
-        builder.insert(path, blob, FILE_MODE).map_err(err("build tree"))?;
+        let mut builder = self
+            .repo
+            .treebuilder(Some(&base))
+            .map_err(err("build tree"))?;
+        builder
+            .insert(path, blob, FILE_MODE)
+            .map_err(err("build tree"))?;
         let tree_oid = builder.write().map_err(err("write tree"))?;
-        let tree = self.repo.find_tree(tree_oid).map_err(err("read new tree"))?;
+        let tree = self
+            .repo
+            .find_tree(tree_oid)
+            .map_err(err("read new tree"))?;
         let author = signature(&req.author).map_err(err("author signature"))?;
         let committer = signature(committer).map_err(err("committer signature"))?;
         let mut message = format!("Update {path}\n\nRequest-Id: {}\n", req.request_id);
@@ -245,23 +325,45 @@ pub(super) fn create(
 }
 
 /// Initialises a bare repository at `path` with branch `main` and the tenant's first commit.
-fn init_repo(tenant: &TenantId, path: &Path, source_hosting: bool, committer: &Identity) -> Result<Oid, StorageError> {
+fn init_repo(
+    tenant: &TenantId,
+    path: &Path,
+    source_hosting: bool,
+    committer: &Identity,
+) -> Result<Oid, StorageError> {
     let err = |op| git_err(tenant, op, "");
     let mut opts = RepositoryInitOptions::new();
-    opts.bare(true).initial_head("main").mkdir(true).mkpath(false);
+    opts.bare(true)
+        .initial_head("main")
+        .mkdir(true)
+        .mkpath(false);
     let repo = Repository::init_opts(path, &opts).map_err(err("init repository"))?;
     repo.config()
         .and_then(|mut c| c.set_bool(SOURCE_HOSTING_KEY, source_hosting))
         .map_err(err("write config"))?;
     let mut builder = repo.treebuilder(None).map_err(err("build tree"))?;
-    for (file, text) in [(PlanFile::Integration, "{}\n"), (PlanFile::Configuration, "folders: []\n")] {
+    for (file, text) in [
+        (PlanFile::Integration, "{}\n"),
+        (PlanFile::Configuration, "folders: []\n"),
+    ] {
         let blob = repo.blob(text.as_bytes()).map_err(err("write blob"))?;
-        builder.insert(file.path(), blob, FILE_MODE).map_err(err("build tree"))?;
+        builder
+            .insert(file.path(), blob, FILE_MODE)
+            .map_err(err("build tree"))?;
     }
-    let tree = repo.find_tree(builder.write().map_err(err("write tree"))?).map_err(err("read tree"))?;
+    let tree = repo
+        .find_tree(builder.write().map_err(err("write tree"))?)
+        .map_err(err("read tree"))?;
     let sig = signature(committer).map_err(err("signature"))?;
     let commit = repo
-        .commit(Some(MAIN), &sig, &sig, &format!("Create tenant {tenant}\n"), &tree, &[])
+        .commit(
+            Some(MAIN),
+            &sig,
+            &sig,
+            &format!("Create tenant {tenant}\n"),
+            &tree,
+            &[],
+        )
         .map_err(err("write commit"))?;
     Ok(commit)
 }
@@ -273,15 +375,26 @@ fn sync_dir(dir: &Path) -> Result<(), StorageError> {
 }
 
 /// Maps a git2 error to a `StorageError` that names the tenant, the file and the operation.
-fn git_err<'t>(tenant: &'t TenantId, op: &'static str, file: &'static str) -> impl Fn(git2::Error) -> StorageError + 't {
+fn git_err<'t>(
+    tenant: &'t TenantId,
+    op: &'static str,
+    file: &'static str,
+) -> impl Fn(git2::Error) -> StorageError + 't {
     move |e| {
         if e.class() == ErrorClass::Os && e.message().contains("No space left") {
-            return StorageError::StorageFull { tenant: tenant.clone(), file };
+            return StorageError::StorageFull {
+                tenant: tenant.clone(),
+                file,
+            };
         }
         StorageError::Git {
             tenant: tenant.clone(),
             op,
-            message: if file.is_empty() { e.message().to_owned() } else { format!("{file}: {}", e.message()) },
+            message: if file.is_empty() {
+                e.message().to_owned()
+            } else {
+                format!("{file}: {}", e.message())
+            },
             code: e.raw_code(),
             class: e.raw_class(),
         }

@@ -13,7 +13,8 @@ pub fn seed_if_empty(fixture: &Path, tenants_dir: &Path) -> Result<usize, Storag
         return Ok(0);
     }
     let source = fixture.join("tenants");
-    let entries = std::fs::read_dir(&source).map_err(|e| StorageError::io("read the fixture", &source, e))?;
+    let entries =
+        std::fs::read_dir(&source).map_err(|e| StorageError::io("read the fixture", &source, e))?;
     let mut copied = 0;
     for entry in entries {
         let entry = entry.map_err(|e| StorageError::io("read the fixture", &source, e))?;
@@ -33,7 +34,8 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), StorageError> {
         if entry.path().is_dir() {
             copy_dir(&entry.path(), &target)?;
         } else {
-            std::fs::copy(entry.path(), &target).map_err(|e| StorageError::io("copy file", &target, e))?;
+            std::fs::copy(entry.path(), &target)
+                .map_err(|e| StorageError::io("copy file", &target, e))?;
         }
     }
     Ok(())

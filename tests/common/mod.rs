@@ -23,7 +23,10 @@ pub fn fixture_dir() -> PathBuf {
 }
 
 pub fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 /// Signs any claims as an HS256 JWT with `secret`.
@@ -35,7 +38,10 @@ pub fn sign_hs256(secret: &str, header: &Value, claims: &Value) -> String {
     );
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
     mac.update(signing_input.as_bytes());
-    format!("{signing_input}.{}", B64.encode(mac.finalize().into_bytes()))
+    format!(
+        "{signing_input}.{}",
+        B64.encode(mac.finalize().into_bytes())
+    )
 }
 
 /// A valid token for `tenant` with `permissions`, signed with the test secret.
@@ -73,12 +79,19 @@ pub fn copy_tree(from: &Path, to: &Path) {
 impl TestApp {
     /// The server over a fresh copy of the fixture, with default settings.
     pub async fn spawn() -> Self {
-        Self::spawn_with(AuthConfig { secret: SECRET.into(), ..AuthConfig::default() }).await
+        Self::spawn_with(AuthConfig {
+            secret: SECRET.into(),
+            ..AuthConfig::default()
+        })
+        .await
     }
 
     pub async fn spawn_with(auth: AuthConfig) -> Self {
         let data_dir = tempfile::tempdir().unwrap();
-        copy_tree(&fixture_dir().join("tenants"), &data_dir.path().join("tenants"));
+        copy_tree(
+            &fixture_dir().join("tenants"),
+            &data_dir.path().join("tenants"),
+        );
         Self::spawn_on(data_dir, auth).await
     }
 
@@ -86,7 +99,11 @@ impl TestApp {
         storage::init_git();
         let committer = Identity::new("planfiles", "planfiles@test", "test");
         let storage = Storage::open(data_dir.path(), committer).unwrap();
-        let state = AppState { storage, verifier: Verifier::from_config(&auth).unwrap(), body_limit: 1024 * 1024 };
+        let state = AppState {
+            storage,
+            verifier: Verifier::from_config(&auth).unwrap(),
+            body_limit: 1024 * 1024,
+        };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
         let options = ServerOptions {
@@ -103,7 +120,13 @@ impl TestApp {
             })
         });
         let handle = rx.recv().unwrap();
-        Self { addr, data_dir, client: reqwest::Client::new(), handle, thread: Some(thread) }
+        Self {
+            addr,
+            data_dir,
+            client: reqwest::Client::new(),
+            handle,
+            thread: Some(thread),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -111,24 +134,49 @@ impl TestApp {
     }
 
     pub async fn get_integration(&self, token: &str) -> reqwest::Response {
-        self.client.get(self.url("/plans/integration-file")).bearer_auth(token).send().await.unwrap()
+        self.client
+            .get(self.url("/plans/integration-file"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
     }
 
     pub async fn put_integration(&self, token: &str, body: &Value) -> reqwest::Response {
-        self.client.put(self.url("/plans/integration-file")).bearer_auth(token).json(body).send().await.unwrap()
+        self.client
+            .put(self.url("/plans/integration-file"))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
     }
 
     pub async fn get_configuration(&self, token: &str) -> reqwest::Response {
-        self.client.get(self.url("/plans/configuration-file")).bearer_auth(token).send().await.unwrap()
+        self.client
+            .get(self.url("/plans/configuration-file"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
     }
 
     pub async fn put_configuration(&self, token: &str, body: &Value) -> reqwest::Response {
-        self.client.put(self.url("/plans/configuration-file")).bearer_auth(token).json(body).send().await.unwrap()
+        self.client
+            .put(self.url("/plans/configuration-file"))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
     }
 
     /// The path of a tenant's bare repository.
     pub fn repo(&self, tenant: &str) -> PathBuf {
-        self.data_dir.path().join("tenants").join(format!("{tenant}.git"))
+        self.data_dir
+            .path()
+            .join("tenants")
+            .join(format!("{tenant}.git"))
     }
 
     /// Runs the git CLI in a tenant's repository and returns its trimmed stdout.
@@ -153,10 +201,21 @@ impl TestApp {
     pub fn outside_commit(&self, tenant: &str, file: &str, content: &str) -> String {
         let repo = self.repo(tenant);
         let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], content);
-        let other = if file == "integrations.yml" { "configuration.yml" } else { "integrations.yml" };
+        let other = if file == "integrations.yml" {
+            "configuration.yml"
+        } else {
+            "integrations.yml"
+        };
         let other_blob = self.blob(tenant, other);
-        let tree = git_stdin(&repo, &["mktree"], &format!("100644 blob {blob}\t{file}\n100644 blob {other_blob}\t{other}\n"));
-        let commit = git_in(&repo, &["commit-tree", &tree, "-p", "main", "-m", "outside edit"]);
+        let tree = git_stdin(
+            &repo,
+            &["mktree"],
+            &format!("100644 blob {blob}\t{file}\n100644 blob {other_blob}\t{other}\n"),
+        );
+        let commit = git_in(
+            &repo,
+            &["commit-tree", &tree, "-p", "main", "-m", "outside edit"],
+        );
         git_in(&repo, &["update-ref", "refs/heads/main", &commit]);
         commit
     }
@@ -179,14 +238,20 @@ fn futures_executor(f: impl std::future::Future<Output = ()>) {
 fn git_cmd(repo: &Path, args: &[&str]) -> Command {
     let mut cmd = Command::new("git");
     cmd.arg("--git-dir").arg(repo).args(args);
-    cmd.env("GIT_AUTHOR_NAME", "Outside Dev").env("GIT_AUTHOR_EMAIL", "dev@outside.example");
-    cmd.env("GIT_COMMITTER_NAME", "Outside Dev").env("GIT_COMMITTER_EMAIL", "dev@outside.example");
+    cmd.env("GIT_AUTHOR_NAME", "Outside Dev")
+        .env("GIT_AUTHOR_EMAIL", "dev@outside.example");
+    cmd.env("GIT_COMMITTER_NAME", "Outside Dev")
+        .env("GIT_COMMITTER_EMAIL", "dev@outside.example");
     cmd
 }
 
 pub fn git_in(repo: &Path, args: &[&str]) -> String {
     let out = git_cmd(repo, args).output().unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
@@ -197,7 +262,12 @@ fn git_stdin(repo: &Path, args: &[&str], input: &str) -> String {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
@@ -206,12 +276,21 @@ fn git_stdin(repo: &Path, args: &[&str], input: &str) -> String {
 /// Reads a problem+json response, checking the media type and the members every problem has.
 pub async fn problem(res: reqwest::Response) -> (u16, Value) {
     let status = res.status().as_u16();
-    let ct = res.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned());
-    let rid = res.headers().get("x-request-id").map(|v| v.to_str().unwrap().to_owned());
+    let ct = res
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let rid = res
+        .headers()
+        .get("x-request-id")
+        .map(|v| v.to_str().unwrap().to_owned());
     let body: Value = res.json().await.unwrap();
     assert_eq!(ct.as_deref(), Some("application/problem+json"), "{body}");
     for member in ["type", "title", "status", "detail", "code", "request_id"] {
-        assert!(body.get(member).is_some(), "problem without {member}: {body}");
+        assert!(
+            body.get(member).is_some(),
+            "problem without {member}: {body}"
+        );
     }
     assert_eq!(body["status"], status);
     assert_eq!(body["request_id"].as_str(), rid.as_deref());
