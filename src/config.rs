@@ -143,7 +143,6 @@ impl Default for LogConfig {
     }
 }
 
-
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("config file {}: {source}", path.display())]

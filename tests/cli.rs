@@ -1,20 +1,10 @@
 //! The `planfiles` binary: tenant admin, token minting, config errors, and `serve` itself.
 mod common;
 
+use common::process::{planfiles, serve};
 use common::{fixture_dir, git_in};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-
-fn planfiles(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_planfiles"));
-    cmd.current_dir(dir)
-        .env_remove("PLANFILES_CONFIG")
-        .env("PLANFILES_DATA_DIR", dir.join("data"))
-        .env("PLANFILES_JWT_SECRET", common::SECRET);
-    cmd
-}
 
 fn run(dir: &Path, args: &[&str]) -> (i32, String, String) {
     let out = planfiles(dir).args(args).output().unwrap();
@@ -197,51 +187,6 @@ fn a_missing_explicit_config_file_is_an_error_and_no_file_means_defaults() {
     assert_ne!(out.status.code(), Some(0));
     // No config.toml in the working directory: built-in defaults.
     assert_eq!(run(dir.path(), &["tenant", "list"]).0, 0);
-}
-
-/// A running `planfiles serve`, killed on drop.
-pub struct Server {
-    child: Child,
-    pub addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Starts the binary on a random port and waits for its "listening" line.
-pub fn serve(dir: &Path, extra_env: &[(&str, &str)]) -> Server {
-    let mut cmd = planfiles(dir);
-    cmd.env("PLANFILES_BIND", "127.0.0.1:0")
-        .env("PLANFILES_LOG_FORMAT", "json")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null());
-    for (k, v) in extra_env {
-        cmd.env(k, v);
-    }
-    let mut child = cmd.arg("serve").spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("server exited before listening")
-            .unwrap();
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if v["message"] == "planfiles listening" {
-            break v["addr"].as_str().unwrap().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    Server {
-        child,
-        addr: format!("http://{addr}"),
-    }
 }
 
 #[tokio::test]

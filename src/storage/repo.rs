@@ -4,15 +4,21 @@ use super::{
 };
 use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, TenantId};
 use git2::{ErrorClass, ErrorCode, ObjectType, Oid, Repository, RepositoryInitOptions, Signature};
+use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
-use std::time::{Duration, UNIX_EPOCH};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 const MAIN: &str = "refs/heads/main";
 const SOURCE_HOSTING_KEY: &str = "planfiles.sourcehosting";
 const FILE_MODE: i32 = 0o100644;
-/// Attempts at moving `main` before a write gives up. Each failed attempt means another
-/// writer moved `main` (or holds its lock) in between, so progress is being made.
-const MAX_ATTEMPTS: u32 = 200;
+/// How long a write keeps trying to get the tenant's write lock and move `main`.
+const WRITE_DEADLINE: Duration = Duration::from_secs(10);
+/// A `main.lock` older than this, found while holding the tenant's write lock, was left by a
+/// dead process (live writers hold it for milliseconds) and is removed.
+const STALE_REF_LOCK: Duration = Duration::from_secs(5);
+/// The sidecar file every planfiles writer of a tenant holds an OS lock on while writing.
+const WRITE_LOCK_FILE: &str = "planfiles-write.lock";
 
 pub(super) fn init_libgit2() {
     libgit2_sys::init();
@@ -45,6 +51,7 @@ fn empty_blob_oid() -> Oid {
 /// An open tenant repository.
 pub(super) struct TenantRepo<'a> {
     tenant: &'a TenantId,
+    path: PathBuf,
     repo: Repository,
 }
 
@@ -54,7 +61,11 @@ impl<'a> TenantRepo<'a> {
             return Err(StorageError::TenantNotFound(tenant.clone()));
         }
         let repo = Repository::open_bare(path).map_err(git_err(tenant, "open repository", ""))?;
-        Ok(Self { tenant, repo })
+        Ok(Self {
+            tenant,
+            path: path.to_owned(),
+            repo,
+        })
     }
 
     pub(super) fn source_hosting(&self) -> Result<bool, StorageError> {
@@ -165,6 +176,10 @@ impl<'a> TenantRepo<'a> {
             "hash blob",
             path,
         ))?;
+        let deadline = Instant::now() + WRITE_DEADLINE;
+        // Held until this function returns: planfiles writers of a tenant, in any process,
+        // take turns. The OS drops the lock when its holder dies.
+        let _write_lock = self.lock_for_write(deadline, path)?;
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -226,15 +241,19 @@ impl<'a> TenantRepo<'a> {
                         forced,
                     })
                 }
-                // Another writer moved main or holds its lock: rebase onto the new head and
-                // check our own preconditions again.
+                // Someone outside planfiles moved main or holds its lock (planfiles writers
+                // take turns on the write lock): rebase onto the new head and check our own
+                // preconditions again.
                 Err(e)
                     if matches!(
                         e.code(),
                         ErrorCode::Modified | ErrorCode::Locked | ErrorCode::NotFound
                     ) =>
                 {
-                    if attempt >= MAX_ATTEMPTS {
+                    if e.code() == ErrorCode::Locked {
+                        self.remove_stale_ref_lock();
+                    }
+                    if Instant::now() >= deadline {
                         return Err(StorageError::Contended {
                             tenant: self.tenant.clone(),
                             file: path,
@@ -246,6 +265,65 @@ impl<'a> TenantRepo<'a> {
                 Err(e) => return Err(git_err(self.tenant, "move main", path)(e)),
             }
         }
+    }
+
+    /// Takes the tenant's write lock (an OS file lock on a sidecar file), waiting until
+    /// `deadline` at most.
+    fn lock_for_write(&self, deadline: Instant, file: &'static str) -> Result<File, StorageError> {
+        let lock_path = self.path.join(WRITE_LOCK_FILE);
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| self.io_err("open the write lock", &lock_path, e, file))?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match lock.try_lock() {
+                Ok(()) => return Ok(lock),
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => backoff(attempt),
+                Err(TryLockError::WouldBlock) => {
+                    return Err(StorageError::Contended {
+                        tenant: self.tenant.clone(),
+                        file,
+                        attempts: attempt,
+                    })
+                }
+                Err(TryLockError::Error(e)) => {
+                    return Err(self.io_err("take the write lock", &lock_path, e, file))
+                }
+            }
+        }
+    }
+
+    /// Removes `refs/heads/main.lock` when it is older than [`STALE_REF_LOCK`]. Called only
+    /// while holding the write lock, so no live planfiles writer owns it.
+    fn remove_stale_ref_lock(&self) {
+        let lock = self.path.join("refs/heads/main.lock");
+        let age = std::fs::metadata(&lock)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        if age.is_some_and(|age| age >= STALE_REF_LOCK) && std::fs::remove_file(&lock).is_ok() {
+            tracing::warn!(tenant = %self.tenant, age_ms = age.map(|a| a.as_millis() as u64), "removed a stale refs/heads/main.lock");
+        }
+    }
+
+    fn io_err(
+        &self,
+        op: &'static str,
+        path: &Path,
+        e: std::io::Error,
+        file: &'static str,
+    ) -> StorageError {
+        if e.kind() == std::io::ErrorKind::StorageFull {
+            return StorageError::StorageFull {
+                tenant: self.tenant.clone(),
+                file,
+            };
+        }
+        StorageError::io(op, path, e)
     }
 
     /// Writes the blob, the tree with that one entry replaced, and a commit on top of `head`.
@@ -290,7 +368,7 @@ fn signature(who: &Identity) -> Result<Signature<'static>, git2::Error> {
 
 /// Sleeps a little longer on each attempt, with jitter so that racing writers spread out.
 fn backoff(attempt: u32) {
-    let cap_us = 200u64 * u64::from(attempt.min(10));
+    let cap_us = 500u64 * u64::from(attempt.min(20));
     let us = rand::random_range(50..=cap_us.max(100));
     std::thread::sleep(Duration::from_micros(us));
 }

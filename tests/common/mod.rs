@@ -2,6 +2,8 @@
 //! minted here (independently of the service's own minting code), and the git CLI.
 #![allow(dead_code)]
 
+pub mod process;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use hmac::{Hmac, Mac};

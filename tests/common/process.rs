@@ -1,0 +1,88 @@
+//! The real binary as a child process: `planfiles serve` on a random port, killed on drop.
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// A `planfiles` command with the test secret and `<dir>/data` as its data dir.
+pub fn planfiles(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_planfiles"));
+    cmd.current_dir(dir)
+        .env_remove("PLANFILES_CONFIG")
+        .env("PLANFILES_DATA_DIR", dir.join("data"))
+        .env("PLANFILES_JWT_SECRET", super::SECRET);
+    cmd
+}
+
+/// A running `planfiles serve`, killed on drop.
+pub struct Server {
+    child: Child,
+    pub addr: String,
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Server {
+    /// SIGKILL, as a crash or the OOM killer would.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().unwrap()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.addr, path)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Starts the binary on a random port and waits for its "listening" line.
+pub fn serve(dir: &Path, extra_env: &[(&str, &str)]) -> Server {
+    let mut cmd = planfiles(dir);
+    cmd.env("PLANFILES_BIND", "127.0.0.1:0")
+        .env("PLANFILES_LOG_FORMAT", "json")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null());
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.arg("serve").spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("server exited before listening")
+            .unwrap();
+        log.lock().unwrap().push(line.clone());
+        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if v["message"] == "planfiles listening" {
+            break v["addr"].as_str().unwrap().to_owned();
+        }
+    };
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    Server {
+        child,
+        addr: format!("http://{addr}"),
+        log,
+    }
+}

@@ -1,0 +1,245 @@
+//! Acknowledged writes survive crashes and a second process; stale locks do not block writes.
+mod common;
+
+use common::process::{serve, Server};
+use common::{copy_tree, fixture_dir, git_in, token, ALL};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+fn data_dir_with_fixture() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(
+        &fixture_dir().join("tenants"),
+        &dir.path().join("data/tenants"),
+    );
+    dir
+}
+
+fn repo(dir: &Path, tenant: &str) -> PathBuf {
+    dir.join(format!("data/tenants/{tenant}.git"))
+}
+
+fn fsck_all(dir: &Path) {
+    for tenant in ["acme", "globex", "initech"] {
+        git_in(&repo(dir, tenant), &["fsck", "--strict", "--no-dangling"]);
+    }
+}
+
+/// Forced integration writes until the server goes away; returns the acknowledged commits.
+async fn write_until_gone(addr: String, tenant: &'static str, writer: usize) -> Vec<String> {
+    let client = reqwest::Client::new();
+    let t = token(tenant, ALL);
+    let mut acknowledged = Vec::new();
+    for i in 0.. {
+        let res = client
+            .put(format!("{addr}/plans/integration-file"))
+            .bearer_auth(&t)
+            .json(&json!({"content": {"writer": writer, "i": i}}))
+            .send()
+            .await;
+        match res {
+            Ok(r) if r.status() == 200 => {
+                let body: Value = r.json().await.unwrap_or(Value::Null);
+                if let Some(c) = body["commit_sha"].as_str() {
+                    acknowledged.push(c.to_owned());
+                }
+            }
+            Ok(r) => assert!(r.status().is_server_error(), "unexpected {}", r.status()),
+            Err(_) => break,
+        }
+    }
+    acknowledged
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_during_writes_loses_no_acknowledged_write() {
+    let dir = data_dir_with_fixture();
+    for round in 0..3 {
+        let mut server = serve(dir.path(), &[]);
+        let mut writers = Vec::new();
+        for w in 0..4 {
+            let tenant = if w % 2 == 0 { "acme" } else { "globex" };
+            writers.push((
+                tenant,
+                tokio::spawn(write_until_gone(server.addr.clone(), tenant, w)),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(300 + 170 * round)).await;
+        server.kill9();
+        let mut total = 0;
+        for (tenant, w) in writers {
+            let acknowledged = w.await.unwrap();
+            total += acknowledged.len();
+            for commit in acknowledged {
+                let out = std::process::Command::new("git")
+                    .arg("--git-dir")
+                    .arg(repo(dir.path(), tenant))
+                    .args(["merge-base", "--is-ancestor", &commit, "main"])
+                    .status()
+                    .unwrap();
+                assert!(
+                    out.success(),
+                    "round {round}: acknowledged {commit} of {tenant} is not in history"
+                );
+            }
+        }
+        assert!(
+            total > 0,
+            "round {round}: no write was acknowledged before the kill"
+        );
+        fsck_all(dir.path());
+    }
+    // After the crashes the service starts and writes at once.
+    let server = serve(dir.path(), &[]);
+    let res = reqwest::Client::new()
+        .put(server.url("/plans/integration-file"))
+        .bearer_auth(token("acme", ALL))
+        .json(&json!({"content": {"after": "restart"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+}
+
+#[tokio::test]
+async fn a_stale_ref_lock_from_a_dead_process_is_cleared_within_15_seconds() {
+    let dir = data_dir_with_fixture();
+    let lock = repo(dir.path(), "acme").join("refs/heads/main.lock");
+    // What a process killed in the middle of moving main leaves behind.
+    std::fs::write(&lock, "0000000000000000000000000000000000000000\n").unwrap();
+    let server = serve(dir.path(), &[]);
+    let started = Instant::now();
+    let res = reqwest::Client::new()
+        .put(server.url("/plans/integration-file"))
+        .bearer_auth(token("acme", ALL))
+        .json(&json!({"content": {"after": "crash"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(!lock.exists());
+    git_in(
+        &repo(dir.path(), "acme"),
+        &["fsck", "--strict", "--no-dangling"],
+    );
+}
+
+#[tokio::test]
+async fn a_ref_lock_held_by_a_live_writer_is_left_alone() {
+    let dir = data_dir_with_fixture();
+    let repo = repo(dir.path(), "acme");
+    let server = serve(dir.path(), &[]);
+    // A live peer: holds the tenant's write lock and an old-looking main.lock.
+    let peer = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(repo.join("planfiles-write.lock"))
+        .unwrap();
+    peer.lock().unwrap();
+    let lock = repo.join("refs/heads/main.lock");
+    let f = std::fs::File::create(&lock).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(60))
+        .unwrap();
+    let put = tokio::spawn({
+        let url = server.url("/plans/integration-file");
+        async move {
+            reqwest::Client::new()
+                .put(url)
+                .bearer_auth(token("acme", ALL))
+                .json(&json!({"content": {"x": 1}}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(lock.exists(), "a lock held by a live writer was removed");
+    assert!(
+        !put.is_finished(),
+        "the write did not wait for the live writer"
+    );
+    // The peer finishes: drops its ref lock and its write lock.
+    std::fs::remove_file(&lock).unwrap();
+    drop(peer);
+    assert_eq!(put.await.unwrap(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_processes_on_one_data_dir_lose_no_write() {
+    let dir = data_dir_with_fixture();
+    let servers: Vec<Server> = vec![serve(dir.path(), &[]), serve(dir.path(), &[])];
+    let start = git_in(&repo(dir.path(), "acme"), &["rev-parse", "main"]);
+    const WRITERS: usize = 6;
+    const EACH: usize = 5;
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let addrs: Vec<String> = servers.iter().map(|s| s.addr.clone()).collect();
+        tasks.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let t = token("acme", ALL);
+            let mut acknowledged = 0;
+            for i in 0..EACH {
+                let mut attempt = 0;
+                loop {
+                    // Alternate between the two instances, as a load balancer would.
+                    let addr = &addrs[(w + i + attempt) % 2];
+                    attempt += 1;
+                    let cur: Value = client
+                        .get(format!("{addr}/plans/configuration-file"))
+                        .bearer_auth(&t)
+                        .send()
+                        .await
+                        .unwrap()
+                        .json()
+                        .await
+                        .unwrap();
+                    let mut content = cur["content"].clone();
+                    content["folders"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"path": format!("w{w}-{i}")}));
+                    let res = client
+                        .put(format!("{addr}/plans/configuration-file"))
+                        .bearer_auth(&t)
+                        .json(&json!({"payload": content, "file_sha": cur["sha"]}))
+                        .send()
+                        .await
+                        .unwrap();
+                    match res.status().as_u16() {
+                        200 => {
+                            acknowledged += 1;
+                            break;
+                        }
+                        409 => continue,
+                        other => panic!("unexpected {other}"),
+                    }
+                }
+            }
+            acknowledged
+        }));
+    }
+    let mut acknowledged = 0;
+    for t in tasks {
+        acknowledged += t.await.unwrap();
+    }
+    let repo = repo(dir.path(), "acme");
+    let commits: usize = git_in(&repo, &["rev-list", "--count", &format!("{start}..main")])
+        .parse()
+        .unwrap();
+    assert_eq!(commits, acknowledged);
+    let text = git_in(&repo, &["show", "main:configuration.yml"]);
+    for w in 0..WRITERS {
+        for i in 0..EACH {
+            assert!(text.contains(&format!("w{w}-{i}")), "w{w}-{i} lost");
+        }
+    }
+    git_in(&repo, &["fsck", "--strict", "--no-dangling"]);
+}
