@@ -225,7 +225,9 @@ impl<'a> TenantRepo<'a> {
                     forced,
                 });
             }
-            let commit = self.commit_on(&head, &req, committer, forced)?;
+            let commit = self
+                .commit_on(&head, &req, committer, forced)
+                .map_err(|e| self.explain_write_failure(e, path))?;
             match self.repo.reference_matching(
                 MAIN,
                 commit,
@@ -262,7 +264,10 @@ impl<'a> TenantRepo<'a> {
                     }
                     backoff(attempt);
                 }
-                Err(e) => return Err(git_err(self.tenant, "move main", path)(e)),
+                Err(e) => {
+                    return Err(self
+                        .explain_write_failure(git_err(self.tenant, "move main", path)(e), path))
+                }
             }
         }
     }
@@ -307,6 +312,27 @@ impl<'a> TenantRepo<'a> {
             .and_then(|t| t.elapsed().ok());
         if age.is_some_and(|age| age >= STALE_REF_LOCK) && std::fs::remove_file(&lock).is_ok() {
             tracing::warn!(tenant = %self.tenant, age_ms = age.map(|a| a.as_millis() as u64), "removed a stale refs/heads/main.lock");
+        }
+    }
+
+    /// libgit2 does not always keep the errno of a failed write (a full disk reads as "no
+    /// error"), so a failed write probes the volume: if a small file cannot be written and
+    /// synced there, the disk is full.
+    fn explain_write_failure(&self, e: StorageError, file: &'static str) -> StorageError {
+        if !matches!(e, StorageError::Git { .. }) {
+            return e;
+        }
+        let probe = tempfile::tempfile_in(&self.path).and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(&[0u8; 64 * 1024])?;
+            f.sync_all()
+        });
+        match probe {
+            Err(p) if p.kind() == std::io::ErrorKind::StorageFull => StorageError::StorageFull {
+                tenant: self.tenant.clone(),
+                file,
+            },
+            _ => e,
         }
     }
 
