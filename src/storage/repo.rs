@@ -228,6 +228,9 @@ impl<'a> TenantRepo<'a> {
             let commit = self
                 .commit_on(&head, &req, committer, forced)
                 .map_err(|e| self.explain_write_failure(e, path))?;
+            // libgit2 fsyncs each object and its fan-out directory, but not `objects/` when
+            // it had to create that fan-out directory: sync it before main points at them.
+            sync_dir(&self.path.join("objects"))?;
             match self.repo.reference_matching(
                 MAIN,
                 commit,
@@ -415,6 +418,7 @@ pub(super) fn create(
         .tempdir_in(tenants_dir)
         .map_err(|e| StorageError::io("create a temporary directory", tenants_dir, e))?;
     let commit = init_repo(tenant, tmp.path(), source_hosting, committer)?;
+    sync_tree(tmp.path())?;
     let tmp_path = tmp.keep();
     if let Err(e) = std::fs::rename(&tmp_path, path) {
         let _ = std::fs::remove_dir_all(&tmp_path);
@@ -470,6 +474,18 @@ fn init_repo(
         )
         .map_err(err("write commit"))?;
     Ok(commit)
+}
+
+/// Syncs every directory below `dir` (and `dir`), so that a new repository's entries are on
+/// disk before it is renamed into place.
+fn sync_tree(dir: &Path) -> Result<(), StorageError> {
+    for entry in std::fs::read_dir(dir).map_err(|e| StorageError::io("read directory", dir, e))? {
+        let entry = entry.map_err(|e| StorageError::io("read directory", dir, e))?;
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            sync_tree(&entry.path())?;
+        }
+    }
+    sync_dir(dir)
 }
 
 fn sync_dir(dir: &Path) -> Result<(), StorageError> {
