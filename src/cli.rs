@@ -218,6 +218,8 @@ fn serve(config: Config) -> Result<(), CliError> {
         storage,
         verifier: Verifier::from_config(&config.auth)?,
         body_limit: config.server.body_limit,
+        metrics: crate::metrics::Metrics::new(),
+        metrics_require_token: config.metrics.require_token,
     };
     let listener = TcpListener::bind(&config.server.bind)
         .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;
@@ -231,7 +233,11 @@ fn serve(config: Config) -> Result<(), CliError> {
     };
     tracing::info!(%addr, data_dir = %config.storage.data_dir.display(), "planfiles listening");
     actix_web::rt::System::new()
-        .block_on(async move { http::serve(state, listener, &options)?.await })
+        .block_on(async move {
+            let server = http::serve(state, listener, &options)?;
+            http::stop_on_signals(server.handle());
+            server.await
+        })
         .map_err(|e| CliError::Io(format!("server: {e}")))?;
     tracing::info!("planfiles stopped");
     Ok(())

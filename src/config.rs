@@ -10,6 +10,14 @@ pub struct Config {
     pub auth: AuthConfig,
     pub commit: CommitConfig,
     pub log: LogConfig,
+    pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// When true, `/metrics` needs a token with the permission `planfiles.metrics.read`.
+    pub require_token: bool,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]

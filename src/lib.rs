@@ -4,5 +4,6 @@ pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod http;
+pub mod metrics;
 pub mod storage;
 pub mod telemetry;

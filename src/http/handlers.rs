@@ -59,7 +59,12 @@ pub async fn put_integration(
         )
         .await?;
     let mut res = views::integration(&Stored::Valid(doc), &[], outcome.blob, Some(outcome.commit));
-    res.extensions_mut().insert(WrittenCommit(outcome.commit));
+    res.extensions_mut().insert(WrittenCommit {
+        commit: outcome.commit,
+        file,
+        changed: outcome.changed,
+        forced: outcome.forced,
+    });
     Ok(res)
 }
 
@@ -94,7 +99,12 @@ pub async fn put_configuration(
         )
         .await?;
     let mut res = views::configuration(&Stored::Valid(doc), outcome.blob, Some(outcome.commit));
-    res.extensions_mut().insert(WrittenCommit(outcome.commit));
+    res.extensions_mut().insert(WrittenCommit {
+        commit: outcome.commit,
+        file,
+        changed: outcome.changed,
+        forced: outcome.forced,
+    });
     Ok(res)
 }
 

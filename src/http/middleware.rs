@@ -1,18 +1,25 @@
 //! Request middleware: `X-Request-Id`, finishing problem+json bodies, and the request log line.
 use super::problem::Problem;
-use crate::domain::{CommitId, RequestId, TenantId};
+use super::AppState;
+use crate::domain::{CommitId, PlanFile, RequestId, TenantId};
 use actix_web::body::{BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
+use actix_web::web;
 use actix_web::HttpMessage;
 use std::time::Instant;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
-/// The commit a write made, left on the response by the handler for the log line.
+/// What a write did, left on the response by the handler for the log line and metrics.
 #[derive(Debug, Clone, Copy)]
-pub struct WrittenCommit(pub CommitId);
+pub struct WrittenCommit {
+    pub commit: CommitId,
+    pub file: PlanFile,
+    pub changed: bool,
+    pub forced: bool,
+}
 
 pub async fn request_context(
     req: ServiceRequest,
@@ -32,11 +39,8 @@ pub async fn request_context(
 
     let res = next.call(req).await?;
     let status = res.status();
-    let commit = res
-        .response()
-        .extensions()
-        .get::<WrittenCommit>()
-        .map(|c| c.0.to_string());
+    let written = res.response().extensions().get::<WrittenCommit>().copied();
+    let commit = written.filter(|w| w.changed).map(|w| w.commit.to_string());
     let tenant = res
         .request()
         .extensions()
@@ -48,6 +52,21 @@ pub async fn request_context(
         }
     }
     let problem = res.response().extensions().get::<Problem>().cloned();
+    if let Some(state) = res.request().app_data::<web::Data<AppState>>() {
+        let route = res
+            .request()
+            .match_pattern()
+            .unwrap_or_else(|| "unmatched".into());
+        record(
+            state,
+            &route,
+            method.as_str(),
+            status.as_u16(),
+            started.elapsed().as_secs_f64(),
+            written,
+            problem.as_ref(),
+        );
+    }
     let mut res = res.map_body(|head, body| match problem {
         Some(mut problem) => {
             problem.request_id = request_id.to_string();
@@ -75,4 +94,39 @@ pub async fn request_context(
         "request"
     );
     Ok(res)
+}
+
+fn record(
+    state: &AppState,
+    route: &str,
+    method: &str,
+    status: u16,
+    seconds: f64,
+    written: Option<WrittenCommit>,
+    problem: Option<&Problem>,
+) {
+    let m = &state.metrics;
+    m.http_requests
+        .with_label_values(&[route, method, &status.to_string()])
+        .inc();
+    m.http_latency
+        .with_label_values(&[route, method])
+        .observe(seconds);
+    if let Some(w) = written.filter(|w| w.changed) {
+        m.commits.with_label_values(&[w.file.label()]).inc();
+        if w.forced {
+            m.forced_writes.with_label_values(&[w.file.label()]).inc();
+        }
+    }
+    let file = if route.contains("integration") {
+        "integration"
+    } else {
+        "configuration"
+    };
+    match problem.map(|p| p.code) {
+        Some("sha_mismatch") => m.conflicts.with_label_values(&[file, "409"]).inc(),
+        Some("precondition_failed") => m.conflicts.with_label_values(&[file, "412"]).inc(),
+        Some("internal_error") => m.internal_errors.inc(),
+        _ => {}
+    }
 }

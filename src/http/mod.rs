@@ -2,12 +2,14 @@
 mod body;
 mod handlers;
 mod middleware;
+mod ops;
 mod problem;
 mod views;
 
 pub use problem::{problem_type, ApiError};
 
 use crate::auth::{Principal, Verifier};
+use crate::metrics::Metrics;
 use crate::storage::Storage;
 use actix_web::dev::{Payload, Server};
 use actix_web::{middleware::from_fn, web, App, FromRequest, HttpRequest, HttpServer};
@@ -21,6 +23,9 @@ pub struct AppState {
     pub storage: Storage,
     pub verifier: Verifier,
     pub body_limit: usize,
+    pub metrics: Metrics,
+    /// When true, `/metrics` needs a token with `planfiles.metrics.read`.
+    pub metrics_require_token: bool,
 }
 
 /// Server settings that are not part of the application state.
@@ -33,18 +38,21 @@ pub struct ServerOptions {
 
 /// Adds the routes of the service to an app.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/plans/integration-file")
-            .route(web::get().to(handlers::get_integration))
-            .route(web::put().to(handlers::put_integration))
-            .default_service(web::to(handlers::get_put_only)),
-    )
-    .service(
-        web::resource("/plans/configuration-file")
-            .route(web::get().to(handlers::get_configuration))
-            .route(web::put().to(handlers::put_configuration))
-            .default_service(web::to(handlers::get_put_only)),
-    );
+    cfg.route("/healthz", web::get().to(ops::healthz))
+        .route("/readyz", web::get().to(ops::readyz))
+        .route("/metrics", web::get().to(ops::metrics))
+        .service(
+            web::resource("/plans/integration-file")
+                .route(web::get().to(handlers::get_integration))
+                .route(web::put().to(handlers::put_integration))
+                .default_service(web::to(handlers::get_put_only)),
+        )
+        .service(
+            web::resource("/plans/configuration-file")
+                .route(web::get().to(handlers::get_configuration))
+                .route(web::put().to(handlers::put_configuration))
+                .default_service(web::to(handlers::get_put_only)),
+        );
 }
 
 /// Builds the server on an already bound listener (port 0 works: ask the listener its port).
@@ -61,6 +69,7 @@ pub fn serve(
             .configure(routes)
             .default_service(web::to(handlers::not_found))
     })
+    .disable_signals()
     .client_request_timeout(options.client_request_timeout)
     .shutdown_timeout(options.shutdown_timeout.as_secs())
     .listen(listener)?;
@@ -68,6 +77,26 @@ pub fn serve(
         server = server.workers(options.workers);
     }
     Ok(server.run())
+}
+
+/// On SIGTERM or SIGINT: stop accepting, let in-flight requests finish, then return.
+pub fn stop_on_signals(handle: actix_web::dev::ServerHandle) {
+    actix_web::rt::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            tracing::error!("cannot install signal handlers");
+            return;
+        };
+        let name = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        tracing::info!(signal = name, "shutting down: finishing in-flight requests");
+        handle.stop(true).await;
+    });
 }
 
 impl FromRequest for Principal {

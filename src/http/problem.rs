@@ -54,6 +54,8 @@ pub enum ApiError {
     Busy(&'static str),
     #[error("no space left to store {0}")]
     StorageFull(&'static str),
+    #[error("not ready: {0}")]
+    NotReady(String),
     /// Anything the client cannot act on. The detail goes to the log, never to the client.
     #[error("internal error: {0}")]
     Internal(String),
@@ -130,6 +132,7 @@ impl ApiError {
                 "storage_full",
                 "Insufficient storage",
             ),
+            NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready", "Not ready"),
             Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",

@@ -158,6 +158,18 @@ impl Storage {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.set_source_hosting(on)
     }
 
+    /// Checks that the tenants directory can be listed and written.
+    pub fn check_ready(&self) -> Result<(), StorageError> {
+        std::fs::read_dir(&self.tenants_dir)
+            .map_err(|e| StorageError::io("list tenants", &self.tenants_dir, e))?;
+        let probe = tempfile::Builder::new()
+            .prefix(".ready-")
+            .tempfile_in(&self.tenants_dir)
+            .map_err(|e| StorageError::io("write a probe file", &self.tenants_dir, e))?;
+        drop(probe);
+        Ok(())
+    }
+
     /// Every tenant, sorted by id. Directories that are not tenant repositories are skipped.
     pub fn list_tenants(&self) -> Result<Vec<TenantSummary>, StorageError> {
         let entries = std::fs::read_dir(&self.tenants_dir)

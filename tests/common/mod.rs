@@ -20,6 +20,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub const SECRET: &str = "test-secret-0123456789abcdef";
 pub const ALL: &[&str] = &["jit.integrations.write", "jit.preferences.write"];
 
+thread_local! {
+    /// Set by a test before `spawn` to start the server with `metrics.require_token`.
+    pub static METRICS_REQUIRE_TOKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn self_metrics_token() -> bool {
+    METRICS_REQUIRE_TOKEN.with(|c| c.get())
+}
+
 pub fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("repos-fixture")
 }
@@ -105,6 +114,8 @@ impl TestApp {
             storage,
             verifier: Verifier::from_config(&auth).unwrap(),
             body_limit: 1024 * 1024,
+            metrics: planfiles::metrics::Metrics::new(),
+            metrics_require_token: self_metrics_token(),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());

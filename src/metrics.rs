@@ -1,0 +1,121 @@
+//! `Metrics`: the service's Prometheus metrics, one registry per running app (prometheus).
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry, TextEncoder,
+};
+
+/// Every metric the service exports. Cheap to clone (the collectors are shared handles).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    pub http_requests: IntCounterVec,
+    pub http_latency: HistogramVec,
+    pub commits: IntCounterVec,
+    pub forced_writes: IntCounterVec,
+    pub conflicts: IntCounterVec,
+    pub internal_errors: IntCounter,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new_custom(Some("planfiles".into()), None).expect("valid prefix");
+        let http_requests = IntCounterVec::new(
+            Opts::new(
+                "http_requests_total",
+                "HTTP requests by route, method and status",
+            ),
+            &["route", "method", "status"],
+        )
+        .expect("valid metric");
+        let http_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "http_request_duration_seconds",
+                "HTTP request latency by route and method",
+            )
+            .buckets(vec![
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
+            ]),
+            &["route", "method"],
+        )
+        .expect("valid metric");
+        let commits = IntCounterVec::new(
+            Opts::new("commits_total", "Commits written, by file"),
+            &["file"],
+        )
+        .expect("valid metric");
+        let forced_writes = IntCounterVec::new(
+            Opts::new(
+                "forced_writes_total",
+                "Commits made without a matching blob-id precondition, by file",
+            ),
+            &["file"],
+        )
+        .expect("valid metric");
+        let conflicts = IntCounterVec::new(
+            Opts::new(
+                "conflicts_total",
+                "Writes refused by a precondition, by file and status (409 or 412)",
+            ),
+            &["file", "status"],
+        )
+        .expect("valid metric");
+        let internal_errors = IntCounter::new(
+            "internal_errors_total",
+            "Requests that failed inside the service (git or I/O errors)",
+        )
+        .expect("valid metric");
+        for c in [
+            Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(http_latency.clone()),
+            Box::new(commits.clone()),
+            Box::new(forced_writes.clone()),
+            Box::new(conflicts.clone()),
+            Box::new(internal_errors.clone()),
+        ] {
+            registry.register(c).expect("metric names are unique");
+        }
+        Self {
+            registry,
+            http_requests,
+            http_latency,
+            commits,
+            forced_writes,
+            conflicts,
+            internal_errors,
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding cannot fail");
+        String::from_utf8(out).expect("the text format is UTF-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_prometheus_text() {
+        let m = Metrics::new();
+        m.commits.with_label_values(&["integration"]).inc();
+        m.http_requests
+            .with_label_values(&["/plans/integration-file", "PUT", "200"])
+            .inc();
+        let text = m.render();
+        assert!(
+            text.contains("planfiles_commits_total{file=\"integration\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE planfiles_http_requests_total counter"));
+    }
+}

@@ -1,0 +1,232 @@
+//! Operations: health, readiness, metrics, graceful shutdown, and the configuration docs.
+mod common;
+
+use common::process::serve;
+use common::{copy_tree, fixture_dir, git_in, problem, token, TestApp, ALL};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+#[tokio::test]
+async fn health_and_readiness_need_no_token() {
+    let app = TestApp::spawn().await;
+    let res = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let res = app.client.get(app.url("/readyz")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    // Without its tenants directory the service is not ready, but still alive.
+    let tenants = app.data_dir.path().join("tenants");
+    std::fs::rename(&tenants, app.data_dir.path().join("moved")).unwrap();
+    let (status, body) = problem(app.client.get(app.url("/readyz")).send().await.unwrap()).await;
+    assert_eq!((status, body["code"].as_str()), (503, Some("not_ready")));
+    assert_eq!(
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    std::fs::rename(app.data_dir.path().join("moved"), &tenants).unwrap();
+    assert_eq!(
+        app.client
+            .get(app.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+fn metric(text: &str, name_and_labels: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn metrics_count_requests_commits_conflicts_and_forced_writes() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    assert_eq!(app.get_integration(&t).await.status(), 200);
+    let sha = app.blob("acme", "integrations.yml");
+    assert_eq!(
+        app.put_integration(&t, &json!({"content": {"a": 1}, "file_sha": sha}))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        app.put_integration(&t, &json!({"content": {"a": 2}, "file_sha": sha}))
+            .await
+            .status(),
+        409
+    );
+    assert_eq!(
+        app.put_integration(&t, &json!({"content": {"a": 3}}))
+            .await
+            .status(),
+        200
+    );
+    let res = app.client.get(app.url("/metrics")).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(res.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = res.text().await.unwrap();
+    let req = |m: &str, s: &str| {
+        metric(&text, &format!("planfiles_http_requests_total{{method=\"{m}\",route=\"/plans/integration-file\",status=\"{s}\"}}"))
+    };
+    assert_eq!(req("GET", "200"), 1.0, "{text}");
+    assert_eq!(req("PUT", "200"), 2.0);
+    assert_eq!(req("PUT", "409"), 1.0);
+    assert_eq!(
+        metric(&text, "planfiles_commits_total{file=\"integration\"}"),
+        2.0
+    );
+    assert_eq!(
+        metric(&text, "planfiles_forced_writes_total{file=\"integration\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "planfiles_conflicts_total{file=\"integration\",status=\"409\"}"
+        ),
+        1.0
+    );
+    assert!(text.contains("planfiles_http_request_duration_seconds_bucket"));
+}
+
+#[tokio::test]
+async fn metrics_can_require_a_token() {
+    common::METRICS_REQUIRE_TOKEN.with(|c| c.set(true));
+    let app = TestApp::spawn().await;
+    common::METRICS_REQUIRE_TOKEN.with(|c| c.set(false));
+    let (status, _) = problem(app.client.get(app.url("/metrics")).send().await.unwrap()).await;
+    assert_eq!(status, 401);
+    let res = app
+        .client
+        .get(app.url("/metrics"))
+        .bearer_auth(token("acme", ALL))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    let res = app
+        .client
+        .get(app.url("/metrics"))
+        .bearer_auth(token("acme", &["planfiles.metrics.read"]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_during_writes_finishes_in_flight_requests_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(
+        &fixture_dir().join("tenants"),
+        &dir.path().join("data/tenants"),
+    );
+    let mut server = serve(dir.path(), &[]);
+    let mut writers = Vec::new();
+    for w in 0..6 {
+        let addr = server.addr.clone();
+        writers.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let t = token("acme", ALL);
+            let mut acknowledged = Vec::new();
+            for i in 0.. {
+                let res = client
+                    .put(format!("{addr}/plans/integration-file"))
+                    .bearer_auth(&t)
+                    .json(&json!({"content": {"w": w, "i": i}}))
+                    .send()
+                    .await;
+                match res {
+                    Ok(r) if r.status() == 200 => {
+                        let body: serde_json::Value = r.json().await.unwrap();
+                        acknowledged.push(body["commit_sha"].as_str().unwrap().to_owned());
+                    }
+                    Ok(r) => panic!("unexpected {}", r.status()),
+                    Err(_) => break,
+                }
+            }
+            acknowledged
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = server.pid().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = tokio::task::spawn_blocking(move || server.wait())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
+    let repo = dir.path().join("data/tenants/acme.git");
+    let mut total = 0;
+    for w in writers {
+        for commit in w.await.unwrap() {
+            total += 1;
+            let ok = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(&repo)
+                .args(["merge-base", "--is-ancestor", &commit, "main"])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "acknowledged {commit} missing after shutdown");
+        }
+    }
+    assert!(total > 0);
+    git_in(&repo, &["fsck", "--strict", "--no-dangling"]);
+}
+
+/// The README's configuration reference and `config.toml` list the same keys.
+#[test]
+fn readme_configuration_reference_matches_config_toml() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let documented: BTreeSet<String> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`').map(|(k, _)| k.to_owned()))
+        .filter(|k| k.contains('.') && !k.starts_with("PLANFILES_"))
+        .collect();
+    // Keys present in config.toml, including those shown commented out.
+    let text = std::fs::read_to_string(root.join("config.toml")).unwrap();
+    let mut keys = BTreeSet::new();
+    let mut section = String::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = s.to_owned();
+            continue;
+        }
+        let line = line
+            .strip_prefix("# ")
+            .filter(|l| l.contains(" = \"") || l.contains(" = "))
+            .unwrap_or(line);
+        if let Some((key, _)) = line.split_once(" = ") {
+            if !key.contains(' ') && !key.starts_with('#') {
+                keys.insert(format!("{section}.{key}"));
+            }
+        }
+    }
+    assert_eq!(
+        documented, keys,
+        "README configuration table vs config.toml"
+    );
+    // And config.toml parses into the service's config.
+    planfiles::config::Config::from_file(&root.join("config.toml")).unwrap();
+}
