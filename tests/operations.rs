@@ -230,3 +230,105 @@ fn readme_configuration_reference_matches_config_toml() {
     // And config.toml parses into the service's config.
     planfiles::config::Config::from_file(&root.join("config.toml")).unwrap();
 }
+
+/// `/openapi.json` is a valid OpenAPI 3.1 document that covers every endpoint, header and code.
+#[tokio::test]
+async fn openapi_document_is_valid_and_complete() {
+    let app = TestApp::spawn().await;
+    let res = app
+        .client
+        .get(app.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let text = res.text().await.unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    for (path, methods) in [
+        ("/plans/integration-file", &["get", "put"][..]),
+        ("/plans/configuration-file", &["get", "put"][..]),
+        ("/healthz", &["get"][..]),
+        ("/readyz", &["get"][..]),
+        ("/metrics", &["get"][..]),
+        ("/openapi.json", &["get"][..]),
+    ] {
+        for m in methods {
+            assert!(doc["paths"][path][m].is_object(), "{m} {path} missing");
+        }
+    }
+    let put = &doc["paths"]["/plans/configuration-file"]["put"];
+    for status in [
+        "200", "400", "401", "403", "404", "409", "412", "413", "415", "422", "428", "503", "507",
+    ] {
+        assert!(
+            put["responses"][status].is_object(),
+            "PUT configuration: {status} undocumented"
+        );
+    }
+    assert!(put["responses"]["200"]["headers"]["ETag"].is_object());
+    let params: Vec<&str> = put["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(params.contains(&"If-Match") && params.contains(&"X-Request-Id"));
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    // Every problem code the service answers is in the README's table.
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    for code in [
+        "invalid_json",
+        "invalid_file_sha",
+        "file_sha_not_allowed",
+        "unauthorized",
+        "invalid_token",
+        "insufficient_scope",
+        "tenant_not_found",
+        "not_found",
+        "method_not_allowed",
+        "sha_mismatch",
+        "precondition_failed",
+        "payload_too_large",
+        "unsupported_media_type",
+        "invalid_content",
+        "precondition_required",
+        "internal_error",
+        "busy",
+        "storage_full",
+        "not_ready",
+    ] {
+        assert!(
+            readme.contains(&format!("`{code}`")),
+            "{code} not documented"
+        );
+    }
+    // A real validator, where one is installed (CI installs it).
+    let path = app.data_dir.path().join("openapi.json");
+    std::fs::write(&path, &text).unwrap();
+    match std::process::Command::new("python3")
+        .args(["-m", "openapi_spec_validator"])
+        .arg(&path)
+        .output()
+    {
+        Ok(out) if out.status.success() => {}
+        Ok(out) if String::from_utf8_lossy(&out.stderr).contains("No module named") => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must have openapi-spec-validator"
+            );
+            eprintln!("skipping openapi-spec-validator: not installed (pip install openapi-spec-validator)");
+        }
+        Ok(out) => panic!(
+            "invalid OpenAPI: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => eprintln!("skipping openapi-spec-validator: {e}"),
+    }
+}

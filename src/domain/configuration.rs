@@ -68,6 +68,10 @@ impl ConfigurationDoc {
     pub fn raw(&self) -> &str {
         &self.raw
     }
+
+    pub fn into_content(self) -> Mapping {
+        self.content
+    }
 }
 
 fn check_shape(map: &Mapping, at: &str) -> Result<(), ContentError> {

@@ -107,26 +107,29 @@ fn is_json(req: &HttpRequest) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
-/// The `If-Match` header: `*` or a list of entity tags (weak tags never match).
+/// The `If-Match` header: `*` or a list of entity tags (weak tags never match). An empty
+/// header counts as absent.
 pub fn if_match(req: &HttpRequest) -> Option<IfMatch> {
     let values: Vec<&str> = req
         .headers()
         .get_all(header::IF_MATCH)
-        .map(|v| v.to_str().unwrap_or(""))
+        .map(|v| v.to_str().unwrap_or("\u{0}"))
         .collect();
-    if values.is_empty() {
-        return None;
-    }
     if values.iter().any(|v| v.trim() == "*") {
         return Some(IfMatch::Any);
     }
-    let tags = values
+    let tags: Vec<String> = values
         .iter()
         .flat_map(|v| v.split(','))
         .map(str::trim)
+        .filter(|t| !t.is_empty())
         .filter(|t| !t.starts_with("W/"))
         .map(|t| t.trim_matches('"').to_ascii_lowercase())
         .collect();
+    let only_weak = tags.is_empty() && values.iter().any(|v| v.contains("W/"));
+    if tags.is_empty() && !only_weak {
+        return None;
+    }
     Some(IfMatch::Tags(tags))
 }
 
@@ -178,5 +181,26 @@ mod tests {
                 Err(ApiError::InvalidFileSha(_))
             ));
         }
+    }
+
+    #[test]
+    fn if_match_parsing() {
+        use actix_web::test::TestRequest;
+        let parse = |values: &[&str]| {
+            let mut req = TestRequest::default();
+            for v in values {
+                req = req.append_header((header::IF_MATCH, *v));
+            }
+            if_match(&req.to_http_request())
+        };
+        assert!(parse(&[]).is_none());
+        assert!(parse(&[""]).is_none(), "an empty If-Match counts as absent");
+        assert!(matches!(parse(&["*"]), Some(IfMatch::Any)));
+        let Some(IfMatch::Tags(tags)) = parse(&["\"ABC\", \"def\"", "W/\"weak\""]) else {
+            panic!()
+        };
+        assert_eq!(tags, ["abc", "def"]);
+        // Only weak tags: a precondition that can never match.
+        assert!(matches!(parse(&["W/\"x\""]), Some(IfMatch::Tags(t)) if t.is_empty()));
     }
 }

@@ -2,6 +2,8 @@
 use super::body::{self, PutBody};
 use super::middleware::WrittenCommit;
 use super::problem::ApiError;
+use super::problem::Problem;
+use super::schema::{ConfigurationFile, IntegrationFile, PutConfigurationFile, PutIntegrationFile};
 use super::{views, AppState};
 use crate::auth::Principal;
 use crate::domain::{ConfigurationDoc, IntegrationDoc, PlanFile, RequestId, Stored};
@@ -10,25 +12,86 @@ use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
 type Reply = Result<HttpResponse, ApiError>;
 
+#[utoipa::path(
+    get,
+    path = "/plans/integration-file",
+    tag = "plans",
+    description = "Read the integration file.",
+    params(("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]")),
+    responses(
+        (status = 200, description = "The current file", body = IntegrationFile,
+            headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks jit.integrations.read (or the write permission)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn get_integration(state: web::Data<AppState>, who: Principal) -> Reply {
     let file = PlanFile::Integration;
     let snap = state.read(&who, file).await?;
     require(who.can_read(file), file.read_permission())?;
     let stored = IntegrationDoc::from_stored(&snap.bytes);
-    Ok(views::integration(&stored, &snap.bytes, snap.blob, None))
+    Ok(views::integration(stored, &snap.bytes, snap.blob, None))
 }
 
+#[utoipa::path(
+    get,
+    path = "/plans/configuration-file",
+    tag = "plans",
+    description = "Read the configuration file.",
+    params(("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]")),
+    responses(
+        (status = 200, description = "The current file", body = ConfigurationFile,
+            headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks jit.preferences.read (or the write permission)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn get_configuration(state: web::Data<AppState>, who: Principal) -> Reply {
     let file = PlanFile::Configuration;
     let snap = state.read(&who, file).await?;
     require(who.can_read(file), file.read_permission())?;
     Ok(views::configuration(
-        &ConfigurationDoc::from_stored(&snap.bytes),
+        ConfigurationDoc::from_stored(&snap.bytes),
         snap.blob,
         None,
     ))
 }
 
+#[utoipa::path(
+    put,
+    path = "/plans/integration-file",
+    tag = "plans",
+    description = "Replace the integration file. file_sha only for tenants with source hosting; without it the write is forced.",
+    request_body(content = PutIntegrationFile, content_type = "application/json"),
+    params(
+        ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
+        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
+    ),
+    responses(
+        (status = 200, description = "Written (or unchanged): the new state and commit_sha", body = IntegrationFile,
+            headers(("ETag" = String, description = "The new blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+        (status = 400, description = "invalid_json, invalid_file_sha or file_sha_not_allowed", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks jit.integrations.write", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "sha_mismatch: the file changed since it was read (current_sha)", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid_content, with the JSON pointer of the first bad element", body = Problem, content_type = "application/problem+json"),
+        (status = 428, description = "precondition_required: no file_sha and no If-Match", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: the branch kept moving; retry", body = Problem, content_type = "application/problem+json"),
+        (status = 507, description = "storage_full: no space left on the data volume", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn put_integration(
     state: web::Data<AppState>,
     who: Principal,
@@ -58,7 +121,7 @@ pub async fn put_integration(
             preconditions,
         )
         .await?;
-    let mut res = views::integration(&Stored::Valid(doc), &[], outcome.blob, Some(outcome.commit));
+    let mut res = views::integration(Stored::Valid(doc), &[], outcome.blob, Some(outcome.commit));
     res.extensions_mut().insert(WrittenCommit {
         commit: outcome.commit,
         file,
@@ -68,6 +131,35 @@ pub async fn put_integration(
     Ok(res)
 }
 
+#[utoipa::path(
+    put,
+    path = "/plans/configuration-file",
+    tag = "plans",
+    description = "Replace the configuration file. file_sha (or If-Match) is required; a commit hash from the tenant's history forces the update.",
+    request_body(content = PutConfigurationFile, content_type = "application/json"),
+    params(
+        ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
+        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
+    ),
+    responses(
+        (status = 200, description = "Written (or unchanged): the new state and commit_sha", body = ConfigurationFile,
+            headers(("ETag" = String, description = "The new blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+        (status = 400, description = "invalid_json, invalid_file_sha or file_sha_not_allowed", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks jit.preferences.write", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "sha_mismatch: the file changed since it was read (current_sha)", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid_content, with the JSON pointer of the first bad element", body = Problem, content_type = "application/problem+json"),
+        (status = 428, description = "precondition_required: no file_sha and no If-Match", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: the branch kept moving; retry", body = Problem, content_type = "application/problem+json"),
+        (status = 507, description = "storage_full: no space left on the data volume", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn put_configuration(
     state: web::Data<AppState>,
     who: Principal,
@@ -98,7 +190,7 @@ pub async fn put_configuration(
             preconditions,
         )
         .await?;
-    let mut res = views::configuration(&Stored::Valid(doc), outcome.blob, Some(outcome.commit));
+    let mut res = views::configuration(Stored::Valid(doc), outcome.blob, Some(outcome.commit));
     res.extensions_mut().insert(WrittenCommit {
         commit: outcome.commit,
         file,
@@ -118,6 +210,10 @@ fn require(granted: bool, permission: &'static str) -> Result<(), ApiError> {
 
 pub async fn not_found(req: HttpRequest) -> Reply {
     Err(ApiError::NotFound(req.path().to_owned()))
+}
+
+pub async fn get_only() -> Reply {
+    Err(ApiError::MethodNotAllowed("GET"))
 }
 
 pub async fn get_put_only() -> Reply {

@@ -2,10 +2,13 @@
 mod body;
 mod handlers;
 mod middleware;
+mod openapi;
 mod ops;
 mod problem;
+mod schema;
 mod views;
 
+pub use openapi::document as openapi_document;
 pub use problem::{problem_type, ApiError};
 
 use crate::auth::{Principal, Verifier};
@@ -38,21 +41,30 @@ pub struct ServerOptions {
 
 /// Adds the routes of the service to an app.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(ops::healthz))
-        .route("/readyz", web::get().to(ops::readyz))
-        .route("/metrics", web::get().to(ops::metrics))
-        .service(
-            web::resource("/plans/integration-file")
-                .route(web::get().to(handlers::get_integration))
-                .route(web::put().to(handlers::put_integration))
-                .default_service(web::to(handlers::get_put_only)),
-        )
-        .service(
-            web::resource("/plans/configuration-file")
-                .route(web::get().to(handlers::get_configuration))
-                .route(web::put().to(handlers::put_configuration))
-                .default_service(web::to(handlers::get_put_only)),
+    for (path, handler) in [
+        ("/healthz", web::get().to(ops::healthz)),
+        ("/readyz", web::get().to(ops::readyz)),
+        ("/metrics", web::get().to(ops::metrics)),
+        ("/openapi.json", web::get().to(ops::openapi)),
+    ] {
+        cfg.service(
+            web::resource(path)
+                .route(handler)
+                .default_service(web::to(handlers::get_only)),
         );
+    }
+    cfg.service(
+        web::resource("/plans/integration-file")
+            .route(web::get().to(handlers::get_integration))
+            .route(web::put().to(handlers::put_integration))
+            .default_service(web::to(handlers::get_put_only)),
+    )
+    .service(
+        web::resource("/plans/configuration-file")
+            .route(web::get().to(handlers::get_configuration))
+            .route(web::put().to(handlers::put_configuration))
+            .default_service(web::to(handlers::get_put_only)),
+    );
 }
 
 /// Builds the server on an already bound listener (port 0 works: ask the listener its port).

@@ -1,25 +1,39 @@
 //! Operations endpoints: `/healthz`, `/readyz` and `/metrics`.
-use super::problem::ApiError;
+use super::problem::{ApiError, Problem};
+use super::schema::Health;
 use super::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 
 /// 200 while the process is up.
+#[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
+    responses((status = 200, description = "The process is up", body = Health)))]
 pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({"status": "ok"}))
+    HttpResponse::Ok().json(Health { status: "ok" })
 }
 
 /// 200 when the data directory is readable and writable, else 503.
+#[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
+    responses(
+        (status = 200, description = "Ready", body = Health),
+        (status = 503, description = "not_ready: the data directory cannot be listed or written", body = Problem, content_type = "application/problem+json"),
+    ))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let storage = state.storage.clone();
     match web::block(move || storage.check_ready()).await {
-        Ok(Ok(())) => Ok(HttpResponse::Ok().json(serde_json::json!({"status": "ready"}))),
+        Ok(Ok(())) => Ok(HttpResponse::Ok().json(Health { status: "ready" })),
         Ok(Err(e)) => Err(ApiError::NotReady(e.to_string())),
         Err(e) => Err(ApiError::NotReady(e.to_string())),
     }
 }
 
 /// Prometheus text format. Needs a token with `planfiles.metrics.read` when configured so.
+#[utoipa::path(get, path = "/metrics", tag = "operations", security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Prometheus text exposition format", body = String, content_type = "text/plain"),
+        (status = 401, description = "metrics.require_token is on and no valid token was sent", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks planfiles.metrics.read", body = Problem, content_type = "application/problem+json"),
+    ))]
 pub async fn metrics(
     state: web::Data<AppState>,
     req: HttpRequest,
@@ -43,3 +57,10 @@ pub async fn metrics(
 }
 
 pub const METRICS_PERMISSION: &str = "planfiles.metrics.read";
+
+/// The OpenAPI 3.1 document of this service.
+#[utoipa::path(get, path = "/openapi.json", tag = "operations", security(()),
+    responses((status = 200, description = "This document", content_type = "application/json")))]
+pub async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().json(super::openapi::document())
+}

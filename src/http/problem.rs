@@ -6,16 +6,19 @@ use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 
-/// The body of an error response, finished with the request id by the middleware.
-#[derive(Debug, Clone, Serialize)]
+/// An error (RFC 9457 problem details), finished with the request id by the middleware.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Problem {
     #[serde(rename = "type")]
+    #[schema(rename = "type")]
     pub kind: String,
     pub title: &'static str,
     pub status: u16,
     pub detail: String,
     pub code: &'static str,
+    /// On 409 and 412: the current blob id of the file.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
     pub current_sha: Option<BlobId>,
     pub request_id: String,
 }

@@ -1,59 +1,69 @@
 //! Response bodies: what a GET or PUT answers for each file, valid or broken.
-use crate::domain::{BlobId, CommitId};
-use crate::domain::{ConfigurationDoc, IntegrationDoc, Stored};
+use super::schema::{ConfigurationFile, FileStatus, IntegrationFile};
+use crate::domain::yaml::Mapping;
+use crate::domain::{BlobId, CommitId, ConfigurationDoc, IntegrationDoc, Stored};
 use actix_web::http::header;
 use actix_web::HttpResponse;
-use serde_json::{json, Value};
 
 pub fn integration(
-    stored: &Stored<IntegrationDoc>,
+    stored: Stored<IntegrationDoc>,
     raw: &[u8],
     sha: BlobId,
     commit: Option<CommitId>,
 ) -> HttpResponse {
-    let mut body = match stored {
-        Stored::Valid(doc) => json!({
-            "content": doc.content(),
-            "raw_content": doc.raw(),
-            "file_sha": sha,
-            "status": "valid",
-            "vendor_response": {},
-        }),
-        Stored::Invalid { content, errors } => json!({
-            "content": content,
-            "raw_content": String::from_utf8_lossy(raw),
-            "file_sha": sha,
-            "status": "invalid",
-            "vendor_response": {},
-            "validation_errors": errors,
-        }),
+    let body = match stored {
+        Stored::Valid(doc) => {
+            let (content, raw_content) = doc.into_parts();
+            IntegrationFile {
+                content,
+                raw_content,
+                file_sha: sha,
+                status: FileStatus::Valid,
+                vendor_response: Mapping::new(),
+                validation_errors: None,
+                commit_sha: commit,
+            }
+        }
+        Stored::Invalid { content, errors } => IntegrationFile {
+            content,
+            raw_content: String::from_utf8_lossy(raw).into_owned(),
+            file_sha: sha,
+            status: FileStatus::Invalid,
+            vendor_response: Mapping::new(),
+            validation_errors: Some(errors),
+            commit_sha: commit,
+        },
     };
-    respond(&mut body, sha, commit)
+    respond(&body, sha)
 }
 
 pub fn configuration(
-    stored: &Stored<ConfigurationDoc>,
+    stored: Stored<ConfigurationDoc>,
     sha: BlobId,
     commit: Option<CommitId>,
 ) -> HttpResponse {
-    let mut body = match stored {
-        Stored::Valid(doc) => json!({ "content": doc.content(), "sha": sha }),
-        Stored::Invalid { content, errors } => json!({
-            "content": content,
-            "sha": sha,
-            "status": "invalid",
-            "validation_errors": errors,
-        }),
+    let body = match stored {
+        Stored::Valid(doc) => ConfigurationFile {
+            content: doc.into_content(),
+            sha,
+            status: None,
+            validation_errors: None,
+            commit_sha: commit,
+        },
+        Stored::Invalid { content, errors } => ConfigurationFile {
+            content,
+            sha,
+            status: Some(FileStatus::Invalid),
+            validation_errors: Some(errors),
+            commit_sha: commit,
+        },
     };
-    respond(&mut body, sha, commit)
+    respond(&body, sha)
 }
 
-fn respond(body: &mut Value, sha: BlobId, commit: Option<CommitId>) -> HttpResponse {
-    if let (Some(commit), Value::Object(map)) = (commit, &mut *body) {
-        map.insert("commit_sha".into(), json!(commit));
-    }
+fn respond(body: &impl serde::Serialize, sha: BlobId) -> HttpResponse {
     HttpResponse::Ok()
         .insert_header((header::ETAG, format!("\"{sha}\"")))
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(&*body)
+        .json(body)
 }

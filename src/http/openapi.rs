@@ -1,0 +1,56 @@
+//! The OpenAPI 3.1 document, generated from the handlers' annotations and the body types (utoipa).
+use super::problem::Problem;
+use super::schema::{
+    ConfigurationContent, ConfigurationFile, FileStatus, Folder, Health, IntegrationFile,
+    PutConfigurationFile, PutIntegrationFile,
+};
+use super::{handlers, ops};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "planfiles",
+        description = "Per-tenant integration and configuration files kept in bare git repositories. \
+            The hash of a file is its git blob id; every write is a commit."
+    ),
+    paths(
+        handlers::get_integration,
+        handlers::put_integration,
+        handlers::get_configuration,
+        handlers::put_configuration,
+        ops::healthz,
+        ops::readyz,
+        ops::metrics,
+        ops::openapi,
+    ),
+    components(schemas(
+        IntegrationFile, ConfigurationFile, PutIntegrationFile, PutConfigurationFile,
+        ConfigurationContent, Folder, FileStatus, Problem, Health
+    )),
+    modifiers(&BearerJwt),
+)]
+struct ApiDoc;
+
+struct BearerJwt;
+
+impl Modify for BearerJwt {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The document served at `/openapi.json`.
+pub fn document() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}

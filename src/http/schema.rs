@@ -1,0 +1,121 @@
+//! The JSON bodies of the API as types: responses are serialized from them and the OpenAPI
+//! document is generated from them, so the two cannot drift apart.
+use crate::domain::yaml::Mapping;
+use crate::domain::{BlobId, CommitId};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// Whether a stored file could be read as a valid document.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FileStatus {
+    Valid,
+    Invalid,
+}
+
+/// The integration file (GET), or its new state (PUT, with `commit_sha`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct IntegrationFile {
+    /// The parsed integration configuration; keys are integration names. `{}` when invalid.
+    #[schema(value_type = Object)]
+    pub content: Mapping,
+    /// The stored YAML text, byte for byte.
+    pub raw_content: String,
+    /// The git blob id of the file.
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub file_sha: BlobId,
+    pub status: FileStatus,
+    /// Extra information from the integration vendor.
+    #[schema(value_type = Object)]
+    pub vendor_response: Mapping,
+    /// Why a stored file is invalid (only when `status` is `invalid`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validation_errors: Option<Vec<String>>,
+    /// The head of `main` after a PUT.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: Option<CommitId>,
+}
+
+/// The configuration file (GET), or its new state (PUT, with `commit_sha`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConfigurationFile {
+    /// `{folders: [{path, exclude}], ...}`; `{}` when the stored file is not a mapping.
+    #[schema(value_type = Object)]
+    pub content: Mapping,
+    /// The git blob id of the file.
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub sha: BlobId,
+    /// Present only for a stored file that is invalid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<FileStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub validation_errors: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: Option<CommitId>,
+}
+
+/// The new integration configuration: a mapping, or YAML text whose top level is a mapping.
+fn integration_content() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Object)
+                .description(Some("the configuration as a mapping")),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .description(Some("YAML text whose top level is a mapping")),
+        )
+        .build()
+        .into()
+}
+
+/// Body of `PUT /plans/integration-file`. (Documents the body; the handler parses it field by
+/// field for precise error codes.)
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct PutIntegrationFile {
+    #[schema(schema_with = integration_content)]
+    pub content: Value,
+    /// Only for tenants with source hosting: the blob id from the last read. Omit to force.
+    #[schema(nullable, pattern = "^[0-9a-fA-F]{40}$")]
+    pub file_sha: Option<String>,
+}
+
+/// One folder rule of the configuration file. Other keys are kept.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct Folder {
+    #[schema(min_length = 1)]
+    pub path: String,
+    pub exclude: Option<Vec<String>>,
+}
+
+/// The configuration document. Other keys are kept as they are.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct ConfigurationContent {
+    pub folders: Option<Vec<Folder>>,
+}
+
+/// Body of `PUT /plans/configuration-file`.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct PutConfigurationFile {
+    pub payload: ConfigurationContent,
+    /// The sha from the last read, or a commit in the tenant's history to force the update.
+    /// (An `If-Match` header may stand in for it.)
+    #[schema(pattern = "^[0-9a-fA-F]{40}$")]
+    pub file_sha: String,
+}
+
+/// Body of `/healthz` and `/readyz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    pub status: &'static str,
+}
