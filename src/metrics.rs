@@ -12,7 +12,7 @@ pub struct Metrics {
     pub commits: IntCounterVec,
     pub forced_writes: IntCounterVec,
     pub conflicts: IntCounterVec,
-    pub internal_errors: IntCounter,
+    pub git_errors: IntCounter,
 }
 
 impl Metrics {
@@ -58,9 +58,9 @@ impl Metrics {
             &["file", "status"],
         )
         .expect("valid metric");
-        let internal_errors = IntCounter::new(
-            "internal_errors_total",
-            "Requests that failed inside the service (git or I/O errors)",
+        let git_errors = IntCounter::new(
+            "git_errors_total",
+            "Requests that failed in git or file I/O (answered 500)",
         )
         .expect("valid metric");
         for c in [
@@ -69,7 +69,7 @@ impl Metrics {
             Box::new(commits.clone()),
             Box::new(forced_writes.clone()),
             Box::new(conflicts.clone()),
-            Box::new(internal_errors.clone()),
+            Box::new(git_errors.clone()),
         ] {
             registry.register(c).expect("metric names are unique");
         }
@@ -80,7 +80,7 @@ impl Metrics {
             commits,
             forced_writes,
             conflicts,
-            internal_errors,
+            git_errors,
         }
     }
 

@@ -332,3 +332,72 @@ async fn openapi_document_is_valid_and_complete() {
         Err(e) => eprintln!("skipping openapi-spec-validator: {e}"),
     }
 }
+
+/// Tokens and the JWT secret never reach the log, in text or JSON format, whatever the request.
+#[tokio::test]
+async fn tokens_and_secrets_never_appear_in_logs() {
+    for format in ["json", "text"] {
+        let dir = tempfile::tempdir().unwrap();
+        copy_tree(
+            &fixture_dir().join("tenants"),
+            &dir.path().join("data/tenants"),
+        );
+        let server = serve(
+            dir.path(),
+            &[("PLANFILES_LOG_FORMAT", format), ("PLANFILES_LOG", "trace")],
+        );
+        let client = reqwest::Client::new();
+        let good = token("acme", ALL);
+        let forged = format!("{}x", &good[..good.len() - 1]);
+        let expired = common::sign_hs256(
+            common::SECRET,
+            &json!({"alg": "HS256"}),
+            &json!({"tenant_id": "acme", "exp": 1, "permissions": ALL}),
+        );
+        for t in [&good, &forged, &expired] {
+            let _ = client
+                .get(server.url("/plans/integration-file"))
+                .bearer_auth(t)
+                .send()
+                .await
+                .unwrap();
+            let _ = client
+                .put(server.url("/plans/integration-file"))
+                .bearer_auth(t)
+                .json(&json!({"content": {"a": 1}}))
+                .send()
+                .await
+                .unwrap();
+            let _ = client
+                .get(server.url(&format!("/plans/integration-file?access_token={t}")))
+                .send()
+                .await
+                .unwrap();
+            let _ = client
+                .get(server.url("/metrics"))
+                .bearer_auth(t)
+                .send()
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let log = server.log.lock().unwrap().join("\n");
+        assert!(log.contains("request"), "no request lines were logged");
+        // A JWT's signature alone identifies it; its header and payload are shared with others.
+        for t in [&good, &forged, &expired] {
+            let signature = t.rsplit('.').next().unwrap();
+            assert!(
+                !log.contains(signature),
+                "{format}: a token signature is in the log"
+            );
+        }
+        assert!(
+            !log.contains(common::SECRET),
+            "{format}: the JWT secret is in the log"
+        );
+        assert!(
+            !log.contains("access_token"),
+            "{format}: a query string is in the log"
+        );
+    }
+}

@@ -126,7 +126,7 @@ fn record(
     match problem.map(|p| p.code) {
         Some("sha_mismatch") => m.conflicts.with_label_values(&[file, "409"]).inc(),
         Some("precondition_failed") => m.conflicts.with_label_values(&[file, "412"]).inc(),
-        Some("internal_error") => m.internal_errors.inc(),
+        Some("internal_error") => m.git_errors.inc(),
         _ => {}
     }
 }

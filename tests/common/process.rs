@@ -1,6 +1,7 @@
 //! The real binary as a child process: `planfiles serve` on a random port, killed on drop.
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
+
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
@@ -47,6 +48,16 @@ impl Drop for Server {
     }
 }
 
+/// The address in the "planfiles listening" line, in either log format.
+fn listening_addr(line: &str) -> Option<String> {
+    if let Ok(v) = serde_json::from_str::<Value>(line) {
+        return (v["message"] == "planfiles listening")
+            .then(|| v["addr"].as_str().unwrap().to_owned());
+    }
+    let rest = line.split_once("planfiles listening addr=")?.1;
+    Some(rest.split_whitespace().next()?.to_owned())
+}
+
 /// Starts the binary on a random port and waits for its "listening" line.
 pub fn serve(dir: &Path, extra_env: &[(&str, &str)]) -> Server {
     let mut cmd = planfiles(dir);
@@ -59,7 +70,11 @@ pub fn serve(dir: &Path, extra_env: &[(&str, &str)]) -> Server {
     }
     let mut child = cmd.arg("serve").spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
+    // Raw lines, decoded lossily: a reader that stopped at the first non-UTF-8 line would let
+    // the pipe fill up and block the server.
+    let mut lines = BufReader::new(stderr)
+        .split(b'\n')
+        .map(|l| l.map(|bytes| String::from_utf8_lossy(&bytes).into_owned()));
     let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let addr = loop {
         let line = lines
@@ -67,11 +82,8 @@ pub fn serve(dir: &Path, extra_env: &[(&str, &str)]) -> Server {
             .expect("server exited before listening")
             .unwrap();
         log.lock().unwrap().push(line.clone());
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if v["message"] == "planfiles listening" {
-            break v["addr"].as_str().unwrap().to_owned();
+        if let Some(addr) = listening_addr(&line) {
+            break addr;
         }
     };
     let sink = log.clone();
