@@ -64,7 +64,8 @@ pub async fn read_put_body(
     parse_put_body(&body)
 }
 
-fn parse_put_body(body: &[u8]) -> Result<PutBody, ApiError> {
+/// Parses a complete body (public for the fuzz targets).
+pub fn parse_put_body(body: &[u8]) -> Result<PutBody, ApiError> {
     // The body object is one level above the document.
     let guard = json_guard::scan(body, yaml::MAX_DEPTH + 1);
     let value: Value = match serde_json::from_slice(body) {

@@ -8,6 +8,7 @@ mod problem;
 mod schema;
 mod views;
 
+pub use body::{parse_put_body, PutBody};
 pub use openapi::document as openapi_document;
 pub use problem::{problem_type, ApiError};
 
