@@ -3,37 +3,46 @@ use super::body::{self, PutBody};
 use super::middleware::WrittenCommit;
 use super::problem::ApiError;
 use super::problem::Problem;
+use super::query::ReadQuery;
 use super::schema::{ConfigurationFile, IntegrationFile, PutConfigurationFile, PutIntegrationFile};
 use super::{views, AppState};
 use crate::auth::Principal;
+use crate::domain::CommitId;
 use crate::domain::{ConfigurationDoc, IntegrationDoc, PlanFile, RequestId, Stored};
-use crate::storage::{Preconditions, ShaCheck, WriteRequest};
+use crate::storage::{FileSnapshot, Preconditions, ShaCheck, WriteRequest};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
-type Reply = Result<HttpResponse, ApiError>;
+pub(super) type Reply = Result<HttpResponse, ApiError>;
 
 #[utoipa::path(
     get,
     path = "/plans/integration-file",
     tag = "plans",
     description = "Read the integration file.",
-    params(("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]")),
+    params(
+        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
+        ("ref" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of the tenant's history: read the file as it was there"),
+    ),
     responses(
-        (status = 200, description = "The current file", body = IntegrationFile,
+        (status = 200, description = "The current file (or the file at ref, with commit_sha)", body = IntegrationFile,
             headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+        (status = 400, description = "invalid_query: ref is not a 40-hex commit id", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.integrations.read (or the write permission)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "tenant_not_found, or unknown_ref: ref is not in the tenant's history", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
-pub async fn get_integration(state: web::Data<AppState>, who: Principal) -> Reply {
+pub async fn get_integration(
+    state: web::Data<AppState>,
+    who: Principal,
+    req: HttpRequest,
+) -> Reply {
     let file = PlanFile::Integration;
-    let snap = state.read(&who, file).await?;
-    require(who.can_read(file), file.read_permission())?;
+    let (snap, at) = state.read(&who, &req, file).await?;
     let stored = IntegrationDoc::from_stored(&snap.bytes);
-    Ok(views::integration(stored, &snap.bytes, snap.blob, None))
+    Ok(views::integration(stored, &snap.bytes, snap.blob, at))
 }
 
 #[utoipa::path(
@@ -41,25 +50,32 @@ pub async fn get_integration(state: web::Data<AppState>, who: Principal) -> Repl
     path = "/plans/configuration-file",
     tag = "plans",
     description = "Read the configuration file.",
-    params(("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]")),
+    params(
+        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
+        ("ref" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of the tenant's history: read the file as it was there"),
+    ),
     responses(
-        (status = 200, description = "The current file", body = ConfigurationFile,
+        (status = 200, description = "The current file (or the file at ref, with commit_sha)", body = ConfigurationFile,
             headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+        (status = 400, description = "invalid_query: ref is not a 40-hex commit id", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.preferences.read (or the write permission)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "tenant_not_found, or unknown_ref: ref is not in the tenant's history", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
-pub async fn get_configuration(state: web::Data<AppState>, who: Principal) -> Reply {
+pub async fn get_configuration(
+    state: web::Data<AppState>,
+    who: Principal,
+    req: HttpRequest,
+) -> Reply {
     let file = PlanFile::Configuration;
-    let snap = state.read(&who, file).await?;
-    require(who.can_read(file), file.read_permission())?;
+    let (snap, at) = state.read(&who, &req, file).await?;
     Ok(views::configuration(
         ConfigurationDoc::from_stored(&snap.bytes),
         snap.blob,
-        None,
+        at,
     ))
 }
 
@@ -200,7 +216,7 @@ pub async fn put_configuration(
     Ok(res)
 }
 
-fn require(granted: bool, permission: &'static str) -> Result<(), ApiError> {
+pub(super) fn require(granted: bool, permission: &'static str) -> Result<(), ApiError> {
     if granted {
         Ok(())
     } else {
@@ -221,16 +237,29 @@ pub async fn get_put_only() -> Reply {
 }
 
 impl AppState {
+    /// The file at the head of `main`, or at the commit of a `?ref=` (returned too).
+    /// Checks in order: the tenant exists (404), the read permission (403), the query (400).
     async fn read(
         &self,
         who: &Principal,
+        req: &HttpRequest,
         file: PlanFile,
-    ) -> Result<crate::storage::FileSnapshot, ApiError> {
+    ) -> Result<(FileSnapshot, Option<CommitId>), ApiError> {
+        let query = ReadQuery::parse(req.query_string());
         let (storage, tenant) = (self.storage.clone(), who.tenant().clone());
-        blocking(move || storage.read(&tenant, file), file).await
+        let Ok(ReadQuery { at: Some(at) }) = query else {
+            let snap = blocking(move || storage.read(&tenant, file), file).await?;
+            require(who.can_read(file), file.read_permission())?;
+            query?;
+            return Ok((snap, None));
+        };
+        self.tenant(who, file).await?;
+        require(who.can_read(file), file.read_permission())?;
+        let snap = blocking(move || storage.read_at(&tenant, file, at), file).await?;
+        Ok((snap, Some(at)))
     }
 
-    async fn tenant(
+    pub(super) async fn tenant(
         &self,
         who: &Principal,
         file: PlanFile,
@@ -273,7 +302,7 @@ impl AppState {
 }
 
 /// Runs storage work on the blocking pool, never on the async workers.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, crate::storage::StorageError> + Send + 'static,
     file: PlanFile,
 ) -> Result<T, ApiError> {

@@ -1,10 +1,12 @@
 //! The HTTP service: application state, routes and the server (actix-web).
 mod body;
 mod handlers;
+mod history;
 mod middleware;
 mod openapi;
 mod ops;
 mod problem;
+mod query;
 mod schema;
 mod views;
 
@@ -65,6 +67,16 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(handlers::get_configuration))
             .route(web::put().to(handlers::put_configuration))
             .default_service(web::to(handlers::get_put_only)),
+    )
+    .service(
+        web::resource("/plans/integration-file/history")
+            .route(web::get().to(history::integration))
+            .default_service(web::to(handlers::get_only)),
+    )
+    .service(
+        web::resource("/plans/configuration-file/history")
+            .route(web::get().to(history::configuration))
+            .default_service(web::to(handlers::get_only)),
     );
 }
 

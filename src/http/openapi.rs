@@ -1,10 +1,10 @@
 //! The OpenAPI 3.1 document, generated from the handlers' annotations and the body types (utoipa).
 use super::problem::Problem;
 use super::schema::{
-    ConfigurationContent, ConfigurationFile, FileStatus, Folder, Health, IntegrationFile,
-    PutConfigurationFile, PutIntegrationFile,
+    Author, ConfigurationContent, ConfigurationFile, FileStatus, Folder, Health, HistoryEntry,
+    HistoryPage, IntegrationFile, PutConfigurationFile, PutIntegrationFile,
 };
-use super::{handlers, ops};
+use super::{handlers, history, ops};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -20,6 +20,8 @@ use utoipa::{Modify, OpenApi};
         handlers::put_integration,
         handlers::get_configuration,
         handlers::put_configuration,
+        history::integration,
+        history::configuration,
         ops::healthz,
         ops::readyz,
         ops::metrics,
@@ -27,7 +29,8 @@ use utoipa::{Modify, OpenApi};
     ),
     components(schemas(
         IntegrationFile, ConfigurationFile, PutIntegrationFile, PutConfigurationFile,
-        ConfigurationContent, Folder, FileStatus, Problem, Health
+        ConfigurationContent, Folder, FileStatus, Problem, Health, HistoryPage, HistoryEntry,
+        Author
     )),
     modifiers(&BearerJwt),
 )]

@@ -1,6 +1,6 @@
 //! `ApiError`: every error the HTTP API answers, mapped once to RFC 9457 problem+json.
 use crate::auth::AuthError;
-use crate::domain::{BlobId, ContentError, PlanFile};
+use crate::domain::{BlobId, CommitId, ContentError, PlanFile};
 use crate::storage::StorageError;
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
@@ -57,6 +57,14 @@ pub enum ApiError {
     Busy(&'static str),
     #[error("no space left to store {0}")]
     StorageFull(&'static str),
+    #[error("{0}")]
+    InvalidQuery(String),
+    #[error("commit {0} is not in the tenant's history")]
+    UnknownRef(CommitId),
+    #[error("this git endpoint is read-only: clone and fetch work, push does not")]
+    PushNotAllowed,
+    #[error("the token is for another tenant")]
+    WrongTenant,
     #[error("not ready: {0}")]
     NotReady(String),
     /// Anything the client cannot act on. The detail goes to the log, never to the client.
@@ -135,6 +143,14 @@ impl ApiError {
                 "storage_full",
                 "Insufficient storage",
             ),
+            InvalidQuery(_) => (StatusCode::BAD_REQUEST, "invalid_query", "Invalid query"),
+            UnknownRef(_) => (StatusCode::NOT_FOUND, "unknown_ref", "Unknown ref"),
+            PushNotAllowed => (
+                StatusCode::FORBIDDEN,
+                "push_not_allowed",
+                "Push not allowed",
+            ),
+            WrongTenant => (StatusCode::FORBIDDEN, "wrong_tenant", "Wrong tenant"),
             NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready", "Not ready"),
             Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -232,6 +248,7 @@ impl ApiError {
                 file: file.path(),
                 current,
             },
+            StorageError::UnknownRef { commit, .. } => ApiError::UnknownRef(commit),
             StorageError::Contended { .. } => ApiError::Busy(file.path()),
             StorageError::StorageFull { .. } => ApiError::StorageFull(file.path()),
             other => ApiError::Internal(other.to_string()),

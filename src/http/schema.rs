@@ -119,3 +119,36 @@ pub struct PutConfigurationFile {
 pub struct Health {
     pub status: &'static str,
 }
+
+/// Who made a commit.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Author {
+    pub name: String,
+    pub email: String,
+}
+
+/// One commit that changed the file.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HistoryEntry {
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: CommitId,
+    /// The file's blob id after this commit.
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub file_sha: BlobId,
+    pub author: Author,
+    /// The author date, RFC 3339 in UTC.
+    #[schema(format = DateTime)]
+    pub date: String,
+    /// The whole commit message, trailers included.
+    pub message: String,
+    /// True when the write did not name the current file (a forced write).
+    pub forced: bool,
+}
+
+/// A page of a file's history, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HistoryPage {
+    pub entries: Vec<HistoryEntry>,
+    /// Pass as `cursor` for the next page; null on the last page.
+    pub next_cursor: Option<String>,
+}

@@ -1,5 +1,5 @@
 //! `StorageError`: what can go wrong in storage, with the tenant, file and operation.
-use crate::domain::{BlobId, TenantId};
+use crate::domain::{BlobId, CommitId, TenantId};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -8,6 +8,8 @@ pub enum StorageError {
     TenantNotFound(TenantId),
     #[error("tenant {0} already exists")]
     TenantExists(TenantId),
+    #[error("tenant {tenant}: commit {commit} is not in the history of main")]
+    UnknownRef { tenant: TenantId, commit: CommitId },
     #[error("tenant {tenant}: {file} has changed; its current blob is {current}")]
     ShaMismatch {
         tenant: TenantId,

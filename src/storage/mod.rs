@@ -40,6 +40,29 @@ pub struct FileSnapshot {
     pub commit: CommitId,
 }
 
+/// One commit that changed a file, as the history lists it.
+#[derive(Debug, Clone)]
+pub struct HistoryEntry {
+    pub commit: CommitId,
+    /// The file's blob id after this commit.
+    pub blob: BlobId,
+    pub author_name: String,
+    pub author_email: String,
+    /// The author time.
+    pub time: SystemTime,
+    /// The whole commit message, trailers included.
+    pub message: String,
+    /// True when the commit carries the `Forced: true` trailer.
+    pub forced: bool,
+}
+
+/// A page of history, and where the next page starts.
+#[derive(Debug, Clone)]
+pub struct HistoryPage {
+    pub entries: Vec<HistoryEntry>,
+    pub next: Option<CommitId>,
+}
+
 /// What must hold of the current file for a write to go ahead.
 #[derive(Debug, Clone, Default)]
 pub struct Preconditions {
@@ -127,6 +150,27 @@ impl Storage {
     /// The file at the head of `main`. A missing file reads as empty.
     pub fn read(&self, tenant: &TenantId, file: PlanFile) -> Result<FileSnapshot, StorageError> {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.read(file)
+    }
+
+    /// The file as it was in `commit`; `UnknownRef` unless `commit` is in `main`'s history.
+    pub fn read_at(
+        &self,
+        tenant: &TenantId,
+        file: PlanFile,
+        commit: CommitId,
+    ) -> Result<FileSnapshot, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.read_at(file, commit)
+    }
+
+    /// Up to `limit` commits that changed `file`, newest first, from `from` or the head.
+    pub fn history(
+        &self,
+        tenant: &TenantId,
+        file: PlanFile,
+        limit: usize,
+        from: Option<CommitId>,
+    ) -> Result<HistoryPage, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.history(file, limit, from)
     }
 
     /// Commits a new version of one file if the preconditions hold (see [`Preconditions`]).

@@ -9,6 +9,8 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
+mod history;
+
 const MAIN: &str = "refs/heads/main";
 const SOURCE_HOSTING_KEY: &str = "planfiles.sourcehosting";
 const FILE_MODE: i32 = 0o100644;

@@ -184,6 +184,26 @@ impl TestApp {
             .unwrap()
     }
 
+    /// `GET /plans/<file>/history?<query>`; `file` is `integration-file` or `configuration-file`.
+    pub async fn history(&self, token: &str, file: &str, query: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(&format!("/plans/{file}/history?{query}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `GET /plans/<file>?ref=<commit>`.
+    pub async fn get_at(&self, token: &str, file: &str, commit: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(&format!("/plans/{file}?ref={commit}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// The path of a tenant's bare repository.
     pub fn repo(&self, tenant: &str) -> PathBuf {
         self.data_dir

@@ -1,0 +1,104 @@
+//! The history endpoints: the commits that changed a file, newest first, a page at a time.
+use super::handlers::{blocking, require, Reply};
+use super::problem::{ApiError, Problem};
+use super::query::HistoryQuery;
+use super::schema::{Author, HistoryEntry, HistoryPage};
+use super::AppState;
+use crate::auth::Principal;
+use crate::domain::PlanFile;
+use crate::storage::{self, StorageError};
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+
+#[utoipa::path(
+    get,
+    path = "/plans/integration-file/history",
+    tag = "history",
+    description = "The commits that changed the integration file, newest first.",
+    params(
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 500, description = "Page size; default 50"),
+        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "A page of history", body = HistoryPage),
+        (status = 400, description = "invalid_query: a bad limit or cursor", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks jit.integrations.read", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn integration(state: web::Data<AppState>, who: Principal, req: HttpRequest) -> Reply {
+    history(state, who, req, PlanFile::Integration).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/plans/configuration-file/history",
+    tag = "history",
+    description = "The commits that changed the configuration file, newest first.",
+    params(
+        ("limit" = Option<usize>, Query, minimum = 1, maximum = 500, description = "Page size; default 50"),
+        ("cursor" = Option<String>, Query, description = "next_cursor of the previous page"),
+    ),
+    responses(
+        (status = 200, description = "A page of history", body = HistoryPage),
+        (status = 400, description = "invalid_query: a bad limit or cursor", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks jit.preferences.read", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn configuration(state: web::Data<AppState>, who: Principal, req: HttpRequest) -> Reply {
+    history(state, who, req, PlanFile::Configuration).await
+}
+
+async fn history(
+    state: web::Data<AppState>,
+    who: Principal,
+    req: HttpRequest,
+    file: PlanFile,
+) -> Reply {
+    state.tenant(&who, file).await?;
+    require(who.can_read(file), file.read_permission())?;
+    let query = HistoryQuery::parse(req.query_string())?;
+    let (storage, tenant) = (state.storage.clone(), who.tenant().clone());
+    let page = blocking(
+        move || match storage.history(&tenant, file, query.limit, query.cursor) {
+            // A cursor is only ever a commit of this history; anything else is a bad query.
+            Err(StorageError::UnknownRef { .. }) => Ok(Err(ApiError::InvalidQuery(
+                "cursor is not a cursor of this history".into(),
+            ))),
+            other => other.map(Ok),
+        },
+        file,
+    )
+    .await??;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(view(page)))
+}
+
+fn view(page: storage::HistoryPage) -> HistoryPage {
+    HistoryPage {
+        entries: page
+            .entries
+            .into_iter()
+            .map(|e| HistoryEntry {
+                commit_sha: e.commit,
+                file_sha: e.blob,
+                author: Author {
+                    name: e.author_name,
+                    email: e.author_email,
+                },
+                date: humantime::format_rfc3339_seconds(e.time).to_string(),
+                message: e.message,
+                forced: e.forced,
+            })
+            .collect(),
+        next_cursor: page.next.map(|c| c.to_string()),
+    }
+}

@@ -1,0 +1,121 @@
+//! Query strings, parsed into what the handlers need: `ref`, `limit` and `cursor`.
+use super::problem::ApiError;
+use crate::domain::{CommitId, ObjectId};
+use actix_web::web;
+
+/// Default and largest page size of the history endpoints.
+pub const DEFAULT_LIMIT: usize = 50;
+pub const MAX_LIMIT: usize = 500;
+
+/// The query of a GET on a file: an optional commit to read the file at.
+#[derive(Debug, Default)]
+pub struct ReadQuery {
+    pub at: Option<CommitId>,
+}
+
+/// The query of a history request.
+#[derive(Debug)]
+pub struct HistoryQuery {
+    pub limit: usize,
+    pub cursor: Option<CommitId>,
+}
+
+fn pairs(query: &str) -> Result<Vec<(String, String)>, ApiError> {
+    web::Query::<Vec<(String, String)>>::from_query(query)
+        .map(web::Query::into_inner)
+        .map_err(|e| ApiError::InvalidQuery(format!("the query string cannot be read: {e}")))
+}
+
+/// The one value of `name`, if present; sent twice is an error.
+fn single<'a>(pairs: &'a [(String, String)], name: &str) -> Result<Option<&'a str>, ApiError> {
+    let mut found = pairs
+        .iter()
+        .filter(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str());
+    let first = found.next();
+    if found.next().is_some() {
+        return Err(ApiError::InvalidQuery(format!(
+            "{name} is given more than once"
+        )));
+    }
+    Ok(first)
+}
+
+fn commit(name: &str, raw: &str) -> Result<CommitId, ApiError> {
+    ObjectId::parse(raw)
+        .map(CommitId)
+        .map_err(|e| ApiError::InvalidQuery(format!("{name} {e}")))
+}
+
+impl ReadQuery {
+    /// Other parameters are ignored (cache busters and the like).
+    pub fn parse(query: &str) -> Result<Self, ApiError> {
+        let pairs = pairs(query)?;
+        let at = single(&pairs, "ref")?
+            .map(|r| commit("ref", r))
+            .transpose()?;
+        Ok(Self { at })
+    }
+}
+
+impl HistoryQuery {
+    pub fn parse(query: &str) -> Result<Self, ApiError> {
+        let pairs = pairs(query)?;
+        let limit = match single(&pairs, "limit")? {
+            None => DEFAULT_LIMIT,
+            Some(raw) => match raw.parse::<usize>() {
+                Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
+                _ => {
+                    return Err(ApiError::InvalidQuery(format!(
+                        "limit must be a whole number from 1 to {MAX_LIMIT}"
+                    )))
+                }
+            },
+        };
+        let cursor = single(&pairs, "cursor")?
+            .map(|c| commit("cursor", c))
+            .transpose()?;
+        Ok(Self { limit, cursor })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    #[test]
+    fn ref_is_a_full_commit_id() {
+        assert!(ReadQuery::parse("").unwrap().at.is_none());
+        assert_eq!(
+            ReadQuery::parse(&format!("ref={C}"))
+                .unwrap()
+                .at
+                .unwrap()
+                .as_str(),
+            C
+        );
+        assert!(ReadQuery::parse("x=1").unwrap().at.is_none());
+        for bad in ["ref=main", "ref=0123", &format!("ref={C}&ref={C}"), "ref"] {
+            assert!(ReadQuery::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn limit_defaults_to_50_and_stays_within_1_to_500() {
+        assert_eq!(HistoryQuery::parse("").unwrap().limit, DEFAULT_LIMIT);
+        assert_eq!(HistoryQuery::parse("limit=500").unwrap().limit, 500);
+        assert_eq!(HistoryQuery::parse("limit=1").unwrap().limit, 1);
+        for bad in [
+            "limit=0",
+            "limit=501",
+            "limit=-1",
+            "limit=abc",
+            "limit=",
+            "cursor=zz",
+        ] {
+            assert!(HistoryQuery::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! A file's history and old versions: commits on `main`'s first-parent line that changed it.
+use super::{empty_blob_oid, git_err, to_id, to_oid, TenantRepo, MAIN};
+use crate::domain::{BlobId, CommitId, PlanFile};
+use crate::storage::{FileSnapshot, HistoryEntry, HistoryPage, StorageError};
+use git2::{ObjectType, Oid, Sort};
+use std::time::{Duration, UNIX_EPOCH};
+
+impl TenantRepo<'_> {
+    /// The file as it was in `commit`, which must be `main` or one of its ancestors.
+    pub(in crate::storage) fn read_at(
+        &self,
+        file: PlanFile,
+        commit: CommitId,
+    ) -> Result<FileSnapshot, StorageError> {
+        let oid = self.commit_in_history(file, commit)?;
+        let (blob, present) = self.blob_in(oid, file)?;
+        let bytes = if present {
+            let blob = self.repo.find_blob(blob).map_err(git_err(
+                self.tenant,
+                "read blob",
+                file.path(),
+            ))?;
+            blob.content().to_vec()
+        } else {
+            Vec::new()
+        };
+        Ok(FileSnapshot {
+            bytes,
+            blob: BlobId(to_id(blob)),
+            commit,
+        })
+    }
+
+    /// Up to `limit` commits that changed `file`, newest first, starting at `from` (a cursor
+    /// from an earlier page) or at the head of `main`. Merges are followed on their first
+    /// parent, as `git log --first-parent`, so a cursor always resumes exactly.
+    pub(in crate::storage) fn history(
+        &self,
+        file: PlanFile,
+        limit: usize,
+        from: Option<CommitId>,
+    ) -> Result<HistoryPage, StorageError> {
+        let path = file.path();
+        let err = |op| git_err(self.tenant, op, path);
+        let start = match from {
+            Some(c) => self.commit_in_history(file, c)?,
+            None => self.repo.refname_to_id(MAIN).map_err(err("resolve main"))?,
+        };
+        let mut walk = self.repo.revwalk().map_err(err("walk history"))?;
+        walk.set_sorting(Sort::TOPOLOGICAL)
+            .map_err(err("walk history"))?;
+        walk.simplify_first_parent().map_err(err("walk history"))?;
+        walk.push(start).map_err(err("walk history"))?;
+        let mut entries = Vec::new();
+        for oid in walk {
+            let oid = oid.map_err(err("walk history"))?;
+            if entries.len() == limit {
+                return Ok(HistoryPage {
+                    entries,
+                    next: Some(CommitId(to_id(oid))),
+                });
+            }
+            let commit = self.repo.find_commit(oid).map_err(err("read commit"))?;
+            let (blob, present) = self.blob_in(oid, file)?;
+            let parent_blob = match commit.parent_id(0) {
+                Ok(parent) => Some(self.blob_in(parent, file)?),
+                Err(_) => None,
+            };
+            let changed = match parent_blob {
+                Some((before, was_present)) => before != blob || was_present != present,
+                None => present,
+            };
+            if !changed {
+                continue;
+            }
+            let author = commit.author();
+            let seconds = u64::try_from(author.when().seconds()).unwrap_or(0);
+            let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+            entries.push(HistoryEntry {
+                commit: CommitId(to_id(oid)),
+                blob: BlobId(to_id(blob)),
+                author_name: String::from_utf8_lossy(author.name_bytes()).into_owned(),
+                author_email: String::from_utf8_lossy(author.email_bytes()).into_owned(),
+                time: UNIX_EPOCH + Duration::from_secs(seconds),
+                forced: is_forced(&message),
+                message,
+            });
+        }
+        Ok(HistoryPage {
+            entries,
+            next: None,
+        })
+    }
+
+    /// The blob id of `file` in `commit` (the empty blob when absent) and whether it is there.
+    fn blob_in(&self, commit: Oid, file: PlanFile) -> Result<(Oid, bool), StorageError> {
+        let err = |op| git_err(self.tenant, op, file.path());
+        let tree = self
+            .repo
+            .find_commit(commit)
+            .and_then(|c| c.tree())
+            .map_err(err("read tree"))?;
+        let found = tree
+            .get_name(file.path())
+            .filter(|e| e.kind() == Some(ObjectType::Blob))
+            .map(|e| e.id());
+        Ok(match found {
+            Some(id) => (id, true),
+            None => (empty_blob_oid(), false),
+        })
+    }
+
+    /// `commit` as an oid when it is `main` or an ancestor of it; `UnknownRef` otherwise.
+    fn commit_in_history(&self, file: PlanFile, commit: CommitId) -> Result<Oid, StorageError> {
+        let head = self.repo.refname_to_id(MAIN).map_err(git_err(
+            self.tenant,
+            "resolve main",
+            file.path(),
+        ))?;
+        let oid = to_oid(&commit.0);
+        if self.in_history(head, oid) {
+            Ok(oid)
+        } else {
+            Err(StorageError::UnknownRef {
+                tenant: self.tenant.clone(),
+                commit,
+            })
+        }
+    }
+}
+
+/// True when the message carries the `Forced: true` trailer planfiles writes.
+fn is_forced(message: &str) -> bool {
+    message
+        .lines()
+        .rev()
+        .take_while(|l| !l.trim().is_empty())
+        .any(|l| l.trim().eq_ignore_ascii_case("forced: true"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_forced;
+
+    #[test]
+    fn forced_is_read_from_the_trailer_block_only() {
+        assert!(is_forced("Update x\n\nRequest-Id: a\nForced: true\n"));
+        assert!(!is_forced("Update x\n\nRequest-Id: a\n"));
+        assert!(!is_forced("Forced: true\n\nRequest-Id: a\n"));
+    }
+}

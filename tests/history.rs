@@ -1,0 +1,287 @@
+//! History endpoints and `?ref=` reads, cross-checked with `git log` and `git show`.
+mod common;
+
+use common::{git_in, problem, token, TestApp, ALL};
+use serde_json::{json, Value};
+
+/// What `git log --first-parent` lists for `file`, newest first.
+fn git_log(app: &TestApp, tenant: &str, file: &str) -> Vec<String> {
+    app.git(
+        tenant,
+        &["log", "--first-parent", "--format=%H", "main", "--", file],
+    )
+    .lines()
+    .map(str::to_owned)
+    .collect()
+}
+
+async fn page(app: &TestApp, tenant: &str, file: &str, query: &str) -> Value {
+    let res = app.history(&token(tenant, ALL), file, query).await;
+    assert_eq!(res.status(), 200, "{query}");
+    res.json().await.unwrap()
+}
+
+fn commits(page: &Value) -> Vec<String> {
+    page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["commit_sha"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn history_lists_only_the_commits_that_changed_the_file_newest_first() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    for n in 0..3 {
+        let res = app.put_integration(&t, &json!({"content": {"n": n}})).await;
+        assert_eq!(res.status(), 200);
+    }
+    let sha = app.blob("globex", "configuration.yml");
+    let res = app
+        .put_configuration(&t, &json!({"payload": {"folders": []}, "file_sha": sha}))
+        .await;
+    assert_eq!(res.status(), 200);
+
+    for (file, path) in [
+        ("integration-file", "integrations.yml"),
+        ("configuration-file", "configuration.yml"),
+    ] {
+        let body = page(&app, "globex", file, "").await;
+        assert_eq!(commits(&body), git_log(&app, "globex", path), "{file}");
+        assert_eq!(body["next_cursor"], Value::Null);
+    }
+
+    let body = page(&app, "globex", "integration-file", "").await;
+    let newest = &body["entries"][0];
+    let c = newest["commit_sha"].as_str().unwrap();
+    assert_eq!(
+        newest["file_sha"],
+        app.git("globex", &["rev-parse", &format!("{c}:integrations.yml")])
+    );
+    assert_eq!(
+        newest["author"],
+        json!({"name": "Test Er", "email": "tester@example.com"})
+    );
+    assert_eq!(
+        newest["message"],
+        app.git("globex", &["log", "-1", "--format=%B", c]) + "\n"
+    );
+    // globex has no source hosting: a PUT without file_sha is a forced write.
+    assert_eq!(newest["forced"], true);
+    let date = newest["date"].as_str().unwrap();
+    assert_eq!(
+        date,
+        app.git(
+            "globex",
+            &["log", "-1", "--date=iso-strict-local", "--format=%ad", c]
+        )
+        .replace("+00:00", "Z"),
+    );
+    let config = page(&app, "globex", "configuration-file", "").await;
+    assert_eq!(config["entries"][0]["commit_sha"], app.head("globex"));
+    assert_eq!(config["entries"][0]["forced"], false);
+}
+
+#[tokio::test]
+async fn history_pages_with_a_cursor_cover_every_commit_once_even_while_writes_go_on() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    for n in 0..7 {
+        app.put_integration(&t, &json!({"content": {"n": n}})).await;
+    }
+    let expected = git_log(&app, "globex", "integrations.yml");
+    assert!(expected.len() >= 8);
+    let mut seen = Vec::new();
+    let mut query = "limit=3".to_owned();
+    loop {
+        let body = page(&app, "globex", "integration-file", &query).await;
+        let got = commits(&body);
+        assert!(got.len() <= 3);
+        seen.extend(got);
+        // A write between pages does not shift the pages already started.
+        app.put_integration(&t, &json!({"content": {"later": seen.len()}}))
+            .await;
+        match body["next_cursor"].as_str() {
+            Some(cursor) => query = format!("limit=3&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, expected);
+}
+
+#[tokio::test]
+async fn bad_history_queries_are_400_invalid_query_and_need_the_read_permission() {
+    let app = TestApp::spawn().await;
+    let other_tenant_commit = app.head("acme");
+    let cases = [
+        "limit=0".to_owned(),
+        "limit=501".to_owned(),
+        "limit=abc".to_owned(),
+        "limit=1&limit=2".to_owned(),
+        "cursor=nothex".to_owned(),
+        format!("cursor={other_tenant_commit}"),
+        format!("cursor={}", "0".repeat(40)),
+    ];
+    for query in cases {
+        let res = app
+            .history(&token("globex", ALL), "integration-file", &query)
+            .await;
+        let (status, body) = problem(res).await;
+        assert_eq!(
+            (status, body["code"].as_str().unwrap()),
+            (400, "invalid_query"),
+            "{query}"
+        );
+    }
+    let res = app
+        .history(
+            &token("globex", &["jit.preferences.read"]),
+            "integration-file",
+            "",
+        )
+        .await;
+    assert_eq!(problem(res).await.0, 403);
+    let res = app
+        .history(
+            &token("globex", &["jit.integrations.read"]),
+            "integration-file",
+            "limit=500",
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    let res = app
+        .history(&token("nobody", ALL), "integration-file", "")
+        .await;
+    assert_eq!(problem(res).await.1["code"], "tenant_not_found");
+}
+
+#[tokio::test]
+async fn an_old_version_is_read_with_ref() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let old = app.head("acme");
+    let old_text = app.git("acme", &["show", &format!("{old}:integrations.yml")]);
+    let current: Value = app.get_integration(&t).await.json().await.unwrap();
+    app.put_integration(
+        &t,
+        &json!({"content": {"new": true}, "file_sha": current["file_sha"]}),
+    )
+    .await;
+
+    let res = app.get_at(&t, "integration-file", &old).await;
+    assert_eq!(res.status(), 200);
+    let old_blob = app.git("acme", &["rev-parse", &format!("{old}:integrations.yml")]);
+    assert_eq!(
+        res.headers()["etag"].to_str().unwrap(),
+        format!("\"{old_blob}\"")
+    );
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["raw_content"].as_str().unwrap().trim_end(), old_text);
+    assert_eq!(body["file_sha"], old_blob);
+    assert_eq!(body["commit_sha"], old);
+
+    let upper = old.to_uppercase();
+    let body: Value = app
+        .get_at(&t, "configuration-file", &upper)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        body["sha"],
+        app.git("acme", &["rev-parse", &format!("{old}:configuration.yml")])
+    );
+
+    // The first commit of the tenant is in history too.
+    let root = app.git("acme", &["rev-list", "--max-parents=0", "main"]);
+    assert_eq!(
+        app.get_at(&t, "integration-file", &root).await.status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn refs_outside_the_tenants_history_are_refused() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let blob = app.blob("acme", "integrations.yml");
+    let tree = app.git("acme", &["rev-parse", "main^{tree}"]);
+    let cases = [
+        (app.head("globex"), 404, "unknown_ref"),
+        ("0".repeat(40), 404, "unknown_ref"),
+        (blob, 404, "unknown_ref"),
+        (tree, 404, "unknown_ref"),
+        ("main".to_owned(), 400, "invalid_query"),
+        ("HEAD~1".to_owned(), 400, "invalid_query"),
+        (app.head("acme")[..12].to_owned(), 400, "invalid_query"),
+    ];
+    for (r, status, code) in cases {
+        let (s, body) = problem(app.get_at(&t, "integration-file", &r).await).await;
+        assert_eq!((s, body["code"].as_str().unwrap()), (status, code), "{r}");
+    }
+    // A dangling commit (never on main) is not history either.
+    let dangling = git_in(
+        &app.repo("acme"),
+        &["commit-tree", "main^{tree}", "-m", "dangling"],
+    );
+    let (s, body) = problem(app.get_at(&t, "integration-file", &dangling).await).await;
+    assert_eq!((s, body["code"].as_str().unwrap()), (404, "unknown_ref"));
+    // Reading an old version needs the read permission.
+    let res = app
+        .get_at(
+            &token("acme", &["jit.preferences.read"]),
+            "integration-file",
+            &app.head("acme"),
+        )
+        .await;
+    assert_eq!(problem(res).await.0, 403);
+}
+
+#[tokio::test]
+async fn a_commit_pushed_with_plain_git_is_served_and_listed_at_once() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    // Warm up any cache the server may have.
+    let before: Value = app.get_integration(&t).await.json().await.unwrap();
+
+    let work = tempfile::tempdir().unwrap();
+    let clone = work.path().join("acme");
+    let out = std::process::Command::new("git")
+        .args(["clone", "-q"])
+        .arg(app.repo("acme"))
+        .arg(&clone)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::write(clone.join("integrations.yml"), "pushed: {by: hand}\n").unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .current_dir(&clone)
+            .args([
+                "-c",
+                "user.name=Hand Pusher",
+                "-c",
+                "user.email=hand@example.com",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&["commit", "-qam", "Edit by hand"]);
+    git(&["push", "-q", "origin", "main"]);
+
+    let after: Value = app.get_integration(&t).await.json().await.unwrap();
+    assert_ne!(after["file_sha"], before["file_sha"]);
+    assert_eq!(after["content"], json!({"pushed": {"by": "hand"}}));
+    let history = page(&app, "acme", "integration-file", "limit=1").await;
+    assert_eq!(history["entries"][0]["commit_sha"], app.head("acme"));
+    assert_eq!(history["entries"][0]["author"]["name"], "Hand Pusher");
+    assert_eq!(history["entries"][0]["forced"], false);
+}
