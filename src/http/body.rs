@@ -38,12 +38,22 @@ impl PutBody {
 /// syntax, then a JSON object within the document limits.
 pub async fn read_put_body(
     req: &HttpRequest,
-    mut payload: web::Payload,
+    payload: web::Payload,
     limit: usize,
 ) -> Result<PutBody, ApiError> {
     if !is_json(req) {
         return Err(ApiError::UnsupportedMediaType);
     }
+    let body = read_limited(req, payload, limit).await?;
+    parse_put_body(&body)
+}
+
+/// Reads a whole body of at most `limit` bytes, refusing early when Content-Length says more.
+pub(super) async fn read_limited(
+    req: &HttpRequest,
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<web::BytesMut, ApiError> {
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -61,7 +71,7 @@ pub async fn read_put_body(
         }
         body.extend_from_slice(&chunk);
     }
-    parse_put_body(&body)
+    Ok(body)
 }
 
 /// Parses a complete body (public for the fuzz targets).

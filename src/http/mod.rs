@@ -1,5 +1,6 @@
 //! The HTTP service: application state, routes and the server (actix-web).
 mod body;
+mod git;
 mod handlers;
 mod history;
 mod middleware;
@@ -56,6 +57,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
                 .default_service(web::to(handlers::get_only)),
         );
     }
+    cfg.configure(git::routes);
     cfg.service(
         web::resource("/plans/integration-file")
             .route(web::get().to(handlers::get_integration))

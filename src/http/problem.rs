@@ -59,6 +59,8 @@ pub enum ApiError {
     StorageFull(&'static str),
     #[error("{0}")]
     InvalidQuery(String),
+    #[error("{0}")]
+    InvalidBody(String),
     #[error("commit {0} is not in the tenant's history")]
     UnknownRef(CommitId),
     #[error("this git endpoint is read-only: clone and fetch work, push does not")]
@@ -144,6 +146,7 @@ impl ApiError {
                 "Insufficient storage",
             ),
             InvalidQuery(_) => (StatusCode::BAD_REQUEST, "invalid_query", "Invalid query"),
+            InvalidBody(_) => (StatusCode::BAD_REQUEST, "invalid_body", "Invalid body"),
             UnknownRef(_) => (StatusCode::NOT_FOUND, "unknown_ref", "Unknown ref"),
             PushNotAllowed => (
                 StatusCode::FORBIDDEN,

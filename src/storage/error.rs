@@ -41,6 +41,8 @@ pub enum StorageError {
         code: i32,
         class: u32,
     },
+    #[error("tenant {tenant}: git upload-pack failed: {message}")]
+    UploadPack { tenant: TenantId, message: String },
     #[error("{op} ({}): {source}", path.display())]
     Io {
         op: &'static str,

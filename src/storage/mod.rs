@@ -2,9 +2,11 @@
 mod error;
 mod repo;
 mod seed;
+mod upload_pack;
 
 pub use error::StorageError;
 pub use seed::seed_if_empty;
+pub use upload_pack::UploadPack;
 
 use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, RequestId, TenantId};
 use std::path::{Path, PathBuf};
@@ -200,6 +202,20 @@ impl Storage {
     /// Turns the source-hosting flag on or off; running servers see it on the next request.
     pub fn set_source_hosting(&self, tenant: &TenantId, on: bool) -> Result<(), StorageError> {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.set_source_hosting(on)
+    }
+
+    /// Read-only git access to the tenant's repository for clone and fetch. `protocol` is the
+    /// client's `Git-Protocol` header.
+    pub fn upload_pack(
+        &self,
+        tenant: &TenantId,
+        protocol: Option<&str>,
+    ) -> Result<UploadPack, StorageError> {
+        let path = self.repo_path(tenant);
+        if !path.is_dir() {
+            return Err(StorageError::TenantNotFound(tenant.clone()));
+        }
+        Ok(UploadPack::new(tenant.clone(), path, protocol))
     }
 
     /// Checks that the tenants directory can be listed and written.

@@ -1,0 +1,183 @@
+//! Read-only git smart HTTP at `/git/<tenant>.git` for backup jobs: clone and fetch, no push.
+use super::body::read_limited;
+use super::handlers::Reply;
+use super::problem::ApiError;
+use super::AppState;
+use crate::auth::Principal;
+use crate::domain::{PlanFile, TenantId};
+use crate::storage::UploadPack;
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use futures_util::StreamExt;
+use std::io::Read;
+
+/// The permission a token needs to clone or fetch its tenant's repository.
+pub const REPOS_READ: &str = "planfiles.repos.read";
+/// The largest upload-pack request (wants and haves), before and after gzip.
+const REQUEST_LIMIT: usize = 8 * 1024 * 1024;
+const ADVERTISEMENT: &str = "application/x-git-upload-pack-advertisement";
+const REQUEST: &str = "application/x-git-upload-pack-request";
+const RESULT: &str = "application/x-git-upload-pack-result";
+
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/git/{repo}/info/refs")
+            .route(web::get().to(info_refs))
+            .default_service(web::to(super::handlers::get_only)),
+    )
+    .service(
+        web::resource("/git/{repo}/git-upload-pack")
+            .route(web::post().to(upload_pack))
+            .default_service(web::to(post_only)),
+    )
+    .service(web::resource("/git/{repo}/git-receive-pack").to(refuse_push));
+}
+
+async fn post_only() -> Reply {
+    Err(ApiError::MethodNotAllowed("POST"))
+}
+
+async fn refuse_push() -> Reply {
+    Err(ApiError::PushNotAllowed)
+}
+
+/// `GET info/refs?service=git-upload-pack`: the refs, in the smart protocol only.
+async fn info_refs(
+    state: web::Data<AppState>,
+    who: Principal,
+    req: HttpRequest,
+    repo: web::Path<String>,
+) -> Reply {
+    let service = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
+        .ok()
+        .and_then(|q| {
+            q.iter()
+                .find(|(k, _)| k == "service")
+                .map(|(_, v)| v.clone())
+        });
+    match service.as_deref() {
+        Some("git-upload-pack") => {}
+        Some("git-receive-pack") => return Err(ApiError::PushNotAllowed),
+        _ => {
+            return Err(ApiError::InvalidQuery(
+                "only the smart protocol is served: add ?service=git-upload-pack".into(),
+            ))
+        }
+    }
+    let pack = open(&state, &who, &req, &repo).await?;
+    let refs = pack.advertise().await.map_err(storage_error)?;
+    let mut body = Vec::with_capacity(refs.len() + 64);
+    // Protocol v2 starts with its capability list; v0 and v1 want the service line first.
+    if !pack.is_v2() {
+        body.extend_from_slice(&pkt_line("# service=git-upload-pack\n"));
+        body.extend_from_slice(b"0000");
+    }
+    body.extend_from_slice(&refs);
+    Ok(HttpResponse::Ok()
+        .content_type(ADVERTISEMENT)
+        .insert_header((
+            header::CACHE_CONTROL,
+            "no-cache, max-age=0, must-revalidate",
+        ))
+        .body(body))
+}
+
+/// `POST git-upload-pack`: one round of negotiation, answered with the pack as it is made.
+async fn upload_pack(
+    state: web::Data<AppState>,
+    who: Principal,
+    req: HttpRequest,
+    repo: web::Path<String>,
+    payload: web::Payload,
+) -> Reply {
+    let pack = open(&state, &who, &req, &repo).await?;
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    if content_type != Some(REQUEST) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let body = read_limited(&req, payload, REQUEST_LIMIT).await?;
+    let body = match req
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.as_bytes())
+    {
+        None => body.to_vec(),
+        Some(b"gzip") | Some(b"x-gzip") => gunzip(&body)?,
+        Some(_) => return Err(ApiError::UnsupportedMediaType),
+    };
+    let stream = pack.respond(body).await.map_err(storage_error)?;
+    Ok(HttpResponse::Ok()
+        .content_type(RESULT)
+        .insert_header((
+            header::CACHE_CONTROL,
+            "no-cache, max-age=0, must-revalidate",
+        ))
+        .streaming(stream.map(|chunk| chunk.map(web::Bytes::from))))
+}
+
+/// Checks, in order: the token (401), its tenant (403), its permission (403), the repository
+/// (404).
+async fn open(
+    state: &AppState,
+    who: &Principal,
+    req: &HttpRequest,
+    repo: &str,
+) -> Result<UploadPack, ApiError> {
+    let tenant = repo
+        .strip_suffix(".git")
+        .and_then(|t| TenantId::parse(t).ok())
+        .ok_or_else(|| ApiError::NotFound(req.path().to_owned()))?;
+    if &tenant != who.tenant() {
+        return Err(ApiError::WrongTenant);
+    }
+    if !who.has(REPOS_READ) {
+        return Err(ApiError::Forbidden(REPOS_READ));
+    }
+    let protocol = req
+        .headers()
+        .get("git-protocol")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let storage = state.storage.clone();
+    super::handlers::blocking(
+        move || storage.upload_pack(&tenant, protocol.as_deref()),
+        PlanFile::Integration,
+    )
+    .await
+}
+
+fn storage_error(e: crate::storage::StorageError) -> ApiError {
+    ApiError::from_storage(e, PlanFile::Integration)
+}
+
+fn gunzip(body: &[u8]) -> Result<Vec<u8>, ApiError> {
+    let mut out = Vec::new();
+    let mut decoder = flate2::read::GzDecoder::new(body).take(REQUEST_LIMIT as u64 + 1);
+    decoder
+        .read_to_end(&mut out)
+        .map_err(|e| ApiError::InvalidBody(format!("the gzip body cannot be read: {e}")))?;
+    if out.len() > REQUEST_LIMIT {
+        return Err(ApiError::PayloadTooLarge(REQUEST_LIMIT));
+    }
+    Ok(out)
+}
+
+fn pkt_line(text: &str) -> Vec<u8> {
+    format!("{:04x}{text}", text.len() + 4).into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pkt_line;
+
+    #[test]
+    fn pkt_lines_carry_their_length_in_four_hex_digits() {
+        assert_eq!(
+            pkt_line("# service=git-upload-pack\n"),
+            b"001e# service=git-upload-pack\n"
+        );
+    }
+}

@@ -1,0 +1,276 @@
+//! Clone and fetch over git smart HTTP with the real git client; push is refused.
+mod common;
+
+use common::{git_in, problem, token, TestApp, ALL};
+use serde_json::json;
+use std::path::Path;
+use std::process::{Command, Output};
+
+const REPOS_READ: &str = "planfiles.repos.read";
+
+fn git(dir: &Path, token: &str, args: &[&str]) -> Output {
+    Command::new("git")
+        .current_dir(dir)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_ASKPASS", "true")
+        .args([
+            "-c",
+            &format!("http.extraHeader=Authorization: Bearer {token}"),
+        ])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `git log` of main as one string: hashes, authors, dates, messages.
+fn log(repo: &Path) -> String {
+    git_in(repo, &["log", "--format=%H %T %an <%ae> %ad%n%B", "main"])
+}
+
+#[tokio::test]
+async fn a_backup_job_clones_and_fetches_with_the_real_git_client() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", &[REPOS_READ]);
+    let work = tempfile::tempdir().unwrap();
+    let url = app.url("/git/acme.git");
+    for (name, protocol) in [("v2", "2"), ("v0", "0")] {
+        let clone = work.path().join(name);
+        ok(git(
+            work.path(),
+            &t,
+            &[
+                "-c",
+                &format!("protocol.version={protocol}"),
+                "clone",
+                "-q",
+                "--mirror",
+                &url,
+                clone.to_str().unwrap(),
+            ],
+        ));
+        assert_eq!(log(&clone), log(&app.repo("acme")), "protocol {protocol}");
+        git_in(&clone, &["fsck", "--strict", "--no-dangling"]);
+    }
+
+    // New writes arrive with a fetch; enough history that git gzips its request.
+    let writer = token("acme", ALL);
+    for n in 0..40 {
+        let sha = app.blob("acme", "integrations.yml");
+        let res = app
+            .put_integration(&writer, &json!({"content": {"n": n}, "file_sha": sha}))
+            .await;
+        assert_eq!(res.status(), 200);
+    }
+    let clone = work.path().join("v2");
+    ok(git(&clone, &t, &["fetch", "-q", "origin"]));
+    assert_eq!(log(&clone), log(&app.repo("acme")));
+    for n in 0..3 {
+        app.put_integration(
+            &writer,
+            &json!({"content": {"again": n}, "file_sha": app.blob("acme", "integrations.yml")}),
+        )
+        .await;
+        ok(git(&clone, &t, &["fetch", "-q", "origin"]));
+    }
+    assert_eq!(log(&clone), log(&app.repo("acme")));
+    git_in(&clone, &["fsck", "--strict", "--no-dangling"]);
+}
+
+#[tokio::test]
+async fn push_is_refused_and_changes_nothing() {
+    let app = TestApp::spawn().await;
+    let head = app.head("acme");
+    let work = tempfile::tempdir().unwrap();
+    let t = token(
+        "acme",
+        &[
+            REPOS_READ,
+            "jit.integrations.write",
+            "jit.preferences.write",
+        ],
+    );
+    ok(git(
+        work.path(),
+        &t,
+        &["clone", "-q", &app.url("/git/acme.git"), "acme"],
+    ));
+    let clone = work.path().join("acme");
+    std::fs::write(clone.join("integrations.yml"), "pushed: true\n").unwrap();
+    ok(git(
+        &clone,
+        &t,
+        &[
+            "-c",
+            "user.name=x",
+            "-c",
+            "user.email=x@x",
+            "commit",
+            "-qam",
+            "push me",
+        ],
+    ));
+    let out = git(&clone, &t, &["push", "origin", "main"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("403"), "{stderr}");
+    assert_eq!(app.head("acme"), head);
+
+    for (method, path) in [
+        ("GET", "/git/acme.git/info/refs?service=git-receive-pack"),
+        ("POST", "/git/acme.git/git-receive-pack"),
+    ] {
+        let res = app
+            .client
+            .request(method.parse().unwrap(), app.url(path))
+            .bearer_auth(&t)
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = problem(res).await;
+        assert_eq!(
+            (status, body["code"].as_str().unwrap()),
+            (403, "push_not_allowed")
+        );
+    }
+    assert_eq!(app.head("acme"), head);
+}
+
+#[tokio::test]
+async fn clone_needs_a_token_of_that_tenant_with_repos_read() {
+    let app = TestApp::spawn().await;
+    let refs = "/git/acme.git/info/refs?service=git-upload-pack";
+    let cases: Vec<(Option<String>, &str, u16, &str)> = vec![
+        (None, refs, 401, "unauthorized"),
+        (
+            Some(token("globex", &[REPOS_READ])),
+            refs,
+            403,
+            "wrong_tenant",
+        ),
+        (Some(token("acme", ALL)), refs, 403, "insufficient_scope"),
+        (
+            Some(token("acme", &[REPOS_READ])),
+            "/git/acme.git/info/refs",
+            400,
+            "invalid_query",
+        ),
+        (
+            Some(token("acme", &[REPOS_READ])),
+            "/git/acme/info/refs?service=git-upload-pack",
+            404,
+            "not_found",
+        ),
+        (
+            Some(token("acme", &[REPOS_READ])),
+            "/git/..%2Facme.git/info/refs?service=git-upload-pack",
+            404,
+            "not_found",
+        ),
+        (
+            Some(token("nobody", &[REPOS_READ])),
+            "/git/nobody.git/info/refs?service=git-upload-pack",
+            404,
+            "tenant_not_found",
+        ),
+    ];
+    for (t, path, status, code) in cases {
+        let mut req = app.client.get(app.url(path));
+        if let Some(t) = &t {
+            req = req.bearer_auth(t);
+        }
+        let (s, body) = problem(req.send().await.unwrap()).await;
+        assert_eq!(
+            (s, body["code"].as_str().unwrap()),
+            (status, code),
+            "{path}"
+        );
+    }
+    let res = app
+        .client
+        .get(app.url(refs))
+        .bearer_auth(token("acme", &[REPOS_READ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        res.headers()["content-type"],
+        "application/x-git-upload-pack-advertisement"
+    );
+    let body = res.bytes().await.unwrap();
+    assert!(body.starts_with(b"001e# service=git-upload-pack\n0000"));
+    assert!(String::from_utf8_lossy(&body).contains(&app.head("acme")));
+
+    // The real client without a token fails to clone.
+    let work = tempfile::tempdir().unwrap();
+    let out = Command::new("git")
+        .current_dir(work.path())
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .args(["clone", "-q", &app.url("/git/acme.git"), "x"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+}
+
+#[tokio::test]
+async fn gzipped_upload_pack_requests_are_read_and_bombs_refused() {
+    use flate2::{write::GzEncoder, Compression};
+    use std::io::Write;
+    let app = TestApp::spawn().await;
+    let t = token("acme", &[REPOS_READ]);
+    let want = format!("want {}\n", app.head("acme"));
+    let request = format!("{:04x}{want}00000009done\n", want.len() + 4);
+    let gzip = |bytes: &[u8]| {
+        let mut enc = GzEncoder::new(Vec::new(), Compression::default());
+        enc.write_all(bytes).unwrap();
+        enc.finish().unwrap()
+    };
+    let post = |body: Vec<u8>, encoding: Option<&'static str>| {
+        let mut req = app
+            .client
+            .post(app.url("/git/acme.git/git-upload-pack"))
+            .bearer_auth(&t)
+            .header("content-type", "application/x-git-upload-pack-request")
+            .body(body);
+        if let Some(e) = encoding {
+            req = req.header("content-encoding", e);
+        }
+        req.send()
+    };
+    for (body, encoding) in [
+        (request.clone().into_bytes(), None),
+        (gzip(request.as_bytes()), Some("gzip")),
+    ] {
+        let res = post(body, encoding).await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(
+            res.headers()["content-type"],
+            "application/x-git-upload-pack-result"
+        );
+        let bytes = res.bytes().await.unwrap();
+        assert!(bytes.windows(4).any(|w| w == b"PACK"), "{encoding:?}");
+    }
+    // 9 MiB of zeros gzip to a few KiB: refused once past the limit, not inflated whole.
+    let bomb = gzip(&vec![0u8; 9 * 1024 * 1024]);
+    let (status, body) = problem(post(bomb, Some("gzip")).await.unwrap()).await;
+    assert_eq!(
+        (status, body["code"].as_str().unwrap()),
+        (413, "payload_too_large")
+    );
+    let (status, body) = problem(post(b"not gzip".to_vec(), Some("gzip")).await.unwrap()).await;
+    assert_eq!(
+        (status, body["code"].as_str().unwrap()),
+        (400, "invalid_body")
+    );
+    let (status, _) = problem(post(request.into_bytes(), Some("br")).await.unwrap()).await;
+    assert_eq!(status, 415);
+}
