@@ -1,9 +1,10 @@
-//! The command line: `serve` (default), `token`, `tenant create|set|list` (clap).
+//! The command line: `serve` (default), `token`, `maintain`, `tenant create|set|list` (clap).
 use crate::auth::{self, MintRequest, Verifier};
 use crate::config::{Config, ConfigError, Sources};
 use crate::domain::{Identity, TenantId};
 use crate::http::{self, AppState, ServerOptions};
 use crate::storage::{self, Storage, StorageError};
+use crate::upkeep::Upkeep;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -44,6 +45,8 @@ pub enum Command {
         #[arg(long, default_value_t = 3600)]
         ttl: u64,
     },
+    /// Pack each repository into one pack now: one tenant, or every tenant.
+    Maintain { tenant: Option<String> },
     /// Manage tenants.
     Tenant {
         #[command(subcommand)]
@@ -149,6 +152,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Tenant { action } => tenant(&config, action),
+        Command::Maintain { tenant } => maintain(&config, tenant.as_deref()),
     }
 }
 
@@ -200,6 +204,29 @@ fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
     Ok(())
 }
 
+fn maintain(config: &Config, only: Option<&str>) -> Result<(), CliError> {
+    let storage = open_storage(config)?;
+    let tenants = match only {
+        Some(id) => vec![tenant_id(id)?],
+        None => storage.list_tenants()?.into_iter().map(|t| t.id).collect(),
+    };
+    let upkeep = Upkeep::new(storage, 0, crate::metrics::Metrics::new());
+    for id in tenants {
+        match upkeep.run(&id, true)? {
+            Some(r) => println!(
+                "{id}: {} repack, {} objects packed, {} loose and {} packs removed, {} ms",
+                if r.full { "full" } else { "incremental" },
+                r.objects_packed,
+                r.loose_removed,
+                r.packs_removed,
+                r.duration.as_millis()
+            ),
+            None => println!("{id}: skipped, another repack is running"),
+        }
+    }
+    Ok(())
+}
+
 fn serve(config: Config) -> Result<(), CliError> {
     crate::telemetry::init(&config.log);
     auth::self_test()?;
@@ -214,12 +241,19 @@ fn serve(config: Config) -> Result<(), CliError> {
             tracing::warn!(from = %fixture.display(), "seed directory not found; not seeding");
         }
     }
+    let metrics = crate::metrics::Metrics::new();
+    let upkeep = Upkeep::new(
+        storage.clone(),
+        config.storage.repack_loose_objects,
+        metrics.clone(),
+    );
     let state = AppState {
         storage,
         verifier: Verifier::from_config(&config.auth)?,
         body_limit: config.server.body_limit,
-        metrics: crate::metrics::Metrics::new(),
+        metrics,
         metrics_require_token: config.metrics.require_token,
+        upkeep,
     };
     let listener = TcpListener::bind(&config.server.bind)
         .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;

@@ -42,6 +42,8 @@ pub struct StorageConfig {
     pub data_dir: PathBuf,
     /// Copy the demo tenants from this directory into an empty data dir on start.
     pub seed_from: Option<PathBuf>,
+    /// Repack a tenant once it holds about this many loose objects; 0 turns upkeep off.
+    pub repack_loose_objects: usize,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -116,6 +118,7 @@ impl Default for StorageConfig {
         Self {
             data_dir: "data".into(),
             seed_from: Some("repos-fixture".into()),
+            repack_loose_objects: 2000,
         }
     }
 }

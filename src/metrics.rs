@@ -13,6 +13,8 @@ pub struct Metrics {
     pub forced_writes: IntCounterVec,
     pub conflicts: IntCounterVec,
     pub git_errors: IntCounter,
+    pub repacks: IntCounterVec,
+    pub repack_duration: HistogramVec,
 }
 
 impl Metrics {
@@ -63,6 +65,21 @@ impl Metrics {
             "Requests that failed in git or file I/O (answered 500)",
         )
         .expect("valid metric");
+        let repacks = IntCounterVec::new(
+            Opts::new(
+                "repacks_total",
+                "Repacks of tenant repositories, by kind (incremental or full) and result",
+            ),
+            &["kind", "result"],
+        )
+        .expect("valid metric");
+        let repack_duration = HistogramVec::new(
+            HistogramOpts::new("repack_duration_seconds", "Time a repack took, by kind").buckets(
+                vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
+            ),
+            &["kind"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(http_latency.clone()),
@@ -70,6 +87,8 @@ impl Metrics {
             Box::new(forced_writes.clone()),
             Box::new(conflicts.clone()),
             Box::new(git_errors.clone()),
+            Box::new(repacks.clone()),
+            Box::new(repack_duration.clone()),
         ] {
             registry.register(c).expect("metric names are unique");
         }
@@ -81,6 +100,8 @@ impl Metrics {
             forced_writes,
             conflicts,
             git_errors,
+            repacks,
+            repack_duration,
         }
     }
 

@@ -297,7 +297,20 @@ impl AppState {
             request_id,
         };
         let (storage, tenant) = (self.storage.clone(), who.tenant().clone());
-        blocking(move || storage.write(&tenant, write), file).await
+        let upkeep = self.upkeep.clone();
+        let (outcome, due) = blocking(
+            move || {
+                let outcome = storage.write(&tenant, write)?;
+                let due = outcome.changed && upkeep.due(&tenant);
+                Ok((outcome, due))
+            },
+            file,
+        )
+        .await?;
+        if due {
+            self.upkeep.spawn(who.tenant().clone());
+        }
+        Ok(outcome)
     }
 }
 

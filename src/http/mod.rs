@@ -33,6 +33,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// When true, `/metrics` needs a token with `planfiles.metrics.read`.
     pub metrics_require_token: bool,
+    /// Background repacks after writes.
+    pub upkeep: crate::upkeep::Upkeep,
 }
 
 /// Server settings that are not part of the application state.

@@ -65,6 +65,20 @@ pub struct HistoryPage {
     pub next: Option<CommitId>,
 }
 
+/// What one repack did.
+#[derive(Debug, Clone)]
+pub struct RepackReport {
+    pub loose_before: usize,
+    pub packs_before: usize,
+    /// Objects written to the new pack.
+    pub objects_packed: usize,
+    pub loose_removed: usize,
+    pub packs_removed: usize,
+    /// True when every pack was merged into one.
+    pub full: bool,
+    pub duration: std::time::Duration,
+}
+
 /// What must hold of the current file for a write to go ahead.
 #[derive(Debug, Clone, Default)]
 pub struct Preconditions {
@@ -202,6 +216,21 @@ impl Storage {
     /// Turns the source-hosting flag on or off; running servers see it on the next request.
     pub fn set_source_hosting(&self, tenant: &TenantId, on: bool) -> Result<(), StorageError> {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.set_source_hosting(on)
+    }
+
+    /// About how many loose objects the tenant's repository holds (a cheap estimate).
+    pub fn loose_objects_estimate(&self, tenant: &TenantId) -> Result<usize, StorageError> {
+        Ok(repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.loose_estimate())
+    }
+
+    /// Packs the tenant's loose objects, or with `full` everything into one pack (see the
+    /// upkeep module); `None` when another repack of this tenant, in any process, is running.
+    pub fn repack(
+        &self,
+        tenant: &TenantId,
+        full: bool,
+    ) -> Result<Option<RepackReport>, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.repack(full)
     }
 
     /// Read-only git access to the tenant's repository for clone and fetch. `protocol` is the

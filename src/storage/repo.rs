@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 mod history;
+mod upkeep;
 
 const MAIN: &str = "refs/heads/main";
 const SOURCE_HOSTING_KEY: &str = "planfiles.sourcehosting";

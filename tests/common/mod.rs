@@ -107,15 +107,37 @@ impl TestApp {
     }
 
     pub async fn spawn_on(data_dir: tempfile::TempDir, auth: AuthConfig) -> Self {
+        Self::spawn_full(data_dir, auth, 0).await
+    }
+
+    /// The server over a fresh copy of the fixture, repacking a tenant in the background
+    /// once it has about `threshold` loose objects.
+    pub async fn spawn_with_repack(threshold: usize) -> Self {
+        let data_dir = tempfile::tempdir().unwrap();
+        copy_tree(
+            &fixture_dir().join("tenants"),
+            &data_dir.path().join("tenants"),
+        );
+        let auth = AuthConfig {
+            secret: SECRET.into(),
+            ..AuthConfig::default()
+        };
+        Self::spawn_full(data_dir, auth, threshold).await
+    }
+
+    async fn spawn_full(data_dir: tempfile::TempDir, auth: AuthConfig, threshold: usize) -> Self {
         storage::init_git();
         let committer = Identity::new("planfiles", "planfiles@test", "test");
         let storage = Storage::open(data_dir.path(), committer).unwrap();
+        let metrics = planfiles::metrics::Metrics::new();
+        let upkeep = planfiles::upkeep::Upkeep::new(storage.clone(), threshold, metrics.clone());
         let state = AppState {
             storage,
             verifier: Verifier::from_config(&auth).unwrap(),
             body_limit: 1024 * 1024,
-            metrics: planfiles::metrics::Metrics::new(),
+            metrics,
             metrics_require_token: self_metrics_token(),
+            upkeep,
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());

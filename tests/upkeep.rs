@@ -1,0 +1,143 @@
+//! Upkeep: repositories are packed while served, nothing is lost, and readers and writers go on.
+mod common;
+
+use common::process::planfiles;
+use common::{git_in, token, TestApp, ALL};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// `git count-objects -v` as (loose objects, packs).
+fn count_objects(repo: &Path) -> (usize, usize) {
+    let out = git_in(repo, &["count-objects", "-v"]);
+    let field = |name: &str| -> usize {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (field("count"), field("packs"))
+}
+
+async fn write_n(app: &TestApp, tenant: &str, n: usize) -> Vec<String> {
+    let t = token(tenant, ALL);
+    let mut commits = Vec::new();
+    for i in 0..n {
+        let res = app.put_integration(&t, &json!({"content": {"n": i}})).await;
+        assert_eq!(res.status(), 200);
+        let body: Value = res.json().await.unwrap();
+        commits.push(body["commit_sha"].as_str().unwrap().to_owned());
+    }
+    commits
+}
+
+#[tokio::test]
+async fn loose_objects_are_packed_in_the_background_while_serving() {
+    let app = TestApp::spawn_with_repack(64).await;
+    let commits = write_n(&app, "globex", 150).await;
+    // The last repack may still be running.
+    let repo = app.repo("globex");
+    let mut packs = 0;
+    for _ in 0..100 {
+        packs = count_objects(&repo).1;
+        if packs > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (loose, packs_now) = count_objects(&repo);
+    assert!(packs.max(packs_now) > 0, "no pack was written");
+    // 150 writes make 450 loose objects; repacks keep far fewer around.
+    assert!(loose < 300, "{loose} loose objects left");
+    app.fsck("globex");
+    let history = app.git("globex", &["rev-list", "main"]);
+    for c in &commits {
+        assert!(history.contains(c.as_str()), "commit {c} is not in history");
+    }
+    let body = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        body.contains("planfiles_repacks_total{kind=\"incremental\",result=\"ok\"}"),
+        "{body}"
+    );
+    let got: Value = app
+        .get_integration(&token("globex", ALL))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["content"], json!({"n": 149}));
+}
+
+#[tokio::test]
+async fn reads_and_writes_go_on_during_repeated_full_repacks_in_another_process() {
+    let app = TestApp::spawn().await;
+    let dir = app.data_dir.path().to_owned();
+    write_n(&app, "acme", 30).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    // `planfiles maintain` in a loop: another process, as an operator's cron job would be.
+    let repacker = {
+        let stop = stop.clone();
+        let dir = dir.clone();
+        std::thread::spawn(move || {
+            let mut runs = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let mut cmd = planfiles(&dir);
+                cmd.env("PLANFILES_DATA_DIR", &dir);
+                let out = cmd.args(["maintain", "acme"]).output().unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                runs += 1;
+            }
+            runs
+        })
+    };
+    let t = token("acme", ALL);
+    let mut acknowledged = Vec::new();
+    for i in 0..150 {
+        let current: Value = app.get_integration(&t).await.json().await.unwrap();
+        let res = app
+            .put_integration(
+                &t,
+                &json!({"content": {"i": i}, "file_sha": current["file_sha"]}),
+            )
+            .await;
+        assert_eq!(res.status(), 200, "write {i} during repack");
+        let body: Value = res.json().await.unwrap();
+        acknowledged.push(body["commit_sha"].as_str().unwrap().to_owned());
+        let hist = app.history(&t, "integration-file", "limit=5").await;
+        assert_eq!(hist.status(), 200);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let runs = repacker.join().unwrap();
+    assert!(runs >= 2, "only {runs} repacks ran");
+    app.fsck("acme");
+    let history = app.git("acme", &["rev-list", "main"]);
+    for c in &acknowledged {
+        assert!(history.contains(c.as_str()));
+    }
+    // A final maintain leaves one pack and no loose objects.
+    let out = planfiles(&dir)
+        .env("PLANFILES_DATA_DIR", &dir)
+        .args(["maintain", "acme"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("acme: "));
+    assert_eq!(count_objects(&app.repo("acme")), (0, 1));
+    app.fsck("acme");
+}
