@@ -23,12 +23,7 @@ impl TenantRepo<'_> {
     pub(in crate::storage) fn loose_estimate(&self) -> usize {
         let sample = self.path.join("objects/17");
         std::fs::read_dir(sample)
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .filter(|e| is_object_name(e))
-                    .count()
-                    * 256
-            })
+            .map(|d| d.filter_map(Result::ok).filter(is_object_name).count() * 256)
             .unwrap_or(0)
     }
 
