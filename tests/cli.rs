@@ -120,6 +120,18 @@ fn tenant_set_and_list() {
         &["rev-parse", "main"],
     );
     assert_eq!(rows[0][..3], ["alpha", "on", head.as_str()]);
+    // The last change is the head commit's time, in RFC 3339.
+    let when = git_in(
+        &dir.path().join("data/tenants/alpha.git"),
+        &[
+            "log",
+            "-1",
+            "--date=format-local:%Y-%m-%dT%H:%M:%SZ",
+            "--format=%cd",
+            "main",
+        ],
+    );
+    assert_eq!(rows[0][3], when);
     assert_eq!(rows[1][..2], ["beta", "off"]);
     let (code, _, _) = run(
         dir.path(),
@@ -214,18 +226,26 @@ async fn serve_seeds_an_empty_data_dir_and_sees_tenant_changes_without_restart()
             "{tenant} not seeded"
         );
     }
+    // A second process on the same data dir, as behind a load balancer.
+    let second = serve(
+        dir.path(),
+        &[("PLANFILES_CONFIG", config.to_str().unwrap())],
+    );
     let client = reqwest::Client::new();
     let t = common::token("globex", common::ALL);
-    let put = |sha: String| {
+    let put = |addr: &str, content: i32, sha: String| {
         client
-            .put(format!("{}/plans/integration-file", server.addr))
+            .put(format!("{addr}/plans/integration-file"))
             .bearer_auth(&t)
-            .json(&serde_json::json!({"content": {"a": 1}, "file_sha": sha}))
+            .json(&serde_json::json!({"content": {"a": content}, "file_sha": sha}))
             .send()
     };
     let repo = dir.path().join("data/tenants/globex.git");
-    let sha = git_in(&repo, &["rev-parse", "main:integrations.yml"]);
-    assert_eq!(put(sha.clone()).await.unwrap().status(), 400);
+    let sha = || git_in(&repo, &["rev-parse", "main:integrations.yml"]);
+    for addr in [&server.addr, &second.addr] {
+        let res = put(addr, 0, sha()).await.unwrap();
+        assert_eq!(res.status(), 400, "{addr}: file_sha before source hosting");
+    }
     assert_eq!(
         run(
             dir.path(),
@@ -234,7 +254,25 @@ async fn serve_seeds_an_empty_data_dir_and_sees_tenant_changes_without_restart()
         .0,
         0
     );
-    assert_eq!(put(sha).await.unwrap().status(), 200);
+    for (n, addr) in [&server.addr, &second.addr].into_iter().enumerate() {
+        let res = put(addr, n as i32 + 1, sha()).await.unwrap();
+        assert_eq!(res.status(), 200, "{addr}: file_sha with source hosting on");
+    }
+    assert_eq!(
+        run(
+            dir.path(),
+            &["tenant", "set", "globex", "--source-hosting", "off"]
+        )
+        .0,
+        0
+    );
+    for addr in [&server.addr, &second.addr] {
+        assert_eq!(
+            put(addr, 9, sha()).await.unwrap().status(),
+            400,
+            "{addr}: off again"
+        );
+    }
 
     // A tenant created while the server runs is served at once.
     assert_eq!(run(dir.path(), &["tenant", "create", "late"]).0, 0);
