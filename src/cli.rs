@@ -254,6 +254,7 @@ fn serve(config: Config) -> Result<(), CliError> {
         metrics,
         metrics_require_token: config.metrics.require_token,
         upkeep,
+        responses: Default::default(),
     };
     let listener = TcpListener::bind(&config.server.bind)
         .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;

@@ -400,3 +400,29 @@ async fn writes_to_one_tenant_never_touch_another() {
     assert_eq!(res.status(), 200);
     assert_eq!(app.head("globex"), globex_head);
 }
+
+#[tokio::test]
+async fn reads_never_serve_a_stale_file_after_outside_commits_or_packed_refs() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    for round in 0..3 {
+        // Read twice (the second read may come from the response cache), then change the file
+        // behind the service's back.
+        for _ in 0..2 {
+            let body: Value = app.get_integration(&t).await.json().await.unwrap();
+            assert_eq!(
+                body["file_sha"],
+                app.blob("globex", "integrations.yml"),
+                "round {round}"
+            );
+        }
+        if round == 1 {
+            app.git("globex", &["pack-refs", "--all"]);
+            assert!(!app.repo("globex").join("refs/heads/main").exists());
+        }
+        app.outside_commit("globex", "integrations.yml", &format!("round: {round}\n"));
+        let body: Value = app.get_integration(&t).await.json().await.unwrap();
+        assert_eq!(body["content"], json!({"round": round}));
+        assert_eq!(body["file_sha"], app.blob("globex", "integrations.yml"));
+    }
+}

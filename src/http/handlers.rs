@@ -1,5 +1,6 @@
 //! The four plans endpoints and the fallbacks for unknown paths and methods.
 use super::body::{self, PutBody};
+use super::cache::Rendered;
 use super::middleware::WrittenCommit;
 use super::problem::ApiError;
 use super::problem::Problem;
@@ -7,9 +8,8 @@ use super::query::ReadQuery;
 use super::schema::{ConfigurationFile, IntegrationFile, PutConfigurationFile, PutIntegrationFile};
 use super::{views, AppState};
 use crate::auth::Principal;
-use crate::domain::CommitId;
 use crate::domain::{ConfigurationDoc, IntegrationDoc, PlanFile, RequestId, Stored};
-use crate::storage::{FileSnapshot, Preconditions, ShaCheck, WriteRequest};
+use crate::storage::{Preconditions, ReadOutcome, ShaCheck, WriteRequest};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
 pub(super) type Reply = Result<HttpResponse, ApiError>;
@@ -39,10 +39,7 @@ pub async fn get_integration(
     who: Principal,
     req: HttpRequest,
 ) -> Reply {
-    let file = PlanFile::Integration;
-    let (snap, at) = state.read(&who, &req, file).await?;
-    let stored = IntegrationDoc::from_stored(&snap.bytes);
-    Ok(views::integration(stored, &snap.bytes, snap.blob, at))
+    state.get_file(&who, &req, PlanFile::Integration).await
 }
 
 #[utoipa::path(
@@ -70,13 +67,7 @@ pub async fn get_configuration(
     who: Principal,
     req: HttpRequest,
 ) -> Reply {
-    let file = PlanFile::Configuration;
-    let (snap, at) = state.read(&who, &req, file).await?;
-    Ok(views::configuration(
-        ConfigurationDoc::from_stored(&snap.bytes),
-        snap.blob,
-        at,
-    ))
+    state.get_file(&who, &req, PlanFile::Configuration).await
 }
 
 #[utoipa::path(
@@ -237,26 +228,40 @@ pub async fn get_put_only() -> Reply {
 }
 
 impl AppState {
-    /// The file at the head of `main`, or at the commit of a `?ref=` (returned too).
-    /// Checks in order: the tenant exists (404), the read permission (403), the query (400).
-    async fn read(
-        &self,
-        who: &Principal,
-        req: &HttpRequest,
-        file: PlanFile,
-    ) -> Result<(FileSnapshot, Option<CommitId>), ApiError> {
+    /// A GET: the file at the head of `main` (from the response cache while `main` has not
+    /// moved), or at the commit of a `?ref=`. Checks in order: the tenant exists (404), the
+    /// read permission (403), the query (400), the ref (404).
+    async fn get_file(&self, who: &Principal, req: &HttpRequest, file: PlanFile) -> Reply {
         let query = ReadQuery::parse(req.query_string());
         let (storage, tenant) = (self.storage.clone(), who.tenant().clone());
-        let Ok(ReadQuery { at: Some(at) }) = query else {
-            let snap = blocking(move || storage.read(&tenant, file), file).await?;
+        if let Ok(ReadQuery { at: Some(at) }) = query {
+            self.tenant(who, file).await?;
             require(who.can_read(file), file.read_permission())?;
-            query?;
-            return Ok((snap, None));
-        };
-        self.tenant(who, file).await?;
+            let snap = blocking(move || storage.read_at(&tenant, file, at), file).await?;
+            let body = views::stored_body(file, &snap.bytes, snap.blob, Some(at));
+            return Ok(views::respond(body, snap.blob));
+        }
+        let cached = self.responses.get(&tenant, file);
+        let known = cached.as_ref().map(|c| c.commit);
+        let outcome = blocking(move || storage.read_unless_at(&tenant, file, known), file).await?;
         require(who.can_read(file), file.read_permission())?;
-        let snap = blocking(move || storage.read_at(&tenant, file, at), file).await?;
-        Ok((snap, Some(at)))
+        query?;
+        let rendered = match (outcome, cached) {
+            (ReadOutcome::Unchanged, Some(cached)) => cached,
+            (ReadOutcome::Changed(snap), _) => {
+                let rendered = Rendered {
+                    body: views::stored_body(file, &snap.bytes, snap.blob, None),
+                    commit: snap.commit,
+                    blob: snap.blob,
+                };
+                self.responses.put(who.tenant(), file, rendered.clone());
+                rendered
+            }
+            (ReadOutcome::Unchanged, None) => {
+                return Err(ApiError::Internal("unchanged without a cached body".into()))
+            }
+        };
+        Ok(views::respond(rendered.body, rendered.blob))
     }
 
     pub(super) async fn tenant(

@@ -1,5 +1,6 @@
 //! The HTTP service: application state, routes and the server (actix-web).
 mod body;
+mod cache;
 mod git;
 mod handlers;
 mod history;
@@ -12,6 +13,7 @@ mod schema;
 mod views;
 
 pub use body::{parse_put_body, PutBody};
+pub use cache::ResponseCache;
 pub use openapi::document as openapi_document;
 pub use problem::{problem_type, ApiError};
 
@@ -35,6 +37,8 @@ pub struct AppState {
     pub metrics_require_token: bool,
     /// Background repacks after writes.
     pub upkeep: crate::upkeep::Upkeep,
+    /// Serialized GET bodies at a known head commit.
+    pub responses: ResponseCache,
 }
 
 /// Server settings that are not part of the application state.

@@ -1,8 +1,9 @@
 //! Response bodies: what a GET or PUT answers for each file, valid or broken.
 use super::schema::{ConfigurationFile, FileStatus, IntegrationFile};
 use crate::domain::yaml::Mapping;
-use crate::domain::{BlobId, CommitId, ConfigurationDoc, IntegrationDoc, Stored};
+use crate::domain::{BlobId, CommitId, ConfigurationDoc, IntegrationDoc, PlanFile, Stored};
 use actix_web::http::header;
+use actix_web::web::Bytes;
 use actix_web::HttpResponse;
 
 pub fn integration(
@@ -11,6 +12,27 @@ pub fn integration(
     sha: BlobId,
     commit: Option<CommitId>,
 ) -> HttpResponse {
+    respond(integration_body(stored, raw, sha, commit), sha)
+}
+
+/// A GET's body for a stored file, serialized once (the response cache keeps it).
+pub fn stored_body(file: PlanFile, bytes: &[u8], sha: BlobId, commit: Option<CommitId>) -> Bytes {
+    match file {
+        PlanFile::Integration => {
+            integration_body(IntegrationDoc::from_stored(bytes), bytes, sha, commit)
+        }
+        PlanFile::Configuration => {
+            configuration_body(ConfigurationDoc::from_stored(bytes), sha, commit)
+        }
+    }
+}
+
+fn integration_body(
+    stored: Stored<IntegrationDoc>,
+    raw: &[u8],
+    sha: BlobId,
+    commit: Option<CommitId>,
+) -> Bytes {
     let body = match stored {
         Stored::Valid(doc) => {
             let (content, raw_content) = doc.into_parts();
@@ -34,7 +56,7 @@ pub fn integration(
             commit_sha: commit,
         },
     };
-    respond(&body, sha)
+    to_bytes(&body)
 }
 
 pub fn configuration(
@@ -42,6 +64,14 @@ pub fn configuration(
     sha: BlobId,
     commit: Option<CommitId>,
 ) -> HttpResponse {
+    respond(configuration_body(stored, sha, commit), sha)
+}
+
+fn configuration_body(
+    stored: Stored<ConfigurationDoc>,
+    sha: BlobId,
+    commit: Option<CommitId>,
+) -> Bytes {
     let body = match stored {
         Stored::Valid(doc) => ConfigurationFile {
             content: doc.into_content(),
@@ -58,12 +88,18 @@ pub fn configuration(
             commit_sha: commit,
         },
     };
-    respond(&body, sha)
+    to_bytes(&body)
 }
 
-fn respond(body: &impl serde::Serialize, sha: BlobId) -> HttpResponse {
+fn to_bytes(body: &impl serde::Serialize) -> Bytes {
+    Bytes::from(serde_json::to_vec(body).expect("response bodies serialize"))
+}
+
+/// A 200 with a file's JSON body and its blob id as the ETag.
+pub fn respond(body: Bytes, sha: BlobId) -> HttpResponse {
     HttpResponse::Ok()
         .insert_header((header::ETAG, format!("\"{sha}\"")))
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(body)
+        .content_type("application/json")
+        .body(body)
 }

@@ -79,6 +79,14 @@ pub struct RepackReport {
     pub duration: std::time::Duration,
 }
 
+/// What a read that already knows one version found.
+#[derive(Debug, Clone)]
+pub enum ReadOutcome {
+    /// `main` is still at the known commit.
+    Unchanged,
+    Changed(FileSnapshot),
+}
+
 /// What must hold of the current file for a write to go ahead.
 #[derive(Debug, Clone, Default)]
 pub struct Preconditions {
@@ -166,6 +174,24 @@ impl Storage {
     /// The file at the head of `main`. A missing file reads as empty.
     pub fn read(&self, tenant: &TenantId, file: PlanFile) -> Result<FileSnapshot, StorageError> {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.read(file)
+    }
+
+    /// Like [`Storage::read`], but answers `Unchanged` when `main` is still at `known`. That
+    /// check reads only the loose ref file, so a commit made by anyone (another process, plain
+    /// git) is seen at once.
+    pub fn read_unless_at(
+        &self,
+        tenant: &TenantId,
+        file: PlanFile,
+        known: Option<CommitId>,
+    ) -> Result<ReadOutcome, StorageError> {
+        let path = self.repo_path(tenant);
+        if known.is_some() && repo::loose_head(&path) == known {
+            return Ok(ReadOutcome::Unchanged);
+        }
+        repo::TenantRepo::open(tenant, &path)?
+            .read(file)
+            .map(ReadOutcome::Changed)
     }
 
     /// The file as it was in `commit`; `UnknownRef` unless `commit` is in `main`'s history.

@@ -51,6 +51,14 @@ fn empty_blob_oid() -> Oid {
     Oid::hash_object(ObjectType::Blob, b"").expect("hashing in memory cannot fail")
 }
 
+/// The commit in the loose ref file of `main`, if there is one (after `git pack-refs` there
+/// is not, and callers fall back to libgit2).
+pub(super) fn loose_head(repo: &Path) -> Option<CommitId> {
+    let text = std::fs::read(repo.join(MAIN)).ok()?;
+    let hex = std::str::from_utf8(&text).ok()?.trim_end();
+    ObjectId::parse(hex).ok().map(CommitId)
+}
+
 /// An open tenant repository.
 pub(super) struct TenantRepo<'a> {
     tenant: &'a TenantId,

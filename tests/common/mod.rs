@@ -138,6 +138,7 @@ impl TestApp {
             metrics,
             metrics_require_token: self_metrics_token(),
             upkeep,
+            responses: Default::default(),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());

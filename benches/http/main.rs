@@ -1,0 +1,409 @@
+//! The benchmark: planfiles side by side with the HTTP ceiling (a minimal actix-web handler)
+//! and with the git CLI, interleaved in one run, against the targets of the performance issue.
+//!
+//!     cargo bench --bench http            # full run, about 3 minutes
+//!     cargo bench --bench http -- --quick # shorter runs, smaller histories
+mod fixtures;
+mod load;
+
+use actix_web::{web, App, HttpResponse, HttpServer};
+use load::{Req, Run};
+use planfiles::auth::{mint_hs256, Verifier};
+use planfiles::config::AuthConfig;
+use planfiles::domain::{Identity, TenantId};
+use planfiles::http::{self, AppState, ServerOptions};
+use planfiles::storage::{self, Storage};
+use std::io::BufRead;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "bench-secret-0123456789abcdef";
+
+struct Settings {
+    round: Duration,
+    rounds: usize,
+    deep: [usize; 2],
+    tenants_for_startup: usize,
+}
+
+fn token(tenant: &str) -> String {
+    mint_hs256(
+        SECRET,
+        &planfiles::auth::MintRequest {
+            tenant: TenantId::parse(tenant).unwrap(),
+            permissions: vec![
+                "jit.integrations.write".into(),
+                "jit.preferences.write".into(),
+            ],
+            sub: Some("bench".into()),
+            email: Some("bench@example.com".into()),
+            name: Some("Bench".into()),
+            ttl_secs: 3600,
+        },
+    )
+    .unwrap()
+}
+
+/// Starts planfiles over `data_dir` on a random port, in its own thread; returns its address.
+fn start_planfiles(data_dir: &Path) -> String {
+    storage::init_git();
+    let storage = Storage::open(data_dir, Identity::new("planfiles", "p@localhost", "x")).unwrap();
+    let metrics = planfiles::metrics::Metrics::new();
+    let state = AppState {
+        upkeep: planfiles::upkeep::Upkeep::new(storage.clone(), 2000, metrics.clone()),
+        storage,
+        verifier: Verifier::from_config(&AuthConfig {
+            secret: SECRET.into(),
+            ..AuthConfig::default()
+        })
+        .unwrap(),
+        body_limit: 1 << 20,
+        metrics,
+        metrics_require_token: false,
+        responses: Default::default(),
+    };
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    let options = ServerOptions {
+        workers: 2,
+        client_request_timeout: Duration::from_secs(5),
+        shutdown_timeout: Duration::from_secs(1),
+    };
+    std::thread::spawn(move || {
+        actix_web::rt::System::new()
+            .block_on(async move { http::serve(state, listener, &options).unwrap().await })
+    });
+    addr
+}
+
+/// The ceiling: a minimal actix-web handler that answers the same bytes.
+fn start_ceiling(body: web::Bytes) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            HttpServer::new(move || {
+                let body = body.clone();
+                App::new().route(
+                    "/plans/integration-file",
+                    web::get().to(move || {
+                        let body = body.clone();
+                        async move {
+                            HttpResponse::Ok()
+                                .content_type("application/json")
+                                .body(body)
+                        }
+                    }),
+                )
+            })
+            .workers(2)
+            .listen(listener)
+            .unwrap()
+            .run()
+            .await
+        })
+    });
+    addr
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "MET"
+    } else {
+        "MISSED"
+    }
+}
+
+fn commits(repo: &Path) -> usize {
+    fixtures::git(repo, &["rev-list", "--count", "main"])
+        .parse()
+        .unwrap()
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let s = if quick {
+        Settings {
+            round: Duration::from_secs(1),
+            rounds: 2,
+            deep: [1_000, 10_000],
+            tenants_for_startup: 1_000,
+        }
+    } else {
+        Settings {
+            round: Duration::from_secs(3),
+            rounds: 3,
+            deep: [10_000, 100_000],
+            tenants_for_startup: 10_000,
+        }
+    };
+    let mut targets: Vec<(String, String, bool)> = Vec::new();
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("tenants");
+    std::fs::create_dir_all(&tenants).unwrap();
+    println!(
+        "# planfiles benchmark ({})",
+        if quick { "quick" } else { "full" }
+    );
+    println!(
+        "machine: {} CPUs; data dir on {}",
+        std::thread::available_parallelism().unwrap(),
+        dir.path().display()
+    );
+
+    // Tenants: 64 for the write load, and long histories.
+    {
+        storage::init_git();
+        let st = Storage::open(dir.path(), Identity::new("planfiles", "p@localhost", "x")).unwrap();
+        for i in 0..64 {
+            st.create_tenant(&TenantId::parse(&format!("t{i:02}")).unwrap(), false)
+                .unwrap();
+        }
+    }
+    let t = Instant::now();
+    for n in s.deep {
+        fixtures::history(&tenants.join(format!("deep{n}.git")), n);
+    }
+    println!(
+        "built histories of {:?} commits with git fast-import in {:.1} s",
+        s.deep,
+        t.elapsed().as_secs_f64()
+    );
+
+    let addr = start_planfiles(dir.path());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = load::client();
+    let get = |tenant: &str, base: &str| Req::Get {
+        url: format!("{base}/plans/integration-file"),
+        token: token(tenant),
+    };
+    let put = |tenant: &str| Req::Put {
+        url: format!("{addr}/plans/integration-file"),
+        token: token(tenant),
+    };
+
+    // Give t00 a realistic file, and the ceiling the same bytes.
+    let body = rt.block_on(async {
+        load::serial(&client, &put("t00"), 1).await;
+        client
+            .get(format!("{addr}/plans/integration-file"))
+            .bearer_auth(token("t00"))
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+    });
+    let ceiling = start_ceiling(body.clone());
+    std::thread::sleep(Duration::from_millis(200));
+    println!("GET body: {} bytes", body.len());
+
+    println!(
+        "\n## GET /plans/integration-file, interleaved rounds of {:?}",
+        s.round
+    );
+    for c in [1, 64] {
+        let (mut ours, mut base) = (Run::empty(), Run::empty());
+        for _ in 0..s.rounds {
+            ours.add(&rt.block_on(load::run(&client, &[get("t00", &addr)], c, s.round)));
+            base.add(&rt.block_on(load::run(&client, &[get("t00", &ceiling)], c, s.round)));
+        }
+        println!("{}", ours.line(&format!("planfiles      c={c}")));
+        println!("{}", base.line(&format!("actix ceiling  c={c}")));
+        let ratio = ours.rps() / base.rps();
+        println!("ratio planfiles/ceiling at c={c}: {ratio:.2}");
+        if c == 64 {
+            targets.push((
+                "GET throughput at c64 >= 0.9x ceiling".into(),
+                format!("{ratio:.2}x"),
+                ratio >= 0.9,
+            ));
+            targets.push((
+                "GET p99 at c64 <= 2 ms".into(),
+                format!("{:.2} ms", ours.ms(0.99)),
+                ours.ms(0.99) <= 2.0,
+            ));
+        }
+    }
+
+    println!("\n## Durable PUT (fsync on)");
+    let serial_n = if quick { 100 } else { 300 };
+    let ours = rt.block_on(load::serial(&client, &put("t01"), serial_n));
+    println!("{}", ours.line("planfiles serial PUT, one tenant"));
+    let cli_repo = dir.path().join("cli.git");
+    fixtures::history(&cli_repo, 1);
+    let mut cli = fixtures::git_cli_commits(&cli_repo, if quick { 20 } else { 50 });
+    cli.sort();
+    let cli_p50 = cli[cli.len() / 2].as_secs_f64() * 1000.0;
+    println!(
+        "git CLI plumbing commit (core.fsync=all), serial: p50 {cli_p50:.3} ms ({} commits)",
+        cli.len()
+    );
+    let speedup = cli_p50 / ours.ms(0.5);
+    println!("ratio git CLI / planfiles (p50): {speedup:.1}x");
+    targets.push((
+        "Serial durable PUT p50 <= 1.5 ms".into(),
+        format!("{:.2} ms", ours.ms(0.5)),
+        ours.ms(0.5) <= 1.5,
+    ));
+    targets.push((
+        "Serial commit >= 10x faster than git CLI".into(),
+        format!("{speedup:.1}x"),
+        speedup >= 10.0,
+    ));
+
+    let puts: Vec<Req> = (0..64).map(|i| put(&format!("t{i:02}"))).collect();
+    let before: usize = (0..64)
+        .map(|i| commits(&tenants.join(format!("t{i:02}.git"))))
+        .sum();
+    let run = rt.block_on(load::run(&client, &puts, 64, s.round * 2));
+    let after: usize = (0..64)
+        .map(|i| commits(&tenants.join(format!("t{i:02}.git"))))
+        .sum();
+    let per_sec = (after - before) as f64 / run.elapsed.as_secs_f64();
+    println!("{}", run.line("planfiles PUT c=64 over 64 tenants"));
+    println!(
+        "commits counted in the repositories: {} in {:.1} s = {per_sec:.0} commits/s",
+        after - before,
+        run.elapsed.as_secs_f64()
+    );
+    targets.push((
+        "Durable PUT over 64 tenants >= 5000 commits/s".into(),
+        format!("{per_sec:.0}/s"),
+        per_sec >= 5000.0,
+    ));
+
+    println!("\n## Cost growth with history (serial, packed histories)");
+    let shallow = "deep1";
+    fixtures::history(&tenants.join("deep1.git"), 1);
+    let mut rows = Vec::new();
+    for name in [
+        shallow.to_owned(),
+        format!("deep{}", s.deep[0]),
+        format!("deep{}", s.deep[1]),
+    ] {
+        let g = rt.block_on(load::serial(&client, &get(&name, &addr), 500));
+        let p = rt.block_on(load::serial(&client, &put(&name), 50));
+        println!("{}", g.line(&format!("GET {name}")));
+        println!("{}", p.line(&format!("PUT {name}")));
+        rows.push((g.ms(0.5), p.ms(0.5)));
+    }
+    let (g1, p1) = rows[0];
+    let (gn, pn) = rows[2];
+    let worst = ((gn / g1) - 1.0).max((pn / p1) - 1.0) * 100.0;
+    targets.push((
+        format!("Latency at {} commits within 10% of 1 commit", s.deep[1]),
+        format!(
+            "GET {:+.0}%, PUT {:+.0}%",
+            (gn / g1 - 1.0) * 100.0,
+            (pn / p1 - 1.0) * 100.0
+        ),
+        worst <= 10.0,
+    ));
+
+    println!(
+        "\n## Start-up and memory with {} tenants",
+        s.tenants_for_startup
+    );
+    let (startup, rss) = many_tenants(s.tenants_for_startup);
+    targets.push((
+        format!(
+            "{} tenants: start < 1 s, RSS < 150 MB",
+            s.tenants_for_startup
+        ),
+        format!("{:.0} ms, {:.0} MB", startup.as_secs_f64() * 1000.0, rss),
+        startup < Duration::from_secs(1) && rss < 150.0,
+    ));
+
+    println!("\n## Targets");
+    println!("| measure | result | target |\n|---|---|---|");
+    for (what, got, ok) in &targets {
+        println!("| {what} | {got} | {} |", verdict(*ok));
+    }
+}
+
+/// Starts the real binary over `n` tenants; returns the time to its first answered request and
+/// its peak RSS in MB after reading from 1000 tenants.
+fn many_tenants(n: usize) -> (Duration, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("tenants");
+    std::fs::create_dir_all(&tenants).unwrap();
+    let template = dir.path().join("template");
+    {
+        let st = Storage::open(&template, Identity::new("planfiles", "p@localhost", "x")).unwrap();
+        st.create_tenant(&TenantId::parse("template").unwrap(), false)
+            .unwrap();
+    }
+    let t = Instant::now();
+    for i in 0..n {
+        fixtures::copy_tree(
+            &template.join("tenants/template.git"),
+            &tenants.join(format!("c{i:05}.git")),
+        );
+    }
+    println!(
+        "copied {n} tenant repositories in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let start = Instant::now();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_planfiles"))
+        .env_remove("PLANFILES_CONFIG")
+        .env("PLANFILES_DATA_DIR", dir.path())
+        .env("PLANFILES_BIND", "127.0.0.1:0")
+        .env("PLANFILES_JWT_SECRET", SECRET)
+        .env("PLANFILES_LOG_FORMAT", "json")
+        .current_dir(dir.path())
+        .arg("serve")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut addr = String::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        if v["message"] == "planfiles listening" {
+            addr = format!("http://{}", v["addr"].as_str().unwrap());
+            break;
+        }
+    }
+    // Keep reading the log so that the server never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    let client = reqwest::blocking::Client::new();
+    let first = loop {
+        let res = client
+            .get(format!("{addr}/plans/integration-file"))
+            .bearer_auth(token("c00000"))
+            .send();
+        if res.is_ok_and(|r| r.status().is_success()) {
+            break start.elapsed();
+        }
+    };
+    for i in (0..n).step_by((n / 1000).max(1)) {
+        let res = client
+            .get(format!("{addr}/plans/integration-file"))
+            .bearer_auth(token(&format!("c{i:05}")))
+            .send()
+            .unwrap();
+        assert!(res.status().is_success());
+    }
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let peak_kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    println!(
+        "first answered GET {:.0} ms after spawn; peak RSS {:.1} MB after reading 1000 tenants",
+        first.as_secs_f64() * 1000.0,
+        peak_kb / 1024.0
+    );
+    (first, peak_kb / 1024.0)
+}
