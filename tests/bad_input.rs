@@ -591,3 +591,119 @@ async fn unknown_fields_and_query_strings_are_ignored() {
         .unwrap();
     assert_eq!(res.status(), 200);
 }
+
+/// Sends raw bytes over TCP and returns the response head and body as text.
+fn raw_request(addr: &str, request: &[u8]) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr.trim_start_matches("http://")).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    stream.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn oversized_headers_get_431_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let filler = |n: usize| -> Vec<(String, String)> {
+        (0..n)
+            .map(|i| (format!("x-filler-{i}"), "v".repeat(90)))
+            .collect()
+    };
+    let one_big = vec![("x-big".to_owned(), "a".repeat(9 * 1024))];
+    let just_under = vec![("x-big".to_owned(), "a".repeat(6 * 1024))];
+    // More than 96 headers are refused by actix's parser itself, before the service: 431
+    // without a body.
+    for (name, headers, status, code) in [
+        ("one 9 KiB header", one_big, 431, Some("headers_too_large")),
+        (
+            "90 headers of 100 bytes",
+            filler(90),
+            431,
+            Some("headers_too_large"),
+        ),
+        ("200 headers", filler(200), 431, None),
+        ("6 KiB of headers", just_under, 200, None),
+    ] {
+        let head = app.head("acme");
+        let sha = app.blob("acme", "integrations.yml");
+        let mut req = app
+            .client
+            .put(app.url(INTEGRATION))
+            .bearer_auth(&t)
+            .json(&json!({"content": {"n": name}, "file_sha": sha}));
+        for (k, v) in &headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let res = req.send().await.unwrap();
+        if status == 200 {
+            assert_eq!(res.status(), 200, "{name}");
+            continue;
+        }
+        match code {
+            Some(code) => {
+                let (s, body) = problem(res).await;
+                assert_eq!(
+                    (s, body["code"].as_str().unwrap()),
+                    (status, code),
+                    "{name}"
+                );
+            }
+            None => assert_eq!(res.status().as_u16(), status, "{name}"),
+        }
+        assert_eq!(app.head("acme"), head, "{name} changed the repository");
+        assert_eq!(
+            app.get_integration(&t).await.status(),
+            200,
+            "server down after {name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn request_ids_with_control_characters_are_replaced_or_refused() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let head = app.head("acme");
+    let addr = app.addr.clone();
+    let request = |id: &[u8]| {
+        let mut r = format!(
+            "GET {INTEGRATION} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {t}\r\nConnection: close\r\nX-Request-Id: "
+        )
+        .into_bytes();
+        r.extend_from_slice(id);
+        r.extend_from_slice(b"\r\n\r\n");
+        r
+    };
+    // Allowed in a header value by HTTP, but not in a request id: a new id is used.
+    for id in [&b"ab\tcd"[..], b"ab\x80\xffcd", b"line\\r\\nbreak"] {
+        let answer = raw_request(&addr, &request(id));
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        let sent = String::from_utf8_lossy(id).to_lowercase();
+        let got = answer
+            .lines()
+            .find_map(|l| {
+                l.to_lowercase()
+                    .strip_prefix("x-request-id: ")
+                    .map(str::to_owned)
+            })
+            .expect("a request id");
+        assert!(!got.is_empty() && got != sent, "{got:?}");
+        assert!(got.bytes().all(|b| b.is_ascii_graphic()), "{got:?}");
+    }
+    // Control characters are not HTTP: the parser refuses the request before the service.
+    for id in [&b"ab\x01cd"[..], b"ab\x1b[31mcd", b"ab\x00cd", b"ab\x7fcd"] {
+        let answer = raw_request(&addr, &request(id));
+        assert!(
+            answer.starts_with("HTTP/1.1 400"),
+            "{:?}: {answer}",
+            String::from_utf8_lossy(id)
+        );
+    }
+    assert_eq!(app.head("acme"), head);
+    assert_eq!(app.get_integration(&t).await.status(), 200);
+}

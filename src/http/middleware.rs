@@ -1,5 +1,5 @@
 //! Request middleware: `X-Request-Id`, finishing problem+json bodies, and the request log line.
-use super::problem::Problem;
+use super::problem::{ApiError, Problem};
 use super::AppState;
 use crate::domain::{CommitId, PlanFile, RequestId, TenantId};
 use actix_web::body::{BoxBody, EitherBody, MessageBody};
@@ -7,10 +7,21 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
 use actix_web::middleware::Next;
 use actix_web::web;
-use actix_web::HttpMessage;
+use actix_web::{HttpMessage, ResponseError};
+use futures_util::StreamExt;
 use std::time::Instant;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// The largest request head (names, values and separators of all headers) the service reads.
+pub const MAX_HEADER_BYTES: usize = 8 * 1024;
+
+/// The size of the request's headers as sent: `name: value\r\n` for each.
+fn header_bytes(req: &ServiceRequest) -> usize {
+    req.headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum()
+}
 
 /// What a write did, left on the response by the handler for the log line and metrics.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +48,25 @@ pub async fn request_context(
     // The path only: a query string may carry a token and is never logged.
     let path = req.path().to_owned();
 
-    let res = next.call(req).await?;
+    let res = if header_bytes(&req) > MAX_HEADER_BYTES {
+        // Read the body (up to the body limit) before answering: a server that closes with
+        // unread data makes the client's kernel drop the answer.
+        let limit = req
+            .app_data::<web::Data<AppState>>()
+            .map_or(0, |s| s.body_limit);
+        let (http_req, mut payload) = req.into_parts();
+        let mut drained = 0;
+        while let Some(Ok(chunk)) = payload.next().await {
+            drained += chunk.len();
+            if drained > limit {
+                break;
+            }
+        }
+        let answer = ApiError::HeadersTooLarge(MAX_HEADER_BYTES).error_response();
+        ServiceResponse::new(http_req, answer)
+    } else {
+        next.call(req).await?.map_into_boxed_body()
+    };
     let status = res.status();
     let written = res.response().extensions().get::<WrittenCommit>().copied();
     let commit = written.filter(|w| w.changed).map(|w| w.commit.to_string());
@@ -77,7 +106,7 @@ pub async fn request_context(
             let bytes = serde_json::to_vec(&problem).expect("a problem always serializes");
             EitherBody::right(BoxBody::new(bytes))
         }
-        None => EitherBody::left(body.boxed()),
+        None => EitherBody::left(body),
     });
     res.headers_mut().insert(
         REQUEST_ID,

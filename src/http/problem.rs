@@ -57,6 +57,8 @@ pub enum ApiError {
     Busy(&'static str),
     #[error("no space left to store {0}")]
     StorageFull(&'static str),
+    #[error("the request headers are larger than {0} bytes")]
+    HeadersTooLarge(usize),
     #[error("{0}")]
     InvalidQuery(String),
     #[error("{0}")]
@@ -144,6 +146,11 @@ impl ApiError {
                 StatusCode::INSUFFICIENT_STORAGE,
                 "storage_full",
                 "Insufficient storage",
+            ),
+            HeadersTooLarge(_) => (
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                "headers_too_large",
+                "Request headers too large",
             ),
             InvalidQuery(_) => (StatusCode::BAD_REQUEST, "invalid_query", "Invalid query"),
             InvalidBody(_) => (StatusCode::BAD_REQUEST, "invalid_body", "Invalid body"),
