@@ -89,6 +89,22 @@ async fn refused_tokens_get_401_and_change_nothing() {
             ),
         ),
         (
+            "x5u tries to pick a key",
+            sign_hs256(
+                "another-secret-0123456789",
+                &json!({"alg": "HS256", "x5u": "http://127.0.0.1:1/cert.pem"}),
+                &claims(json!({})),
+            ),
+        ),
+        (
+            "jwk embeds its own key",
+            sign_hs256(
+                "another-secret-0123456789",
+                &json!({"alg": "HS256", "jwk": {"kty": "oct", "k": "YW5vdGhlci1zZWNyZXQtMDEyMzQ1Njc4OQ"}}),
+                &claims(json!({})),
+            ),
+        ),
+        (
             "jku tries to pick a key",
             sign_hs256(
                 "another-secret-0123456789",
@@ -294,4 +310,101 @@ async fn a_token_of_one_tenant_only_reaches_that_tenant() {
     assert_eq!(acme["file_sha"], app.blob("acme", "integrations.yml"));
     assert_eq!(globex["file_sha"], app.blob("globex", "integrations.yml"));
     assert_ne!(acme["file_sha"], globex["file_sha"]);
+}
+
+/// Signs claims as an RS256 JWT with a PKCS#8 PEM private key (independently of the service).
+fn sign_rs256(private_pem: &str, header: &Value, claims: &Value) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+    use base64::Engine;
+    use rsa::pkcs8::DecodePrivateKey;
+    use rsa::signature::{SignatureEncoding, Signer};
+    let key = rsa::RsaPrivateKey::from_pkcs8_pem(private_pem).unwrap();
+    let signer = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(key);
+    let input = format!(
+        "{}.{}",
+        B64.encode(serde_json::to_vec(header).unwrap()),
+        B64.encode(serde_json::to_vec(claims).unwrap())
+    );
+    let signature = signer.sign(input.as_bytes()).to_bytes();
+    format!("{input}.{}", B64.encode(signature))
+}
+
+#[tokio::test]
+async fn rs256_accepts_only_tokens_signed_by_the_configured_key() {
+    let keys = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/keys");
+    let public_pem = std::fs::read_to_string(keys.join("rs256-public.pem")).unwrap();
+    let private_pem = std::fs::read_to_string(keys.join("rs256-private.pem")).unwrap();
+    let other_pem = std::fs::read_to_string(keys.join("other-private.pem")).unwrap();
+    let app = TestApp::spawn_with(planfiles::config::AuthConfig {
+        algorithm: planfiles::config::Algorithm::RS256,
+        public_key_file: Some(keys.join("rs256-public.pem")),
+        ..Default::default()
+    })
+    .await;
+    let rs = json!({"alg": "RS256", "typ": "JWT"});
+    let good = sign_rs256(&private_pem, &rs, &claims(json!({})));
+    assert_eq!(app.get_integration(&good).await.status(), 200);
+
+    let head = app.head("acme");
+    let cases: Vec<(&str, String)> = vec![
+        // The classic confusion: HMAC keyed with the public key the server trusts.
+        (
+            "HS256 signed with the RS256 public key",
+            sign_hs256(&public_pem, &json!({"alg": "HS256"}), &claims(json!({}))),
+        ),
+        (
+            "HS256 with the public key, header says RS256",
+            sign_hs256(&public_pem, &rs, &claims(json!({}))),
+        ),
+        (
+            "RS256 from another key",
+            sign_rs256(&other_pem, &rs, &claims(json!({}))),
+        ),
+        (
+            "RS256 from another key, kid",
+            sign_rs256(
+                &other_pem,
+                &json!({"alg": "RS256", "kid": "other"}),
+                &claims(json!({})),
+            ),
+        ),
+        (
+            "RS256 from another key, jku",
+            sign_rs256(
+                &other_pem,
+                &json!({"alg": "RS256", "jku": "http://127.0.0.1:1/jwks"}),
+                &claims(json!({})),
+            ),
+        ),
+        (
+            "RS256 from another key, x5u",
+            sign_rs256(
+                &other_pem,
+                &json!({"alg": "RS256", "x5u": "http://127.0.0.1:1/c.pem"}),
+                &claims(json!({})),
+            ),
+        ),
+        (
+            "PS256 header",
+            sign_rs256(&private_pem, &json!({"alg": "PS256"}), &claims(json!({}))),
+        ),
+        ("alg none", unsigned("none")),
+        (
+            "expired RS256",
+            sign_rs256(&private_pem, &rs, &claims(json!({"exp": now() - 3600}))),
+        ),
+    ];
+    for (name, token) in cases {
+        let res = app
+            .put_integration(&token, &json!({"content": {"x": 1}}))
+            .await;
+        let (status, body) = problem(res).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (401, Some("invalid_token")),
+            "{name}"
+        );
+    }
+    assert_eq!(app.head("acme"), head);
+    assert_eq!(app.get_integration(&good).await.status(), 200);
 }
