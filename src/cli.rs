@@ -251,10 +251,14 @@ fn serve(config: Config) -> Result<(), CliError> {
         storage,
         verifier: Verifier::from_config(&config.auth)?,
         body_limit: config.server.body_limit,
+        body_timeout: Duration::from_secs(config.server.body_timeout_secs),
         metrics,
         metrics_require_token: config.metrics.require_token,
         upkeep,
         responses: Default::default(),
+        bodies: std::sync::Arc::new(tokio::sync::Semaphore::new(
+            config.server.max_concurrent_bodies,
+        )),
     };
     let listener = TcpListener::bind(&config.server.bind)
         .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;

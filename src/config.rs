@@ -33,6 +33,10 @@ pub struct ServerConfig {
     pub client_request_timeout_secs: u64,
     /// Seconds in-flight requests get to finish on shutdown.
     pub shutdown_timeout_secs: u64,
+    /// Seconds a client has to send a whole body once it has its turn.
+    pub body_timeout_secs: u64,
+    /// Request bodies read and processed at once; more wait their turn.
+    pub max_concurrent_bodies: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -109,6 +113,8 @@ impl Default for ServerConfig {
             workers: 0,
             client_request_timeout_secs: 5,
             shutdown_timeout_secs: 30,
+            max_concurrent_bodies: 32,
+            body_timeout_secs: 30,
         }
     }
 }
@@ -228,6 +234,11 @@ impl Config {
                 "log.format must be \"text\" or \"json\", not {:?}",
                 self.log.format
             )));
+        }
+        if self.server.max_concurrent_bodies == 0 {
+            return Err(ConfigError::Invalid(
+                "server.max_concurrent_bodies must be positive".into(),
+            ));
         }
         if self.server.body_limit == 0 {
             return Err(ConfigError::Invalid(

@@ -58,9 +58,11 @@ fn start_planfiles(data_dir: &Path) -> String {
         })
         .unwrap(),
         body_limit: 1 << 20,
+        body_timeout: Duration::from_secs(30),
         metrics,
         metrics_require_token: false,
         responses: Default::default(),
+        bodies: std::sync::Arc::new(tokio::sync::Semaphore::new(32)),
     };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());

@@ -40,19 +40,22 @@ pub async fn read_put_body(
     req: &HttpRequest,
     payload: web::Payload,
     limit: usize,
+    timeout: std::time::Duration,
 ) -> Result<PutBody, ApiError> {
     if !is_json(req) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let body = read_limited(req, payload, limit).await?;
+    let body = read_limited(req, payload, limit, timeout).await?;
     parse_put_body(&body)
 }
 
-/// Reads a whole body of at most `limit` bytes, refusing early when Content-Length says more.
+/// Reads a whole body of at most `limit` bytes within `timeout`, refusing early when
+/// Content-Length says more.
 pub(super) async fn read_limited(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,
+    timeout: std::time::Duration,
 ) -> Result<web::BytesMut, ApiError> {
     let declared = req
         .headers()
@@ -63,7 +66,11 @@ pub(super) async fn read_limited(
         return Err(ApiError::PayloadTooLarge(limit));
     }
     let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
-    while let Some(chunk) = payload.next().await {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while let Some(chunk) = tokio::time::timeout_at(deadline, payload.next())
+        .await
+        .map_err(|_| ApiError::BodyTimeout(timeout.as_secs()))?
+    {
         let chunk =
             chunk.map_err(|e| ApiError::InvalidJson(format!("the body could not be read: {e}")))?;
         if body.len() + chunk.len() > limit {

@@ -98,7 +98,8 @@ async fn upload_pack(
     if content_type != Some(REQUEST) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let body = read_limited(&req, payload, REQUEST_LIMIT).await?;
+    let _turn = state.admit().await;
+    let body = read_limited(&req, payload, REQUEST_LIMIT, state.body_timeout).await?;
     let body = match req
         .headers()
         .get(header::CONTENT_ENCODING)

@@ -87,6 +87,7 @@ pub async fn get_configuration(
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.integrations.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "body_timeout: the body did not arrive in time", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "sha_mismatch: the file changed since it was read (current_sha)", body = Problem, content_type = "application/problem+json"),
         (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
@@ -108,6 +109,7 @@ pub async fn put_integration(
     let file = PlanFile::Integration;
     let tenant = state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
+    let _turn = state.admit().await;
     let mut body = state.read_body(&req, payload).await?;
     let file_sha = body.file_sha()?;
     if file_sha.is_some() && !tenant.source_hosting {
@@ -155,6 +157,7 @@ pub async fn put_integration(
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.preferences.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "body_timeout: the body did not arrive in time", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "sha_mismatch: the file changed since it was read (current_sha)", body = Problem, content_type = "application/problem+json"),
         (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
@@ -176,6 +179,7 @@ pub async fn put_configuration(
     let file = PlanFile::Configuration;
     state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
+    let _turn = state.admit().await;
     let mut body = state.read_body(&req, payload).await?;
     let file_sha = body.file_sha()?;
     let doc =
@@ -278,7 +282,7 @@ impl AppState {
         req: &HttpRequest,
         payload: web::Payload,
     ) -> Result<PutBody, ApiError> {
-        body::read_put_body(req, payload, self.body_limit).await
+        body::read_put_body(req, payload, self.body_limit, self.body_timeout).await
     }
 
     async fn write(

@@ -24,7 +24,9 @@ use actix_web::dev::{Payload, Server};
 use actix_web::{middleware::from_fn, web, App, FromRequest, HttpRequest, HttpServer};
 use std::future::{ready, Ready};
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// What every request can reach. Cheap to clone.
 #[derive(Clone)]
@@ -32,6 +34,8 @@ pub struct AppState {
     pub storage: Storage,
     pub verifier: Verifier,
     pub body_limit: usize,
+    /// How long a client has to send a whole body once it has its turn (408 after).
+    pub body_timeout: Duration,
     pub metrics: Metrics,
     /// When true, `/metrics` needs a token with `planfiles.metrics.read`.
     pub metrics_require_token: bool,
@@ -39,6 +43,20 @@ pub struct AppState {
     pub upkeep: crate::upkeep::Upkeep,
     /// Serialized GET bodies at a known head commit.
     pub responses: ResponseCache,
+    /// Bounds how many request bodies are read and processed at once (memory).
+    pub bodies: Arc<Semaphore>,
+}
+
+impl AppState {
+    /// Waits for a turn to read and process a request body; the turn ends when the permit is
+    /// dropped. Bodies waiting for a turn stay in the client's and kernel's buffers.
+    pub(crate) async fn admit(&self) -> OwnedSemaphorePermit {
+        self.bodies
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed")
+    }
 }
 
 /// Server settings that are not part of the application state.

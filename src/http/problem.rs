@@ -57,6 +57,8 @@ pub enum ApiError {
     Busy(&'static str),
     #[error("no space left to store {0}")]
     StorageFull(&'static str),
+    #[error("the body did not arrive within {0} s")]
+    BodyTimeout(u64),
     #[error("the request headers are larger than {0} bytes")]
     HeadersTooLarge(usize),
     #[error("{0}")]
@@ -146,6 +148,11 @@ impl ApiError {
                 StatusCode::INSUFFICIENT_STORAGE,
                 "storage_full",
                 "Insufficient storage",
+            ),
+            BodyTimeout(_) => (
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                "Request body timeout",
             ),
             HeadersTooLarge(_) => (
                 StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,

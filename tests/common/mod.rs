@@ -135,10 +135,12 @@ impl TestApp {
             storage,
             verifier: Verifier::from_config(&auth).unwrap(),
             body_limit: 1024 * 1024,
+            body_timeout: Duration::from_secs(30),
             metrics,
             metrics_require_token: self_metrics_token(),
             upkeep,
             responses: Default::default(),
+            bodies: std::sync::Arc::new(tokio::sync::Semaphore::new(32)),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
