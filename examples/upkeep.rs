@@ -101,8 +101,12 @@ fn main() {
         .unwrap_or(10_000);
     storage::init_git();
     let dir = tempfile::tempdir().unwrap();
-    let storage =
-        Storage::open(dir.path(), Identity::new("planfiles", "p@localhost", "x")).unwrap();
+    let storage = Storage::open(
+        dir.path(),
+        Identity::new("planfiles", "p@localhost", "x"),
+        Default::default(),
+    )
+    .unwrap();
     let tenant = TenantId::parse("bench").unwrap();
     storage.create_tenant(&tenant, false).unwrap();
     let repo = storage.tenants_dir().join("bench.git");

@@ -162,7 +162,11 @@ fn open_storage(config: &Config) -> Result<Storage, CliError> {
         &config.commit.committer_email,
         "localhost",
     );
-    Ok(Storage::open(&config.storage.data_dir, committer)?)
+    Ok(Storage::open(
+        &config.storage.data_dir,
+        committer,
+        config.storage.durability,
+    )?)
 }
 
 fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {

@@ -46,6 +46,8 @@ pub struct StorageConfig {
     pub data_dir: PathBuf,
     /// Copy the demo tenants from this directory into an empty data dir on start.
     pub seed_from: Option<PathBuf>,
+    /// How writes reach the disk: shared `syncfs` (group commit) or libgit2's fsyncs.
+    pub durability: crate::storage::Durability,
     /// Repack a tenant once it holds about this many loose objects; 0 turns upkeep off.
     pub repack_loose_objects: usize,
 }
@@ -125,6 +127,7 @@ impl Default for StorageConfig {
             data_dir: "data".into(),
             seed_from: Some("repos-fixture".into()),
             repack_loose_objects: 2000,
+            durability: Default::default(),
         }
     }
 }

@@ -176,7 +176,12 @@ async fn two_hundred_concurrent_1_mib_puts_stay_within_bounded_memory() {
                     .await
                     .unwrap();
                 let status = res.status().as_u16();
-                let problem: Value = res.json().await.unwrap();
+                let text = res
+                    .text()
+                    .await
+                    .unwrap_or_else(|e| format!("<unreadable: {e:?}>"));
+                let problem: Value = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("{status}: {e}: {text:?}"));
                 (
                     status,
                     problem["code"].as_str().unwrap_or_default().to_owned(),

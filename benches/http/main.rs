@@ -47,7 +47,12 @@ fn token(tenant: &str) -> String {
 /// Starts planfiles over `data_dir` on a random port, in its own thread; returns its address.
 fn start_planfiles(data_dir: &Path) -> String {
     storage::init_git();
-    let storage = Storage::open(data_dir, Identity::new("planfiles", "p@localhost", "x")).unwrap();
+    let storage = Storage::open(
+        data_dir,
+        Identity::new("planfiles", "p@localhost", "x"),
+        Default::default(),
+    )
+    .unwrap();
     let metrics = planfiles::metrics::Metrics::new();
     let state = AppState {
         upkeep: planfiles::upkeep::Upkeep::new(storage.clone(), 2000, metrics.clone()),
@@ -156,7 +161,12 @@ fn main() {
     // Tenants: 64 for the write load, and long histories.
     {
         storage::init_git();
-        let st = Storage::open(dir.path(), Identity::new("planfiles", "p@localhost", "x")).unwrap();
+        let st = Storage::open(
+            dir.path(),
+            Identity::new("planfiles", "p@localhost", "x"),
+            Default::default(),
+        )
+        .unwrap();
         for i in 0..64 {
             st.create_tenant(&TenantId::parse(&format!("t{i:02}")).unwrap(), false)
                 .unwrap();
@@ -337,7 +347,12 @@ fn many_tenants(n: usize) -> (Duration, f64) {
     std::fs::create_dir_all(&tenants).unwrap();
     let template = dir.path().join("template");
     {
-        let st = Storage::open(&template, Identity::new("planfiles", "p@localhost", "x")).unwrap();
+        let st = Storage::open(
+            &template,
+            Identity::new("planfiles", "p@localhost", "x"),
+            Default::default(),
+        )
+        .unwrap();
         st.create_tenant(&TenantId::parse("template").unwrap(), false)
             .unwrap();
     }

@@ -1,19 +1,22 @@
 //! Storage: each tenant's two files in its bare git repository. No git type crosses this API.
+mod durable;
 mod error;
 mod repo;
 mod seed;
 mod upload_pack;
 
+pub use durable::Durability;
 pub use error::StorageError;
 pub use seed::seed_if_empty;
 pub use upload_pack::UploadPack;
 
 use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, RequestId, TenantId};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
-/// Turns on what libgit2 leaves off by default; call once at start, before any git work.
-/// With fsync on, a new object or ref is on disk before the call that wrote it returns.
+/// Turns on what libgit2 leaves off by default (its fsync); call once at start, before any
+/// git work. [`Storage::open`] then sets fsync for its durability mode.
 pub fn init_git() {
     repo::init_libgit2();
 }
@@ -140,17 +143,33 @@ pub struct WriteOutcome {
 pub struct Storage {
     tenants_dir: PathBuf,
     committer: Identity,
+    /// Present in group-commit mode.
+    sync: Option<Arc<durable::SyncGroup>>,
 }
 
 impl Storage {
-    /// Storage over `<data_dir>/tenants`, which is created if missing.
-    pub fn open(data_dir: &Path, committer: Identity) -> Result<Self, StorageError> {
+    /// Storage over `<data_dir>/tenants`, which is created if missing. The durability mode
+    /// applies to the whole process (libgit2's fsync switch is global).
+    pub fn open(
+        data_dir: &Path,
+        committer: Identity,
+        durability: Durability,
+    ) -> Result<Self, StorageError> {
         let tenants_dir = data_dir.join("tenants");
         std::fs::create_dir_all(&tenants_dir)
             .map_err(|e| StorageError::io("create the tenants directory", &tenants_dir, e))?;
+        repo::set_libgit2_fsync(durability == Durability::Fsync);
+        let sync = match durability {
+            Durability::Group => Some(Arc::new(
+                durable::SyncGroup::new(&tenants_dir)
+                    .map_err(|e| StorageError::io("open the data volume", &tenants_dir, e))?,
+            )),
+            Durability::Fsync => None,
+        };
         Ok(Self {
             tenants_dir,
             committer,
+            sync,
         })
     }
 
@@ -221,7 +240,11 @@ impl Storage {
         tenant: &TenantId,
         req: WriteRequest,
     ) -> Result<WriteOutcome, StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.write(req, &self.committer)
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.write(
+            req,
+            &self.committer,
+            self.sync.as_deref(),
+        )
     }
 
     /// Creates a tenant repository with its first commit. Fails if the tenant exists.
@@ -236,12 +259,14 @@ impl Storage {
             &self.repo_path(tenant),
             source_hosting,
             &self.committer,
+            self.sync.as_deref(),
         )
     }
 
     /// Turns the source-hosting flag on or off; running servers see it on the next request.
     pub fn set_source_hosting(&self, tenant: &TenantId, on: bool) -> Result<(), StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.set_source_hosting(on)
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
+            .set_source_hosting(on, self.sync.as_deref())
     }
 
     /// About how many loose objects the tenant's repository holds (a cheap estimate).
@@ -256,7 +281,7 @@ impl Storage {
         tenant: &TenantId,
         full: bool,
     ) -> Result<Option<RepackReport>, StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.repack(full)
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.repack(full, self.sync.as_deref())
     }
 
     /// Read-only git access to the tenant's repository for clone and fetch. `protocol` is the

@@ -1,4 +1,5 @@
 //! The git2 side of storage: one tenant's bare repository, read and written with libgit2.
+use super::durable::SyncGroup;
 use super::{
     FileSnapshot, IfMatch, ShaCheck, StorageError, TenantSummary, WriteOutcome, WriteRequest,
 };
@@ -22,6 +23,20 @@ const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 const STALE_REF_LOCK: Duration = Duration::from_secs(5);
 /// The sidecar file every planfiles writer of a tenant holds an OS lock on while writing.
 const WRITE_LOCK_FILE: &str = "planfiles-write.lock";
+
+/// Turns libgit2's own fsync of every object, ref and folder on or off (process-wide).
+pub(super) fn set_libgit2_fsync(on: bool) {
+    libgit2_sys::init();
+    // SAFETY: git_libgit2_opts with ENABLE_FSYNC_GITDIR takes one int argument; libgit2 is
+    // initialised above.
+    let rc = unsafe {
+        libgit2_sys::git_libgit2_opts(
+            libgit2_sys::GIT_OPT_ENABLE_FSYNC_GITDIR as libc_int,
+            libc_int::from(on),
+        )
+    };
+    assert_eq!(rc, 0, "libgit2 refused GIT_OPT_ENABLE_FSYNC_GITDIR");
+}
 
 pub(super) fn init_libgit2() {
     libgit2_sys::init();
@@ -91,14 +106,31 @@ impl<'a> TenantRepo<'a> {
         }
     }
 
-    pub(super) fn set_source_hosting(&self, on: bool) -> Result<(), StorageError> {
+    pub(super) fn set_source_hosting(
+        &self,
+        on: bool,
+        sync: Option<&SyncGroup>,
+    ) -> Result<(), StorageError> {
         let mut config = self
             .repo
             .config()
             .map_err(git_err(self.tenant, "open config", ""))?;
-        config
-            .set_bool(SOURCE_HOSTING_KEY, on)
-            .map_err(git_err(self.tenant, "write config", ""))
+        config.set_bool(SOURCE_HOSTING_KEY, on).map_err(git_err(
+            self.tenant,
+            "write config",
+            "",
+        ))?;
+        self.group_sync(sync, "")
+    }
+
+    /// In group-commit mode, waits for a shared `syncfs` of the volume.
+    fn group_sync(&self, sync: Option<&SyncGroup>, file: &'static str) -> Result<(), StorageError> {
+        match sync {
+            Some(group) => group
+                .sync()
+                .map_err(|e| self.io_err("sync the data volume", &self.path, e, file)),
+            None => Ok(()),
+        }
     }
 
     pub(super) fn summary(&self) -> Result<TenantSummary, StorageError> {
@@ -176,10 +208,13 @@ impl<'a> TenantRepo<'a> {
         }
     }
 
+    /// Writes one file (see [`crate::storage::Storage::write`]). `sync` is the group to share
+    /// `syncfs` with; `None` when libgit2 fsyncs by itself.
     pub(super) fn write(
         &self,
         req: WriteRequest,
         committer: &Identity,
+        sync: Option<&SyncGroup>,
     ) -> Result<WriteOutcome, StorageError> {
         let path = req.file.path();
         let new_blob = Oid::hash_object(ObjectType::Blob, &req.bytes).map_err(git_err(
@@ -239,9 +274,13 @@ impl<'a> TenantRepo<'a> {
             let commit = self
                 .commit_on(&head, &req, committer, forced)
                 .map_err(|e| self.explain_write_failure(e, path))?;
-            // libgit2 fsyncs each object and its fan-out directory, but not `objects/` when
-            // it had to create that fan-out directory: sync it before main points at them.
-            sync_dir(&self.path.join("objects"))?;
+            // The objects are on disk before main points at them. In fsync mode libgit2 synced
+            // each object and its fan-out folder, but not `objects/` when it had to create
+            // that folder.
+            match sync {
+                Some(_) => self.group_sync(sync, path)?,
+                None => sync_dir(&self.path.join("objects"))?,
+            }
             match self.repo.reference_matching(
                 MAIN,
                 commit,
@@ -250,12 +289,14 @@ impl<'a> TenantRepo<'a> {
                 &format!("planfiles: update {path}"),
             ) {
                 Ok(_) => {
+                    // And the ref is on disk before the 200.
+                    self.group_sync(sync, path)?;
                     return Ok(WriteOutcome {
                         commit: CommitId(to_id(commit)),
                         blob: BlobId(to_id(new_blob)),
                         changed: true,
                         forced,
-                    })
+                    });
                 }
                 // Someone outside planfiles moved main or holds its lock (planfiles writers
                 // take turns on the write lock): rebase onto the new head and check our own
@@ -420,6 +461,7 @@ pub(super) fn create(
     path: &Path,
     source_hosting: bool,
     committer: &Identity,
+    sync: Option<&SyncGroup>,
 ) -> Result<CommitId, StorageError> {
     if path.exists() {
         return Err(StorageError::TenantExists(tenant.clone()));
@@ -429,6 +471,12 @@ pub(super) fn create(
         .tempdir_in(tenants_dir)
         .map_err(|e| StorageError::io("create a temporary directory", tenants_dir, e))?;
     let commit = init_repo(tenant, tmp.path(), source_hosting, committer)?;
+    if let Some(group) = sync {
+        // libgit2 wrote the files without fsync in this mode.
+        group
+            .sync()
+            .map_err(|e| StorageError::io("sync the data volume", tmp.path(), e))?;
+    }
     sync_tree(tmp.path())?;
     let tmp_path = tmp.keep();
     if let Err(e) = std::fs::rename(&tmp_path, path) {

@@ -128,7 +128,7 @@ impl TestApp {
     async fn spawn_full(data_dir: tempfile::TempDir, auth: AuthConfig, threshold: usize) -> Self {
         storage::init_git();
         let committer = Identity::new("planfiles", "planfiles@test", "test");
-        let storage = Storage::open(data_dir.path(), committer).unwrap();
+        let storage = Storage::open(data_dir.path(), committer, Default::default()).unwrap();
         let metrics = planfiles::metrics::Metrics::new();
         let upkeep = planfiles::upkeep::Upkeep::new(storage.clone(), threshold, metrics.clone());
         let state = AppState {

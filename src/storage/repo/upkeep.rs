@@ -5,7 +5,7 @@
 //! `objects/xx/` folders, which a concurrent libgit2 write may be about to rename into; old
 //! packs are deleted only after a pack holding all their objects is on disk. Readers that miss
 //! an object re-scan the packs (libgit2 does that on a miss).
-use super::{git_err, sync_dir, TenantRepo};
+use super::{git_err, sync_dir, SyncGroup, TenantRepo};
 use crate::storage::{RepackReport, StorageError};
 use git2::Oid;
 use std::fs::{File, OpenOptions, TryLockError};
@@ -33,6 +33,7 @@ impl TenantRepo<'_> {
     pub(in crate::storage) fn repack(
         &self,
         full: bool,
+        sync: Option<&SyncGroup>,
     ) -> Result<Option<RepackReport>, StorageError> {
         let started = Instant::now();
         let Some(_lock) = self.try_upkeep_lock()? else {
@@ -86,13 +87,15 @@ impl TenantRepo<'_> {
         report.objects_packed = builder.object_count();
         std::fs::create_dir_all(&pack_dir)
             .map_err(|e| StorageError::io("create the pack folder", &pack_dir, e))?;
-        // libgit2 syncs the pack, its index and the folder (fsync is on).
+        // In fsync mode libgit2 syncs the pack, its index and the folder; in group mode the
+        // shared syncfs below does.
         builder.write(&pack_dir, 0).map_err(err("write the pack"))?;
         let new_pack = builder
             .name()
             .map_err(err("name the pack"))?
             .map(|n| format!("pack-{n}"));
         sync_dir(&pack_dir)?;
+        self.group_sync(sync, "")?;
 
         // Everything below only deletes what the new, synced pack holds.
         for (_, path) in &loose {
