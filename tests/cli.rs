@@ -258,6 +258,29 @@ async fn serve_seeds_an_empty_data_dir_and_sees_tenant_changes_without_restart()
         let res = put(addr, n as i32 + 1, sha()).await.unwrap();
         assert_eq!(res.status(), 200, "{addr}: file_sha with source hosting on");
     }
+    // A read from one process sees a write made through the other at once, even right after
+    // it read (and cached) the file itself.
+    let read = |addr: String| {
+        let client = client.clone();
+        let t = t.clone();
+        async move {
+            let v: Value = client
+                .get(format!("{addr}/plans/integration-file"))
+                .bearer_auth(&t)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            v["content"].clone()
+        }
+    };
+    for n in 10..15 {
+        read(server.addr.clone()).await;
+        assert_eq!(put(&second.addr, n, sha()).await.unwrap().status(), 200);
+        assert_eq!(read(server.addr.clone()).await, serde_json::json!({"a": n}));
+    }
     assert_eq!(
         run(
             dir.path(),

@@ -243,7 +243,7 @@ fn main() {
         }
     }
 
-    println!("\n## Durable PUT (fsync on)");
+    println!("\n## Durable PUT (storage.durability = group: shared syncfs)");
     let serial_n = if quick { 100 } else { 300 };
     let ours = rt.block_on(load::serial(&client, &put("t01"), serial_n));
     println!("{}", ours.line("planfiles serial PUT, one tenant"));
@@ -293,14 +293,21 @@ fn main() {
     println!("\n## Cost growth with history (serial, packed histories)");
     let shallow = "deep1";
     fixtures::history(&tenants.join("deep1.git"), 1);
-    let mut rows = Vec::new();
-    for name in [
+    // Interleaved rounds, so that drift in the disk or the CPU hits every depth alike.
+    let names = [
         shallow.to_owned(),
         format!("deep{}", s.deep[0]),
         format!("deep{}", s.deep[1]),
-    ] {
-        let g = rt.block_on(load::serial(&client, &get(&name, &addr), 500));
-        let p = rt.block_on(load::serial(&client, &put(&name), 50));
+    ];
+    let mut runs: Vec<(Run, Run)> = names.iter().map(|_| (Run::empty(), Run::empty())).collect();
+    for _ in 0..4 {
+        for (name, (g, p)) in names.iter().zip(runs.iter_mut()) {
+            g.add(&rt.block_on(load::serial(&client, &get(name, &addr), 250)));
+            p.add(&rt.block_on(load::serial(&client, &put(name), 50)));
+        }
+    }
+    let mut rows = Vec::new();
+    for (name, (g, p)) in names.iter().zip(&runs) {
         println!("{}", g.line(&format!("GET {name}")));
         println!("{}", p.line(&format!("PUT {name}")));
         rows.push((g.ms(0.5), p.ms(0.5)));

@@ -246,6 +246,14 @@ impl AppState {
             return Ok(views::respond(body, snap.blob));
         }
         let cached = self.responses.get(&tenant, file);
+        if let Some(hit) = cached
+            .as_ref()
+            .filter(|c| self.storage.known_head(&tenant) == Some(c.commit))
+        {
+            require(who.can_read(file), file.read_permission())?;
+            query?;
+            return Ok(views::respond(hit.body.clone(), hit.blob));
+        }
         let known = cached.as_ref().map(|c| c.commit);
         let outcome = blocking(move || storage.read_unless_at(&tenant, file, known), file).await?;
         require(who.can_read(file), file.read_permission())?;

@@ -4,6 +4,7 @@ mod error;
 mod repo;
 mod seed;
 mod upload_pack;
+mod watch;
 
 pub use durable::Durability;
 pub use error::StorageError;
@@ -145,6 +146,8 @@ pub struct Storage {
     committer: Identity,
     /// Present in group-commit mode.
     sync: Option<Arc<durable::SyncGroup>>,
+    /// Which tenants' `main` is known not to have moved since it was read.
+    watch: Arc<watch::HeadWatch>,
 }
 
 impl Storage {
@@ -170,6 +173,7 @@ impl Storage {
             tenants_dir,
             committer,
             sync,
+            watch: Arc::default(),
         })
     }
 
@@ -205,12 +209,26 @@ impl Storage {
         known: Option<CommitId>,
     ) -> Result<ReadOutcome, StorageError> {
         let path = self.repo_path(tenant);
-        if known.is_some() && repo::loose_head(&path) == known {
-            return Ok(ReadOutcome::Unchanged);
-        }
-        repo::TenantRepo::open(tenant, &path)?
-            .read(file)
-            .map(ReadOutcome::Changed)
+        let (outcome, head) = match known {
+            Some(known) if repo::loose_head(&path) == Some(known) => {
+                (ReadOutcome::Unchanged, known)
+            }
+            _ => {
+                let snap = repo::TenantRepo::open(tenant, &path)?.read(file)?;
+                let head = snap.commit;
+                (ReadOutcome::Changed(snap), head)
+            }
+        };
+        self.watch
+            .note(tenant, &path, head, || repo::loose_head(&path));
+        Ok(outcome)
+    }
+
+    /// The commit `main` of `tenant` is at, when a read through [`Storage::read_unless_at`]
+    /// saw it and nothing has touched the tenant's refs since (inotify). Never blocks on the
+    /// disk, so it may be called on an async worker; `None` means "read it".
+    pub fn known_head(&self, tenant: &TenantId) -> Option<CommitId> {
+        self.watch.known_head(tenant)
     }
 
     /// The file as it was in `commit`; `UnknownRef` unless `commit` is in `main`'s history.
