@@ -219,7 +219,7 @@ fn maintain(config: &Config, only: Option<&str>) -> Result<(), CliError> {
         match upkeep.run(&id, true)? {
             Some(r) => println!(
                 "{id}: {} repack, {} objects packed, {} loose and {} packs removed, {} ms",
-                if r.full { "full" } else { "incremental" },
+                r.kind,
                 r.objects_packed,
                 r.loose_removed,
                 r.packs_removed,

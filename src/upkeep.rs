@@ -59,7 +59,7 @@ impl Upkeep {
         let result = self.storage.repack(tenant, full);
         match &result {
             Ok(Some(r)) => {
-                let kind = if r.full { "full" } else { "incremental" };
+                let kind = r.kind;
                 self.metrics.repacks.with_label_values(&[kind, "ok"]).inc();
                 self.metrics
                     .repack_duration

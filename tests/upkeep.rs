@@ -141,3 +141,60 @@ async fn reads_and_writes_go_on_during_repeated_full_repacks_in_another_process(
     assert_eq!(count_objects(&app.repo("acme")), (0, 1));
     app.fsck("acme");
 }
+
+#[tokio::test]
+async fn merges_leave_a_large_pack_alone_and_keep_the_pack_count_bounded() {
+    use planfiles::domain::{Identity, TenantId};
+    use planfiles::storage::Storage;
+    let app = TestApp::spawn().await;
+    let storage = Storage::open(
+        app.data_dir.path(),
+        Identity::new("t", "t@x", "x"),
+        Default::default(),
+    )
+    .unwrap();
+    let tenant = TenantId::parse("globex").unwrap();
+    let pack_dir = app.repo("globex").join("objects/pack");
+    let pack_names = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&pack_dir)
+            .unwrap()
+            .filter_map(|e| e.unwrap().file_name().into_string().ok())
+            .filter(|n| n.ends_with(".pack"))
+            .collect();
+        v.sort();
+        v
+    };
+    write_n(&app, "globex", 120).await;
+    let report = storage.repack(&tenant, true).unwrap().unwrap();
+    assert_eq!(report.kind, "full");
+    let big = pack_names();
+    assert_eq!(big.len(), 1);
+    let mut kinds = Vec::new();
+    let mut commits = Vec::new();
+    for _ in 0..12 {
+        commits.extend(write_n(&app, "globex", 2).await);
+        let report = storage.repack(&tenant, false).unwrap().unwrap();
+        kinds.push(report.kind);
+        let packs = pack_names();
+        assert!(packs.len() <= 8, "{} packs", packs.len());
+        assert!(
+            packs.contains(&big[0]),
+            "the large pack was rewritten ({:?})",
+            report.kind
+        );
+    }
+    assert!(kinds.contains(&"merge"), "{kinds:?}");
+    assert_eq!(count_objects(&app.repo("globex")).0, 0);
+    app.fsck("globex");
+    let history = app.git("globex", &["rev-list", "main"]);
+    for c in &commits {
+        assert!(history.contains(c.as_str()));
+    }
+    let got: Value = app
+        .get_integration(&token("globex", ALL))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["content"], json!({"n": 1}));
+}

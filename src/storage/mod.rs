@@ -78,8 +78,8 @@ pub struct RepackReport {
     pub objects_packed: usize,
     pub loose_removed: usize,
     pub packs_removed: usize,
-    /// True when every pack was merged into one.
-    pub full: bool,
+    /// `incremental` (loose objects only), `merge` (the smaller packs too) or `full`.
+    pub kind: &'static str,
     pub duration: std::time::Duration,
 }
 

@@ -27,9 +27,11 @@ impl TenantRepo<'_> {
             .unwrap_or(0)
     }
 
-    /// Packs the loose objects into a new pack, or everything into one pack when `full` or
-    /// when there are [`MAX_PACKS`] packs already, then deletes what the new pack made
-    /// redundant. Returns `None` when another repack of this tenant is running.
+    /// Packs the loose objects into a new pack. With `full`, everything goes into one pack.
+    /// Once there are [`MAX_PACKS`] packs, the smaller ones are merged, leaving the largest
+    /// alone unless it is less than twice their size (so a big history is not rewritten on
+    /// every merge). Then deletes what the new pack made redundant. Returns `None` when
+    /// another repack of this tenant is running.
     pub(in crate::storage) fn repack(
         &self,
         full: bool,
@@ -43,46 +45,55 @@ impl TenantRepo<'_> {
         let objects = self.path.join("objects");
         let pack_dir = objects.join("pack");
         let loose = loose_objects(&objects)?;
-        let packs_before = pack_names(&pack_dir)?;
-        let full = (full && packs_before.len() + usize::from(!loose.is_empty()) > 1)
-            || packs_before.len() >= MAX_PACKS;
+        let packs = packs(&pack_dir)?;
+        let merge: Vec<&Pack> = if full && packs.len() + usize::from(!loose.is_empty()) > 1 {
+            packs.iter().collect()
+        } else if packs.len() >= MAX_PACKS {
+            let largest = packs.iter().max_by_key(|p| p.bytes).expect("not empty");
+            let rest: u64 = packs.iter().map(|p| p.bytes).sum::<u64>() - largest.bytes;
+            if largest.bytes >= 2 * rest {
+                packs.iter().filter(|p| p.name != largest.name).collect()
+            } else {
+                packs.iter().collect()
+            }
+        } else {
+            Vec::new()
+        };
+        let kind = if merge.len() == packs.len() && (full || !packs.is_empty()) {
+            "full"
+        } else if merge.is_empty() {
+            "incremental"
+        } else {
+            "merge"
+        };
         let mut report = RepackReport {
             loose_before: loose.len(),
-            packs_before: packs_before.len(),
+            packs_before: packs.len(),
             objects_packed: 0,
             loose_removed: 0,
             packs_removed: 0,
-            full,
+            kind,
             duration: Default::default(),
         };
-        if loose.is_empty() && !full {
+        if loose.is_empty() && merge.is_empty() {
             report.duration = started.elapsed();
             return Ok(Some(report));
         }
         let mut builder = self.repo.packbuilder().map_err(err("start a pack"))?;
         builder.set_threads(1);
-        if full {
-            // Every object of every pack and every loose object: nothing reachable or not is
-            // dropped, so a write in flight that reuses an old object keeps it.
-            let odb = self.repo.odb().map_err(err("open the object database"))?;
-            let mut failed = None;
-            odb.foreach(|oid| match builder.insert_object(*oid, None) {
-                Ok(()) => true,
-                Err(e) => {
-                    failed = Some(e);
-                    false
-                }
-            })
-            .map_err(err("list objects"))?;
-            if let Some(e) = failed {
-                return Err(err("add an object to the pack")(e));
-            }
-        } else {
-            for (oid, _) in &loose {
+        // Every loose object and every object of the merged packs, reachable or not: a write
+        // in flight that reuses an old object keeps it.
+        for pack in &merge {
+            for oid in pack_index(&pack_dir.join(format!("{}.idx", pack.name)))? {
                 builder
-                    .insert_object(*oid, None)
+                    .insert_object(oid, None)
                     .map_err(err("add an object to the pack"))?;
             }
+        }
+        for (oid, _) in &loose {
+            builder
+                .insert_object(*oid, None)
+                .map_err(err("add an object to the pack"))?;
         }
         report.objects_packed = builder.object_count();
         std::fs::create_dir_all(&pack_dir)
@@ -103,19 +114,16 @@ impl TenantRepo<'_> {
                 report.loose_removed += 1;
             }
         }
-        if full {
-            for name in packs_before
-                .iter()
-                .filter(|n| Some(*n) != new_pack.as_ref())
-            {
-                if pack_dir.join(format!("{name}.keep")).exists() {
-                    continue;
-                }
-                for ext in ["idx", "pack", "rev", "bitmap", "mtimes"] {
-                    let _ = std::fs::remove_file(pack_dir.join(format!("{name}.{ext}")));
-                }
-                report.packs_removed += 1;
+        for pack in merge.iter().filter(|p| Some(&p.name) != new_pack.as_ref()) {
+            if pack_dir.join(format!("{}.keep", pack.name)).exists() {
+                continue;
             }
+            for ext in ["idx", "pack", "rev", "bitmap", "mtimes"] {
+                let _ = std::fs::remove_file(pack_dir.join(format!("{}.{ext}", pack.name)));
+            }
+            report.packs_removed += 1;
+        }
+        if report.packs_removed > 0 {
             sync_dir(&pack_dir)?;
         }
         report.duration = started.elapsed();
@@ -168,20 +176,79 @@ fn loose_objects(objects: &Path) -> Result<Vec<(Oid, PathBuf)>, StorageError> {
     Ok(out)
 }
 
-/// The packs in `objects/pack`, as `pack-<hash>` without the extension.
-fn pack_names(pack_dir: &Path) -> Result<Vec<String>, StorageError> {
+/// A pack in `objects/pack`: `pack-<hash>` without the extension, and its size.
+struct Pack {
+    name: String,
+    bytes: u64,
+}
+
+fn packs(pack_dir: &Path) -> Result<Vec<Pack>, StorageError> {
     let entries = match std::fs::read_dir(pack_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(StorageError::io("list packs", pack_dir, e)),
     };
-    let mut names: Vec<String> = entries
+    let mut packs: Vec<Pack> = entries
         .filter_map(Result::ok)
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
-            name.strip_suffix(".pack").map(str::to_owned)
+            let name = name.strip_suffix(".pack")?.to_owned();
+            let bytes = e.metadata().ok()?.len();
+            Some(Pack { name, bytes })
         })
         .collect();
-    names.sort();
-    Ok(names)
+    packs.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(packs)
+}
+
+/// The object ids a pack index lists (version 2, as git and libgit2 write it, or version 1).
+fn pack_index(path: &Path) -> Result<Vec<Oid>, StorageError> {
+    let bytes = std::fs::read(path).map_err(|e| StorageError::io("read a pack index", path, e))?;
+    parse_pack_index(&bytes).ok_or_else(|| {
+        StorageError::io(
+            "read a pack index",
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, "not a pack index"),
+        )
+    })
+}
+
+fn parse_pack_index(bytes: &[u8]) -> Option<Vec<Oid>> {
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    // v2: magic, version, fanout, names; v1: fanout, then (offset, name) entries.
+    let (fanout, names, stride) = if bytes.starts_with(b"\xfftOc") {
+        (u32_at(4).filter(|v| *v == 2).map(|_| 8)?, 8 + 256 * 4, 20)
+    } else {
+        (0, 256 * 4 + 4, 24)
+    };
+    let count = u32_at(fanout + 255 * 4)? as usize;
+    (0..count)
+        .map(|i| {
+            let at = names + i * stride;
+            Oid::from_bytes(bytes.get(at..at + 20)?).ok()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_pack_index;
+
+    #[test]
+    fn reads_the_object_ids_of_a_version_2_index_and_refuses_garbage() {
+        let mut idx = b"\xfftOc".to_vec();
+        idx.extend_from_slice(&2u32.to_be_bytes());
+        for i in 0..256u32 {
+            idx.extend_from_slice(&(if i >= 0xab { 2u32 } else { 0 }).to_be_bytes());
+        }
+        idx.extend_from_slice(&[0xab; 20]);
+        idx.extend_from_slice(&[0xac; 20]);
+        let ids = parse_pack_index(&idx).unwrap();
+        assert_eq!(ids.len(), 2);
+        assert_eq!(ids[1].to_string(), "ac".repeat(20));
+        assert!(parse_pack_index(&idx[..100]).is_none());
+        assert!(parse_pack_index(b"").is_none());
+    }
 }
