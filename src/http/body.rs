@@ -34,19 +34,18 @@ impl PutBody {
     }
 }
 
-/// Reads and parses the body: JSON media type, size limit (also for chunked bodies), JSON
-/// syntax, then a JSON object within the document limits.
+/// Reads the body of a PUT: JSON media type, then the size limit (also for chunked bodies).
+/// Parsing it ([`parse_put_body`]) is CPU work for the blocking pool.
 pub async fn read_put_body(
     req: &HttpRequest,
     payload: web::Payload,
     limit: usize,
     timeout: std::time::Duration,
-) -> Result<PutBody, ApiError> {
+) -> Result<web::BytesMut, ApiError> {
     if !is_json(req) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let body = read_limited(req, payload, limit, timeout).await?;
-    parse_put_body(&body)
+    read_limited(req, payload, limit, timeout).await
 }
 
 /// Reads a whole body of at most `limit` bytes within `timeout`, refusing early when
@@ -81,7 +80,8 @@ pub(super) async fn read_limited(
     Ok(body)
 }
 
-/// Parses a complete body (public for the fuzz targets).
+/// Parses a complete body: JSON syntax, then a JSON object within the document limits
+/// (public for the fuzz targets).
 pub fn parse_put_body(body: &[u8]) -> Result<PutBody, ApiError> {
     // The body object is one level above the document.
     let guard = json_guard::scan(body, yaml::MAX_DEPTH + 1);

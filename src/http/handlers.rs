@@ -1,5 +1,5 @@
 //! The four plans endpoints and the fallbacks for unknown paths and methods.
-use super::body::{self, PutBody};
+use super::body;
 use super::cache::Rendered;
 use super::middleware::WrittenCommit;
 use super::problem::ApiError;
@@ -110,13 +110,19 @@ pub async fn put_integration(
     let tenant = state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
     let _turn = state.admit().await;
-    let mut body = state.read_body(&req, payload).await?;
-    let file_sha = body.file_sha()?;
-    if file_sha.is_some() && !tenant.source_hosting {
-        return Err(ApiError::FileShaNotAllowed);
-    }
-    let doc =
-        IntegrationDoc::from_request(body.take("content")?).map_err(ApiError::InvalidContent)?;
+    let bytes = state.read_body(&req, payload).await?;
+    let source_hosting = tenant.source_hosting;
+    let (file_sha, doc) = cpu(move || {
+        let mut body = body::parse_put_body(&bytes)?;
+        let file_sha = body.file_sha()?;
+        if file_sha.is_some() && !source_hosting {
+            return Err(ApiError::FileShaNotAllowed);
+        }
+        let doc = IntegrationDoc::from_request(body.take("content")?)
+            .map_err(ApiError::InvalidContent)?;
+        Ok((file_sha, doc))
+    })
+    .await?;
     let preconditions = Preconditions {
         file_sha: file_sha.map(ShaCheck::Blob),
         if_match: body::if_match(&req),
@@ -180,10 +186,15 @@ pub async fn put_configuration(
     state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
     let _turn = state.admit().await;
-    let mut body = state.read_body(&req, payload).await?;
-    let file_sha = body.file_sha()?;
-    let doc =
-        ConfigurationDoc::from_request(body.take("payload")?).map_err(ApiError::InvalidContent)?;
+    let bytes = state.read_body(&req, payload).await?;
+    let (file_sha, doc) = cpu(move || {
+        let mut body = body::parse_put_body(&bytes)?;
+        let file_sha = body.file_sha()?;
+        let doc = ConfigurationDoc::from_request(body.take("payload")?)
+            .map_err(ApiError::InvalidContent)?;
+        Ok((file_sha, doc))
+    })
+    .await?;
     let if_match = body::if_match(&req);
     if file_sha.is_none() && if_match.is_none() {
         return Err(ApiError::PreconditionRequired);
@@ -289,7 +300,7 @@ impl AppState {
         &self,
         req: &HttpRequest,
         payload: web::Payload,
-    ) -> Result<PutBody, ApiError> {
+    ) -> Result<web::BytesMut, ApiError> {
         body::read_put_body(req, payload, self.body_limit, self.body_timeout).await
     }
 
@@ -329,6 +340,16 @@ impl AppState {
         }
         Ok(outcome)
     }
+}
+
+/// Runs CPU-heavy parsing (up to a whole body of JSON and YAML) on the blocking pool, so that
+/// one large body never stalls the other connections of its worker.
+async fn cpu<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    web::block(work)
+        .await
+        .map_err(|e| ApiError::Internal(format!("the parsing task failed: {e}")))?
 }
 
 /// Runs storage work on the blocking pool, never on the async workers.
