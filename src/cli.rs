@@ -260,9 +260,7 @@ fn serve(config: Config) -> Result<(), CliError> {
         metrics_require_token: config.metrics.require_token,
         upkeep,
         responses: Default::default(),
-        bodies: std::sync::Arc::new(tokio::sync::Semaphore::new(
-            config.server.max_concurrent_bodies,
-        )),
+        bodies: http::BodyBudget::new(config.server.bodies_in_flight_bytes),
     };
     let listener = TcpListener::bind(&config.server.bind)
         .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;

@@ -35,8 +35,9 @@ pub struct ServerConfig {
     pub shutdown_timeout_secs: u64,
     /// Seconds a client has to send a whole body once it has its turn.
     pub body_timeout_secs: u64,
-    /// Request bodies read and processed at once; more wait their turn.
-    pub max_concurrent_bodies: usize,
+    /// Bytes of request bodies (by Content-Length; body_limit when chunked) read and
+    /// processed at once; more wait their turn.
+    pub bodies_in_flight_bytes: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -115,7 +116,7 @@ impl Default for ServerConfig {
             workers: 0,
             client_request_timeout_secs: 5,
             shutdown_timeout_secs: 30,
-            max_concurrent_bodies: 32,
+            bodies_in_flight_bytes: 16 * 1024 * 1024,
             body_timeout_secs: 30,
         }
     }
@@ -238,9 +239,9 @@ impl Config {
                 self.log.format
             )));
         }
-        if self.server.max_concurrent_bodies == 0 {
+        if self.server.bodies_in_flight_bytes < self.server.body_limit {
             return Err(ConfigError::Invalid(
-                "server.max_concurrent_bodies must be positive".into(),
+                "server.bodies_in_flight_bytes must be at least server.body_limit".into(),
             ));
         }
         if self.server.body_limit == 0 {

@@ -67,7 +67,7 @@ fn start_planfiles(data_dir: &Path) -> String {
         metrics,
         metrics_require_token: false,
         responses: Default::default(),
-        bodies: std::sync::Arc::new(tokio::sync::Semaphore::new(32)),
+        bodies: planfiles::http::BodyBudget::new(16 << 20),
     };
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());

@@ -98,7 +98,7 @@ async fn upload_pack(
     if content_type != Some(REQUEST) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let _turn = state.admit().await;
+    let _turn = state.admit(&req, REQUEST_LIMIT).await;
     let body = read_limited(&req, payload, REQUEST_LIMIT, state.body_timeout).await?;
     let body = match req
         .headers()

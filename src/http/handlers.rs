@@ -109,7 +109,7 @@ pub async fn put_integration(
     let file = PlanFile::Integration;
     let tenant = state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
-    let _turn = state.admit().await;
+    let _turn = state.admit(&req, state.body_limit).await;
     let bytes = state.read_body(&req, payload).await?;
     let source_hosting = tenant.source_hosting;
     let (file_sha, doc) = cpu(move || {
@@ -185,7 +185,7 @@ pub async fn put_configuration(
     let file = PlanFile::Configuration;
     state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
-    let _turn = state.admit().await;
+    let _turn = state.admit(&req, state.body_limit).await;
     let bytes = state.read_body(&req, payload).await?;
     let (file_sha, doc) = cpu(move || {
         let mut body = body::parse_put_body(&bytes)?;

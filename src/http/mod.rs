@@ -1,5 +1,6 @@
 //! The HTTP service: application state, routes and the server (actix-web).
 mod body;
+mod budget;
 mod cache;
 mod git;
 mod handlers;
@@ -13,6 +14,7 @@ mod schema;
 mod views;
 
 pub use body::{parse_put_body, PutBody};
+pub use budget::BodyBudget;
 pub use cache::ResponseCache;
 pub use openapi::document as openapi_document;
 pub use problem::{problem_type, ApiError};
@@ -24,9 +26,8 @@ use actix_web::dev::{Payload, Server};
 use actix_web::{middleware::from_fn, web, App, FromRequest, HttpRequest, HttpServer};
 use std::future::{ready, Ready};
 use std::net::TcpListener;
-use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::OwnedSemaphorePermit;
 
 /// What every request can reach. Cheap to clone.
 #[derive(Clone)]
@@ -43,19 +44,21 @@ pub struct AppState {
     pub upkeep: crate::upkeep::Upkeep,
     /// Serialized GET bodies at a known head commit.
     pub responses: ResponseCache,
-    /// Bounds how many request bodies are read and processed at once (memory).
-    pub bodies: Arc<Semaphore>,
+    /// Bounds the bytes of request bodies read and processed at once (memory).
+    pub bodies: BodyBudget,
 }
 
 impl AppState {
-    /// Waits for a turn to read and process a request body; the turn ends when the permit is
-    /// dropped. Bodies waiting for a turn stay in the client's and kernel's buffers.
-    pub(crate) async fn admit(&self) -> OwnedSemaphorePermit {
-        self.bodies
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("the semaphore is never closed")
+    /// Waits for a turn to read and process the body of `req`, whose size counts against the
+    /// budget (up to `limit` when it does not say); the turn ends when the permit is dropped.
+    /// Bodies waiting for a turn stay in the client's and the kernel's buffers.
+    pub(crate) async fn admit(&self, req: &HttpRequest, limit: usize) -> OwnedSemaphorePermit {
+        let declared = req
+            .headers()
+            .get(actix_web::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        self.bodies.admit(declared, limit).await
     }
 }
 

@@ -140,7 +140,7 @@ impl TestApp {
             metrics_require_token: self_metrics_token(),
             upkeep,
             responses: Default::default(),
-            bodies: std::sync::Arc::new(tokio::sync::Semaphore::new(32)),
+            bodies: planfiles::http::BodyBudget::new(16 << 20),
         };
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
