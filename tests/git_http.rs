@@ -274,3 +274,32 @@ async fn gzipped_upload_pack_requests_are_read_and_bombs_refused() {
     let (status, _) = problem(post(request.into_bytes(), Some("br")).await.unwrap()).await;
     assert_eq!(status, 415);
 }
+
+#[tokio::test]
+async fn more_concurrent_clones_than_upload_pack_turns_all_succeed() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", &[REPOS_READ]);
+    let work = tempfile::tempdir().unwrap();
+    let url = app.url("/git/acme.git");
+    let clones: Vec<_> = (0..12)
+        .map(|i| {
+            let (dir, t, url) = (work.path().to_owned(), t.clone(), url.clone());
+            std::thread::spawn(move || {
+                git(
+                    &dir,
+                    &t,
+                    &["clone", "-q", "--mirror", &url, &format!("c{i}")],
+                )
+            })
+        })
+        .collect();
+    for c in clones {
+        ok(c.join().unwrap());
+    }
+    for i in 0..12 {
+        assert_eq!(
+            log(&work.path().join(format!("c{i}"))),
+            log(&app.repo("acme"))
+        );
+    }
+}

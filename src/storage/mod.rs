@@ -148,6 +148,8 @@ pub struct Storage {
     sync: Option<Arc<durable::SyncGroup>>,
     /// Which tenants' `main` is known not to have moved since it was read.
     watch: Arc<watch::HeadWatch>,
+    /// Turns to run `git upload-pack` for clones and fetches.
+    upload_packs: Arc<tokio::sync::Semaphore>,
 }
 
 impl Storage {
@@ -174,6 +176,7 @@ impl Storage {
             committer,
             sync,
             watch: Arc::default(),
+            upload_packs: Arc::new(tokio::sync::Semaphore::new(upload_pack::MAX_UPLOAD_PACKS)),
         })
     }
 
@@ -313,7 +316,12 @@ impl Storage {
         if !path.is_dir() {
             return Err(StorageError::TenantNotFound(tenant.clone()));
         }
-        Ok(UploadPack::new(tenant.clone(), path, protocol))
+        Ok(UploadPack::new(
+            tenant.clone(),
+            path,
+            protocol,
+            self.upload_packs.clone(),
+        ))
     }
 
     /// Checks that the tenants directory can be listed and written.

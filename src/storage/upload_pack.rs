@@ -6,8 +6,10 @@ use futures_util::Stream;
 use std::io;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// One upload-pack exchange with a tenant's repository.
 #[derive(Debug)]
@@ -16,10 +18,20 @@ pub struct UploadPack {
     repo: PathBuf,
     /// The client's `Git-Protocol` header (e.g. `version=2`), when it is well-formed.
     protocol: Option<String>,
+    /// Turns to run `git upload-pack`, shared by the whole storage.
+    turns: Arc<Semaphore>,
 }
 
+/// At most this many `git upload-pack` processes run at once per process; more clients wait.
+pub(super) const MAX_UPLOAD_PACKS: usize = 8;
+
 impl UploadPack {
-    pub(super) fn new(tenant: TenantId, repo: PathBuf, protocol: Option<&str>) -> Self {
+    pub(super) fn new(
+        tenant: TenantId,
+        repo: PathBuf,
+        protocol: Option<&str>,
+        turns: Arc<Semaphore>,
+    ) -> Self {
         let protocol = protocol
             .filter(|p| {
                 !p.is_empty()
@@ -32,6 +44,7 @@ impl UploadPack {
             tenant,
             repo,
             protocol,
+            turns,
         }
     }
 
@@ -74,6 +87,7 @@ impl UploadPack {
 
     /// The ref advertisement (`info/refs?service=git-upload-pack`), without the service line.
     pub async fn advertise(&self) -> Result<Vec<u8>, StorageError> {
+        let _turn = self.turn().await;
         let mut child = self
             .command(true)
             .spawn()
@@ -94,6 +108,8 @@ impl UploadPack {
         self,
         request: Vec<u8>,
     ) -> Result<impl Stream<Item = io::Result<Vec<u8>>>, StorageError> {
+        // Held until the whole pack is sent.
+        let turn = self.turn().await;
         let mut child = self
             .command(false)
             .spawn()
@@ -113,9 +129,9 @@ impl UploadPack {
         });
         let stdout = child.stdout.take().expect("stdout is piped");
         Ok(futures_util::stream::unfold(
-            Some((child, stdout)),
+            Some((child, stdout, turn)),
             |state| async move {
-                let (mut child, mut stdout) = state?;
+                let (mut child, mut stdout, turn) = state?;
                 let mut buf = vec![0u8; 64 * 1024];
                 match stdout.read(&mut buf).await {
                     Ok(0) => {
@@ -124,12 +140,20 @@ impl UploadPack {
                     }
                     Ok(n) => {
                         buf.truncate(n);
-                        Some((Ok(buf), Some((child, stdout))))
+                        Some((Ok(buf), Some((child, stdout, turn))))
                     }
                     Err(e) => Some((Err(e), None)),
                 }
             },
         ))
+    }
+
+    async fn turn(&self) -> OwnedSemaphorePermit {
+        self.turns
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed")
     }
 
     fn failed(&self, status: std::process::ExitStatus, stderr: &[u8]) -> StorageError {
