@@ -23,6 +23,8 @@ pub enum YamlError {
     TooManyNodes,
     #[error("the value cannot be stored as YAML without changing it")]
     NotRepresentable,
+    #[error("an integer does not fit in 64 bits")]
+    IntegerTooLarge,
 }
 
 fn options() -> serde_saphyr::Options {
@@ -53,7 +55,65 @@ pub fn parse_mapping(text: &str) -> Result<Mapping, YamlError> {
         other => return Err(YamlError::NotAMapping(kind(&other))),
     };
     check_limits(&map)?;
+    // The parser reads an integer past 64 bits as a float: content would then differ from the
+    // stored text. Such a float is whole and beyond 64 bits; refuse when the text has a literal.
+    if has_wide_whole_float(&map) && has_wide_integer_literal(text) {
+        return Err(YamlError::IntegerTooLarge);
+    }
     Ok(map)
+}
+
+/// Whether a value holds a whole float outside the 64-bit integer range.
+fn has_wide_whole_float(map: &Mapping) -> bool {
+    let mut stack: Vec<&Value> = map.values().collect();
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Number(n) if n.as_i64().is_none() && n.as_u64().is_none() => {
+                let f = n.as_f64().unwrap_or(0.0);
+                if f.fract() == 0.0 && (f <= i64::MIN as f64 || f >= u64::MAX as f64) {
+                    return true;
+                }
+            }
+            Value::Object(m) => stack.extend(m.values()),
+            Value::Array(a) => stack.extend(a),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Whether the text has a run of digits, not part of a float or a word, that no 64-bit
+/// integer holds.
+fn has_wide_integer_literal(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !bytes[i].is_ascii_digit() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && bytes[i].is_ascii_digit() {
+            i += 1;
+        }
+        let before = start.checked_sub(1).map(|j| bytes[j]);
+        let after = bytes.get(i).copied();
+        let in_word = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'.');
+        if in_word(before) || in_word(after) {
+            continue;
+        }
+        let negative = before == Some(b'-');
+        let digits = &text[start..i];
+        let fits = if negative {
+            format!("-{digits}").parse::<i64>().is_ok()
+        } else {
+            digits.parse::<u64>().is_ok()
+        };
+        if !fits {
+            return true;
+        }
+    }
+    false
 }
 
 /// Emits a mapping as YAML that every YAML 1.1 or 1.2 reader reads back as the same data.
@@ -315,6 +375,32 @@ mod tests {
         // The same holds for text: the emitted form of the deepest allowed document parses.
         let text = emit(&nested(MAX_DEPTH)).unwrap();
         assert!(parse_mapping(&text).is_ok());
+    }
+
+    #[test]
+    fn integers_past_64_bits_are_refused_not_turned_into_floats() {
+        for text in [
+            "n: 18446744073709551616\n",
+            "n: -9223372036854775809\n",
+            "a: {b: [1, 123456789012345678901234567890]}\n",
+        ] {
+            assert_eq!(
+                parse_mapping(text),
+                Err(YamlError::IntegerTooLarge),
+                "{text}"
+            );
+        }
+        // The edges of the 64-bit range, and large floats, are kept exactly.
+        let m = parse_mapping(
+            "a: 18446744073709551615\nb: -9223372036854775808\nc: 1e300\nd: 2.0e19\n",
+        )
+        .unwrap();
+        assert_eq!(
+            Value::Object(m),
+            json!({"a": u64::MAX, "b": i64::MIN, "c": 1e300, "d": 2.0e19})
+        );
+        // A long number in a string is not an integer.
+        assert!(parse_mapping("a: \"18446744073709551616\"\n").is_ok());
     }
 
     #[test]
