@@ -166,7 +166,8 @@ fn open_storage(config: &Config) -> Result<Storage, CliError> {
         &config.storage.data_dir,
         committer,
         config.storage.durability,
-    )?)
+    )?
+    .watch_refs(config.storage.watch_refs))
 }
 
 fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {

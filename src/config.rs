@@ -45,12 +45,16 @@ pub struct ServerConfig {
 pub struct StorageConfig {
     /// Where tenant repositories live: `<data_dir>/tenants/<tenant_id>.git`.
     pub data_dir: PathBuf,
-    /// Copy the demo tenants from this directory into an empty data dir on start.
+    /// Copy the demo tenants from this directory into an empty data dir on start; `""` (or
+    /// `None`) turns seeding off.
     pub seed_from: Option<PathBuf>,
     /// How writes reach the disk: shared `syncfs` (group commit) or libgit2's fsyncs.
     pub durability: crate::storage::Durability,
     /// Repack a tenant once it holds about this many loose objects; 0 turns upkeep off.
     pub repack_loose_objects: usize,
+    /// Learn through inotify that a tenant's `main` has not moved, so cached GETs need no
+    /// disk read. Turn off when processes on other hosts write to the data dir.
+    pub watch_refs: bool,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -129,6 +133,7 @@ impl Default for StorageConfig {
             seed_from: Some("repos-fixture".into()),
             repack_loose_objects: 2000,
             durability: Default::default(),
+            watch_refs: true,
         }
     }
 }
@@ -204,6 +209,14 @@ impl Config {
         };
         for (name, value) in &sources.env {
             config.apply_env(name, value)?;
+        }
+        if config
+            .storage
+            .seed_from
+            .as_ref()
+            .is_some_and(|p| p.as_os_str().is_empty())
+        {
+            config.storage.seed_from = None;
         }
         config.check()?;
         Ok(config)
@@ -321,6 +334,28 @@ mod tests {
             env: env(&[("PLANFILES_JWT_SECRET", "short")]),
         };
         assert!(matches!(Config::load(&short), Err(ConfigError::Invalid(_))));
+    }
+
+    #[test]
+    fn seeding_is_on_by_default_and_an_empty_seed_from_turns_it_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            Config::load(&Sources {
+                explicit_file: Some(path.clone()),
+                env: vec![],
+            })
+            .unwrap()
+            .storage
+            .seed_from
+        };
+        assert_eq!(load(""), Some(PathBuf::from("repos-fixture")));
+        assert_eq!(load("[storage]\nseed_from = \"\"\n"), None);
+        assert_eq!(
+            load("[storage]\nseed_from = \"/x\"\n"),
+            Some(PathBuf::from("/x"))
+        );
     }
 
     #[test]

@@ -180,6 +180,16 @@ impl Storage {
         })
     }
 
+    /// With `false`, nothing is known about a tenant's `main` between requests: every read
+    /// checks the ref file. For data dirs that processes on other hosts write to, whose
+    /// changes inotify does not see.
+    pub fn watch_refs(mut self, on: bool) -> Self {
+        if !on {
+            self.watch = Arc::new(watch::HeadWatch::disabled());
+        }
+        self
+    }
+
     pub fn tenants_dir(&self) -> &Path {
         &self.tenants_dir
     }

@@ -92,6 +92,15 @@ impl HeadWatch {
     }
 }
 
+impl HeadWatch {
+    /// A watch that never knows anything: every read checks the ref file.
+    pub fn disabled() -> Self {
+        Self {
+            inner: Mutex::new(None),
+        }
+    }
+}
+
 impl Default for HeadWatch {
     fn default() -> Self {
         Self::new()
