@@ -121,7 +121,10 @@ async fn push_is_refused_and_changes_nothing() {
     let out = git(&clone, &t, &["push", "origin", "main"]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("403"), "{stderr}");
+    assert!(
+        stderr.contains("remote: planfiles: this git endpoint is read-only"),
+        "git shows the reason: {stderr}"
+    );
     assert_eq!(app.head("acme"), head);
 
     for (method, path) in [

@@ -37,8 +37,25 @@ async fn post_only() -> Reply {
     Err(ApiError::MethodNotAllowed("POST"))
 }
 
-async fn refuse_push() -> Reply {
-    Err(ApiError::PushNotAllowed)
+async fn refuse_push(req: HttpRequest) -> Reply {
+    refuse(&req, ApiError::PushNotAllowed)
+}
+
+/// An error for a git client as text: git shows a `text/plain` error body to its user (as
+/// `remote: ...` lines) and nothing of any other type. Other clients get problem+json.
+fn refuse(req: &HttpRequest, err: ApiError) -> Reply {
+    let from_git = req
+        .headers()
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|agent| agent.starts_with("git/"));
+    if !from_git {
+        return Err(err);
+    }
+    use actix_web::ResponseError;
+    Ok(HttpResponse::build(err.status_code())
+        .content_type("text/plain; charset=utf-8")
+        .body(format!("planfiles: {err}\n")))
 }
 
 /// `GET info/refs?service=git-upload-pack`: the refs, in the smart protocol only.
@@ -57,7 +74,7 @@ async fn info_refs(
         });
     match service.as_deref() {
         Some("git-upload-pack") => {}
-        Some("git-receive-pack") => return Err(ApiError::PushNotAllowed),
+        Some("git-receive-pack") => return refuse(&req, ApiError::PushNotAllowed),
         _ => {
             return Err(ApiError::InvalidQuery(
                 "only the smart protocol is served: add ?service=git-upload-pack".into(),
