@@ -156,3 +156,125 @@ async fn writes_to_the_two_files_never_conflict() {
     assert_eq!(body["content"], json!({"i": N - 1}));
     app.fsck("acme");
 }
+
+/// One commit of `configuration.yml` made with plain git, moved in with a compare-and-swap
+/// (`update-ref NEW OLD`) as a careful outside tool would. Returns false when `main` moved
+/// under it.
+fn outside_configuration_commit(repo: &std::path::Path, i: usize) -> bool {
+    let git = |args: &[&str], stdin: Option<&str>| {
+        use std::io::Write;
+        let mut child = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(repo)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "Outside Dev")
+            .env("GIT_AUTHOR_EMAIL", "dev@outside.example")
+            .env("GIT_COMMITTER_NAME", "Outside Dev")
+            .env("GIT_COMMITTER_EMAIL", "dev@outside.example")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.unwrap_or("").as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8(out.stdout).unwrap().trim().to_owned())
+    };
+    let head = git(&["rev-parse", "main"], None).unwrap();
+    let integration = git(&["rev-parse", &format!("{head}:integrations.yml")], None).unwrap();
+    let blob = git(
+        &["hash-object", "-w", "--stdin"],
+        Some(&format!("folders:\n- path: outside-{i}\n")),
+    )
+    .unwrap();
+    let tree = git(
+        &["mktree"],
+        Some(&format!(
+            "100644 blob {blob}\tconfiguration.yml\n100644 blob {integration}\tintegrations.yml\n"
+        )),
+    )
+    .unwrap();
+    let commit = git(
+        &[
+            "commit-tree",
+            &tree,
+            "-p",
+            &head,
+            "-m",
+            &format!("outside {i}"),
+        ],
+        None,
+    )
+    .unwrap();
+    git(&["update-ref", "refs/heads/main", &commit, &head], None).is_some()
+}
+
+/// planfiles writers take turns on a lock, so only an outside writer moves `main` between a
+/// write's read and its compare-and-swap: the write must rebase onto the new head, keep the
+/// other file as the outside commit left it, and still answer 200.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_rebases_when_plain_git_moves_main_under_it() {
+    let app = Arc::new(TestApp::spawn().await);
+    let t = token("acme", ALL);
+    let start_head = app.head("acme");
+    let repo = app.repo("acme");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let outside = {
+        let (repo, stop) = (repo.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut landed = 0;
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                i += 1;
+                if outside_configuration_commit(&repo, i) {
+                    landed += 1;
+                }
+            }
+            landed
+        })
+    };
+    const N: usize = 30;
+    for i in 0..N {
+        let sha = app.get_integration(&t).await.json::<Value>().await.unwrap()["file_sha"].clone();
+        let res = app
+            .put_integration(&t, &json!({"content": {"i": i}, "file_sha": sha}))
+            .await;
+        assert_eq!(res.status(), 200, "integration write {i}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let landed: usize = outside.join().unwrap();
+    assert!(landed > 0, "the outside writer committed");
+    let commits: usize = app
+        .git(
+            "acme",
+            &["rev-list", "--count", &format!("{start_head}..main")],
+        )
+        .parse()
+        .unwrap();
+    assert_eq!(
+        commits,
+        N + landed,
+        "every write of either kind is in history"
+    );
+    // No planfiles commit undid an outside change: each one changed integrations.yml only.
+    let changed = app.git(
+        "acme",
+        &[
+            "log",
+            "--format=",
+            "--name-only",
+            "--committer=planfiles",
+            &format!("{start_head}..main"),
+        ],
+    );
+    let files: Vec<&str> = changed.lines().filter(|l| !l.is_empty()).collect();
+    assert_eq!(files, vec!["integrations.yml"; N]);
+    app.fsck("acme");
+}
