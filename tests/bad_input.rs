@@ -64,6 +64,18 @@ fn nested(levels: usize) -> serde_json::Value {
     v
 }
 
+/// YAML text whose top mapping holds `levels` nested mappings in all (the top is level 1).
+fn yaml_nested(levels: usize) -> String {
+    let mut text = String::new();
+    for depth in 0..levels - 1 {
+        text.push_str(&"  ".repeat(depth));
+        text.push_str("k:\n");
+    }
+    text.push_str(&"  ".repeat(levels - 1));
+    text.push_str("k: 1\n");
+    text
+}
+
 fn cases() -> Vec<Case> {
     let sha40 = "0123456789abcdef0123456789abcdef01234567";
     let bomb = "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\ne: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\ng: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n";
@@ -260,6 +272,54 @@ fn cases() -> Vec<Case> {
             "invalid_content",
         ),
         json_case(
+            "yaml integer past 64 bits",
+            INTEGRATION,
+            "acme",
+            json!({"content": "n: 18446744073709551616\n"}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "yaml nesting past the limit",
+            INTEGRATION,
+            "acme",
+            json!({"content": yaml_nested(65)}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "payload is a list",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": [{"path": "a"}], "file_sha": sha40}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "payload is a number",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": 5, "file_sha": sha40}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "payload is null",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": null, "file_sha": sha40}),
+            422,
+            "invalid_content",
+        ),
+        json_case(
+            "file_sha null on the configuration file",
+            CONFIGURATION,
+            "acme",
+            json!({"payload": {"folders": []}, "file_sha": null}),
+            428,
+            "precondition_required",
+        ),
+        json_case(
             "payload missing",
             CONFIGURATION,
             "acme",
@@ -418,48 +478,58 @@ async fn bad_input_is_refused_and_changes_nothing() {
     app.fsck("acme");
 }
 
+/// A PUT body of exactly `len` bytes that is valid JSON with no file_sha.
+fn body_of_len(len: usize) -> String {
+    let frame = "{\"content\": {\"a\": \"\"}}".len();
+    format!(
+        "{{\"content\": {{\"a\": \"{}\"}}}}",
+        "x".repeat(len - frame)
+    )
+}
+
 #[tokio::test]
 async fn bodies_over_the_limit_get_413_plain_or_chunked() {
     let app = TestApp::spawn().await;
     let t = token("acme", ALL);
-    let head = app.head("acme");
-    let big = format!(
-        "{{\"content\": {{\"a\": \"{}\"}}}}",
-        "x".repeat(1024 * 1024)
-    );
-    let (status, body) = problem(
-        app.client
-            .put(app.url(INTEGRATION))
-            .bearer_auth(&t)
-            .header("content-type", "application/json")
-            .body(big.clone())
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
-    assert_eq!(
-        (status, body["code"].as_str()),
-        (413, Some("payload_too_large"))
-    );
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = big
-        .as_bytes()
-        .chunks(64 * 1024)
-        .map(|c| Ok(c.to_vec()))
-        .collect();
-    let stream = futures_util::stream::iter(chunks);
-    let res = app
-        .client
-        .put(app.url(INTEGRATION))
-        .bearer_auth(&t)
-        .header("content-type", "application/json")
-        .body(reqwest::Body::wrap_stream(stream))
-        .send()
-        .await
-        .unwrap();
-    let (status, _) = problem(res).await;
-    assert_eq!(status, 413);
-    assert_eq!(app.head("acme"), head);
+    const LIMIT: usize = 1024 * 1024;
+    for chunked in [false, true] {
+        for (len, status, code) in [
+            (LIMIT + 1, 413, Some("payload_too_large")),
+            (LIMIT, 200, None),
+        ] {
+            let head = app.head("acme");
+            let body = body_of_len(len);
+            assert_eq!(body.len(), len);
+            let body = if chunked {
+                let chunks: Vec<Result<Vec<u8>, std::io::Error>> = body
+                    .as_bytes()
+                    .chunks(64 * 1024)
+                    .map(|c| Ok(c.to_vec()))
+                    .collect();
+                reqwest::Body::wrap_stream(futures_util::stream::iter(chunks))
+            } else {
+                reqwest::Body::from(body)
+            };
+            let res = app
+                .client
+                .put(app.url(INTEGRATION))
+                .bearer_auth(&t)
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap();
+            let what = format!("{len} bytes, chunked: {chunked}");
+            if status == 413 {
+                let (got, problem) = problem(res).await;
+                assert_eq!((got, problem["code"].as_str()), (status, code), "{what}");
+                assert_eq!(app.head("acme"), head, "{what} changed the repository");
+            } else {
+                assert_eq!(res.status(), 200, "{what}: {}", res.text().await.unwrap());
+            }
+            assert_eq!(app.get_integration(&t).await.status(), 200, "after {what}");
+        }
+    }
 }
 
 #[tokio::test]

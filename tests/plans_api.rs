@@ -426,3 +426,176 @@ async fn reads_never_serve_a_stale_file_after_outside_commits_or_packed_refs() {
         assert_eq!(body["file_sha"], app.blob("globex", "integrations.yml"));
     }
 }
+
+/// Every combination of `file_sha` and `If-Match`: the blob-id `file_sha` is checked first
+/// (409), then `If-Match` (412); a commit hash forces past `file_sha` but not past a stale
+/// `If-Match`; `If-Match: *` satisfies the configuration file's precondition but is a forced
+/// write. Each refusal carries `current_sha` and changes nothing.
+#[tokio::test]
+async fn file_sha_and_if_match_together() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let stale = "0000000000000000000000000000000000000000";
+    let put = |file: &'static str, if_match: Option<String>, body: Value| {
+        let mut req = app.client.put(app.url(file)).bearer_auth(&t).json(&body);
+        if let Some(tag) = if_match {
+            req = req.header("if-match", tag);
+        }
+        req.send()
+    };
+    let quoted = |id: &str| format!("\"{id}\"");
+    let int = app.blob("acme", "integrations.yml");
+    let conf = app.blob("acme", "configuration.yml");
+    let commit = app.git("acme", &["rev-parse", "main~1"]);
+    let cases = [
+        (
+            "both stale",
+            "/plans/integration-file",
+            Some(quoted(stale)),
+            json!({"content": {"x": 1}, "file_sha": stale}),
+            409,
+            &int,
+        ),
+        (
+            "stale file_sha, current If-Match",
+            "/plans/integration-file",
+            Some(quoted(&int)),
+            json!({"content": {"x": 1}, "file_sha": stale}),
+            409,
+            &int,
+        ),
+        (
+            "current file_sha, stale If-Match",
+            "/plans/integration-file",
+            Some(quoted(stale)),
+            json!({"content": {"x": 1}, "file_sha": int}),
+            412,
+            &int,
+        ),
+        (
+            "configuration: stale file_sha",
+            "/plans/configuration-file",
+            None,
+            json!({"payload": {}, "file_sha": stale}),
+            409,
+            &conf,
+        ),
+        (
+            "configuration: commit hash, stale If-Match",
+            "/plans/configuration-file",
+            Some(quoted(stale)),
+            json!({"payload": {}, "file_sha": commit}),
+            412,
+            &conf,
+        ),
+    ];
+    for (name, file, if_match, body, status, current) in cases {
+        let head = app.head("acme");
+        let (got, pb) = problem(put(file, if_match, body).await.unwrap()).await;
+        let code = if status == 409 {
+            "sha_mismatch"
+        } else {
+            "precondition_failed"
+        };
+        assert_eq!(
+            (got, pb["code"].as_str()),
+            (status, Some(code)),
+            "{name}: {pb}"
+        );
+        assert_eq!(pb["current_sha"].as_str(), Some(current.as_str()), "{name}");
+        assert_eq!(app.head("acme"), head, "{name} changed the repository");
+    }
+    // If-Match: * with no file_sha: the configuration write goes ahead, marked forced.
+    let res = put(
+        "/plans/configuration-file",
+        Some("*".into()),
+        json!({"payload": {"folders": [{"path": "star"}]}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(app
+        .git("acme", &["log", "-1", "--format=%B"])
+        .contains("Forced: true"));
+}
+
+/// The author comes from the token, cleaned of what would break a commit header; a token
+/// with no name, email or sub still writes, as `unknown`.
+#[tokio::test]
+async fn commit_authors_are_cleaned_and_default_to_unknown() {
+    let app = TestApp::spawn().await;
+    let sign = |claims: Value| {
+        common::sign_hs256(
+            common::SECRET,
+            &json!({"alg": "HS256", "typ": "JWT"}),
+            &claims,
+        )
+    };
+    let exp = common::now() + 600;
+    let cases = [
+        (
+            json!({"tenant_id": "globex", "permissions": ALL, "exp": exp,
+                   "name": "Eve <evil@x>\nCommitter: forged", "email": "eve>@ex\u{7}ample.com"}),
+            "Eve evil@xCommitter: forged <eve@example.com>",
+        ),
+        (
+            json!({"tenant_id": "globex", "permissions": ALL, "exp": exp}),
+            "unknown <unknown@globex>",
+        ),
+        (
+            json!({"tenant_id": "globex", "permissions": ALL, "exp": exp, "sub": "svc-42"}),
+            "svc-42 <svc-42@globex>",
+        ),
+    ];
+    for (i, (claims, author)) in cases.into_iter().enumerate() {
+        let res = app
+            .put_integration(&sign(claims), &json!({"content": {"n": i}}))
+            .await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(
+            app.git("globex", &["log", "-1", "--format=%an <%ae>"]),
+            author
+        );
+    }
+    app.fsck("globex");
+}
+
+/// ETag is the blob id on every GET and PUT of both files.
+#[tokio::test]
+async fn etag_is_the_blob_id_on_every_get_and_put() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let etag = |res: &reqwest::Response| res.headers()["etag"].to_str().unwrap().to_owned();
+    let quoted = |file: &str| format!("\"{}\"", app.blob("globex", file));
+    let res = app.get_integration(&t).await;
+    assert_eq!(etag(&res), quoted("integrations.yml"));
+    let res = app.get_configuration(&t).await;
+    assert_eq!(etag(&res), quoted("configuration.yml"));
+    let res = app.put_integration(&t, &json!({"content": {"e": 1}})).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(etag(&res), quoted("integrations.yml"));
+    let sha = app.blob("globex", "configuration.yml");
+    let res = app
+        .put_configuration(&t, &json!({"payload": {"folders": []}, "file_sha": sha}))
+        .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(etag(&res), quoted("configuration.yml"));
+}
+
+/// YAML text nested exactly as deep as the documented limit is stored.
+#[tokio::test]
+async fn yaml_text_at_the_nesting_limit_is_accepted() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let mut text = String::new();
+    for depth in 0..63 {
+        text.push_str(&format!("{}k:\n", "  ".repeat(depth)));
+    }
+    text.push_str(&format!("{}k: 1\n", "  ".repeat(63)));
+    let res = app.put_integration(&t, &json!({"content": text})).await;
+    assert_eq!(res.status(), 200, "{}", res.text().await.unwrap());
+    assert_eq!(
+        app.git("globex", &["cat-file", "blob", "main:integrations.yml"]) + "\n",
+        text
+    );
+}
