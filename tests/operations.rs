@@ -3,7 +3,7 @@ mod common;
 
 use common::process::serve;
 use common::{copy_tree, fixture_dir, git_in, problem, token, TestApp, ALL};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -402,4 +402,62 @@ async fn tokens_and_secrets_never_appear_in_logs() {
             "{format}: a query string is in the log"
         );
     }
+}
+
+/// One JSON line per request with the request id, tenant, route, status, latency and the
+/// commit a write made.
+#[tokio::test]
+async fn each_request_logs_one_structured_line() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(
+        &fixture_dir().join("tenants"),
+        &dir.path().join("data/tenants"),
+    );
+    let server = serve(dir.path(), &[("PLANFILES_LOG_FORMAT", "json")]);
+    let client = reqwest::Client::new();
+    let t = token("globex", ALL);
+    let res = client
+        .put(server.url("/plans/integration-file?x=1"))
+        .bearer_auth(&t)
+        .header("x-request-id", "log-line-1")
+        .json(&json!({"content": {"logged": true}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let commit = res.json::<Value>().await.unwrap()["commit_sha"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let res = client
+        .get(server.url("/plans/configuration-file"))
+        .header("x-request-id", "log-line-2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401);
+    let started = std::time::Instant::now();
+    let line = |id: &str| loop {
+        let found = server.log.lock().unwrap().iter().find_map(|l| {
+            let v: Value = serde_json::from_str(l).ok()?;
+            (v["request_id"] == id).then_some(v)
+        });
+        if let Some(v) = found {
+            break v;
+        }
+        assert!(started.elapsed().as_secs() < 5, "no log line for {id}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let write = line("log-line-1");
+    assert_eq!(write["message"], "request");
+    assert_eq!(write["tenant"], "globex");
+    assert_eq!(write["method"], "PUT");
+    assert_eq!(write["route"], "/plans/integration-file");
+    assert_eq!(write["status"], 200);
+    assert_eq!(write["commit"], commit.as_str());
+    assert!(write["latency_ms"].as_f64().is_some_and(|ms| ms > 0.0));
+    let refused = line("log-line-2");
+    assert_eq!(refused["status"], 401);
+    assert_eq!(refused["tenant"], "-");
+    assert_eq!(refused["commit"], "-");
 }
