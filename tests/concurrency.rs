@@ -226,31 +226,40 @@ async fn a_write_rebases_when_plain_git_moves_main_under_it() {
     let start_head = app.head("acme");
     let repo = app.repo("acme");
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let landed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let outside = {
-        let (repo, stop) = (repo.clone(), stop.clone());
+        let (repo, stop, landed) = (repo.clone(), stop.clone(), landed.clone());
         std::thread::spawn(move || {
-            let mut landed = 0;
             let mut i = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 i += 1;
                 if outside_configuration_commit(&repo, i) {
-                    landed += 1;
+                    landed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
-            landed
         })
     };
-    const N: usize = 30;
-    for i in 0..N {
+    // At least 30 writes, and on until the outside writer has landed 3 commits among them.
+    let started = std::time::Instant::now();
+    let mut n = 0;
+    while n < 30 || landed.load(std::sync::atomic::Ordering::Relaxed) < 3 {
+        assert!(
+            started.elapsed().as_secs() < 30,
+            "the outside writer is stuck"
+        );
         let sha = app.get_integration(&t).await.json::<Value>().await.unwrap()["file_sha"].clone();
         let res = app
-            .put_integration(&t, &json!({"content": {"i": i}, "file_sha": sha}))
+            .put_integration(&t, &json!({"content": {"i": n}, "file_sha": sha}))
             .await;
-        assert_eq!(res.status(), 200, "integration write {i}");
+        assert_eq!(res.status(), 200, "integration write {n}");
+        n += 1;
+        // Pauses of 0-15 ms leave the outside writer (about six git commands a commit) room
+        // to land some commits; the others race with the writes.
+        tokio::time::sleep(std::time::Duration::from_millis(n as u64 % 4 * 5)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let landed: usize = outside.join().unwrap();
-    assert!(landed > 0, "the outside writer committed");
+    outside.join().unwrap();
+    let (landed, writes) = (landed.load(std::sync::atomic::Ordering::Relaxed), n);
     let commits: usize = app
         .git(
             "acme",
@@ -260,7 +269,7 @@ async fn a_write_rebases_when_plain_git_moves_main_under_it() {
         .unwrap();
     assert_eq!(
         commits,
-        N + landed,
+        writes + landed,
         "every write of either kind is in history"
     );
     // No planfiles commit undid an outside change: each one changed integrations.yml only.
@@ -275,6 +284,6 @@ async fn a_write_rebases_when_plain_git_moves_main_under_it() {
         ],
     );
     let files: Vec<&str> = changed.lines().filter(|l| !l.is_empty()).collect();
-    assert_eq!(files, vec!["integrations.yml"; N]);
+    assert_eq!(files, vec!["integrations.yml"; writes]);
     app.fsck("acme");
 }
