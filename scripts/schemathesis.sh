@@ -17,10 +17,12 @@ server=$!
 trap 'kill $server 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
 token=$(PLANFILES_DATA_DIR=$work "$bin" token --tenant acme --ttl 3600 \
-  --permission jit.integrations.write --permission jit.preferences.write --permission planfiles.metrics.read)
+  --permission jit.integrations.write --permission jit.preferences.write --permission planfiles.metrics.read \
+  --permission planfiles.repos.read)
 # positive_data_acceptance is left out on purpose: a schema-valid file_sha that is not the
 # current one must be refused with 409, which no schema can express.
-schemathesis run "http://127.0.0.1:$port/openapi.json" \
+# The hooks send git's binary request bodies (POST git-upload-pack) as they are.
+PYTHONPATH=scripts SCHEMATHESIS_HOOKS=schemathesis_hooks schemathesis run "http://127.0.0.1:$port/openapi.json" \
   -H "Authorization: Bearer $token" \
   --exclude-checks positive_data_acceptance \
   --max-examples "$examples" --seed 1

@@ -254,6 +254,11 @@ async fn openapi_document_is_valid_and_complete() {
         ("/readyz", &["get"][..]),
         ("/metrics", &["get"][..]),
         ("/openapi.json", &["get"][..]),
+        ("/plans/integration-file/history", &["get"][..]),
+        ("/plans/configuration-file/history", &["get"][..]),
+        ("/git/{repo}/info/refs", &["get"][..]),
+        ("/git/{repo}/git-upload-pack", &["post"][..]),
+        ("/git/{repo}/git-receive-pack", &["post"][..]),
     ] {
         for m in methods {
             assert!(doc["paths"][path][m].is_object(), "{m} {path} missing");

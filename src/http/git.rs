@@ -1,7 +1,8 @@
 //! Read-only git smart HTTP at `/git/<tenant>.git` for backup jobs: clone and fetch, no push.
 use super::body::read_limited;
 use super::handlers::Reply;
-use super::problem::ApiError;
+use super::problem::{ApiError, Problem};
+use super::schema::GitBytes;
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{PlanFile, TenantId};
@@ -30,14 +31,28 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::post().to(upload_pack))
             .default_service(web::to(post_only)),
     )
-    .service(web::resource("/git/{repo}/git-receive-pack").to(refuse_push));
+    .service(
+        web::resource("/git/{repo}/git-receive-pack")
+            .route(web::post().to(refuse_push))
+            .default_service(web::to(post_only)),
+    );
 }
 
 async fn post_only() -> Reply {
     Err(ApiError::MethodNotAllowed("POST"))
 }
 
-async fn refuse_push(req: HttpRequest) -> Reply {
+#[utoipa::path(
+    post,
+    path = "/git/{repo}/git-receive-pack",
+    tag = "git",
+    description = "Push: always refused, the repositories are read-only over HTTP.",
+    params(("repo" = String, Path, description = "<tenant_id>.git")),
+    responses(
+        (status = 403, description = "push_not_allowed (text/plain for a git client, which shows it to its user)", body = Problem, content_type = "application/problem+json"),
+    ),
+)]
+pub(super) async fn refuse_push(req: HttpRequest) -> Reply {
     refuse(&req, ApiError::PushNotAllowed)
 }
 
@@ -59,7 +74,27 @@ fn refuse(req: &HttpRequest, err: ApiError) -> Reply {
 }
 
 /// `GET info/refs?service=git-upload-pack`: the refs, in the smart protocol only.
-async fn info_refs(
+#[utoipa::path(
+    get,
+    path = "/git/{repo}/info/refs",
+    tag = "git",
+    description = "git smart HTTP, first step of a clone or fetch: the repository's refs.",
+    params(
+        ("repo" = String, Path, description = "<tenant_id>.git: the token's own tenant"),
+        ("service" = String, Query, description = "git-upload-pack (git-receive-pack is refused)"),
+        ("Git-Protocol" = Option<String>, Header, description = "version=2 for protocol v2"),
+    ),
+    responses(
+        (status = 200, description = "The ref advertisement", body = GitBytes, content_type = "application/x-git-upload-pack-advertisement"),
+        (status = 400, description = "invalid_query: no service=git-upload-pack", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "insufficient_scope (planfiles.repos.read), wrong_tenant, or push_not_allowed", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not_found: not <tenant_id>.git; tenant_not_found", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(super) async fn info_refs(
     state: web::Data<AppState>,
     who: Principal,
     req: HttpRequest,
@@ -100,7 +135,30 @@ async fn info_refs(
 }
 
 /// `POST git-upload-pack`: one round of negotiation, answered with the pack as it is made.
-async fn upload_pack(
+#[utoipa::path(
+    post,
+    path = "/git/{repo}/git-upload-pack",
+    tag = "git",
+    description = "git smart HTTP: one round of negotiation (wants and haves), answered with a pack.",
+    params(
+        ("repo" = String, Path, description = "<tenant_id>.git: the token's own tenant"),
+        ("Git-Protocol" = Option<String>, Header, description = "version=2 for protocol v2"),
+    ),
+    request_body(content = GitBytes, content_type = "application/x-git-upload-pack-request"),
+    responses(
+        (status = 200, description = "git upload-pack's answer", body = GitBytes, content_type = "application/x-git-upload-pack-result"),
+        (status = 400, description = "invalid_body: a gzip body that cannot be read", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "insufficient_scope (planfiles.repos.read) or wrong_tenant", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not_found: not <tenant_id>.git; tenant_not_found", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "body_timeout", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload_too_large: over 8 MiB", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported_media_type: not application/x-git-upload-pack-request", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub(super) async fn upload_pack(
     state: web::Data<AppState>,
     who: Principal,
     req: HttpRequest,

@@ -1,10 +1,10 @@
 //! The OpenAPI 3.1 document, generated from the handlers' annotations and the body types (utoipa).
 use super::problem::Problem;
 use super::schema::{
-    Author, ConfigurationContent, ConfigurationFile, FileStatus, Folder, Health, HistoryEntry,
-    HistoryPage, IntegrationFile, PutConfigurationFile, PutIntegrationFile,
+    Author, ConfigurationContent, ConfigurationFile, FileStatus, Folder, GitBytes, Health,
+    HistoryEntry, HistoryPage, IntegrationFile, PutConfigurationFile, PutIntegrationFile,
 };
-use super::{handlers, history, ops};
+use super::{git, handlers, history, ops};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -22,6 +22,9 @@ use utoipa::{Modify, OpenApi};
         handlers::put_configuration,
         history::integration,
         history::configuration,
+        git::info_refs,
+        git::upload_pack,
+        git::refuse_push,
         ops::healthz,
         ops::readyz,
         ops::metrics,
@@ -30,7 +33,7 @@ use utoipa::{Modify, OpenApi};
     components(schemas(
         IntegrationFile, ConfigurationFile, PutIntegrationFile, PutConfigurationFile,
         ConfigurationContent, Folder, FileStatus, Problem, Health, HistoryPage, HistoryEntry,
-        Author
+        Author, GitBytes
     )),
     modifiers(&BearerJwt),
 )]

@@ -152,3 +152,8 @@ pub struct HistoryPage {
     /// Pass as `cursor` for the next page; null on the last page.
     pub next_cursor: Option<String>,
 }
+
+/// Bytes of git's smart HTTP protocol (pkt-lines and packs), as git sends and reads them.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct GitBytes(#[allow(dead_code)] Vec<u8>);

@@ -1,0 +1,13 @@
+"""schemathesis hooks for planfiles: send git's binary request bodies as they are."""
+import schemathesis
+
+
+@schemathesis.serializer("application/x-git-upload-pack-request")
+def git_upload_pack_request(ctx, value):
+    """A generated binary body (format: binary) as raw bytes."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    data = getattr(value, "data", None)
+    if isinstance(data, (bytes, bytearray)):
+        return bytes(data)
+    return str(value).encode()
