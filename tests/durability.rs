@@ -55,8 +55,20 @@ async fn write_until_gone(addr: String, tenant: &'static str, writer: usize) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_during_writes_loses_no_acknowledged_write() {
     let dir = data_dir_with_fixture();
-    for round in 0..3 {
-        let mut server = serve(dir.path(), &[]);
+    // Each round its own way of writing: group commit (the default), libgit2's fsyncs, and
+    // group commit with repacks every few writes, so that kills land in repacks too.
+    let configs = [
+        "",
+        "[storage]\ndurability = \"fsync\"\n",
+        "[storage]\nrepack_loose_objects = 16\n",
+    ];
+    for (round, config) in configs.into_iter().enumerate() {
+        let config_file = dir.path().join(format!("round-{round}.toml"));
+        std::fs::write(&config_file, config).unwrap();
+        let mut server = serve(
+            dir.path(),
+            &[("PLANFILES_CONFIG", config_file.to_str().unwrap())],
+        );
         let mut writers = Vec::new();
         for w in 0..4 {
             let tenant = if w % 2 == 0 { "acme" } else { "globex" };
@@ -65,7 +77,7 @@ async fn kill_9_during_writes_loses_no_acknowledged_write() {
                 tokio::spawn(write_until_gone(server.addr.clone(), tenant, w)),
             ));
         }
-        tokio::time::sleep(Duration::from_millis(300 + 170 * round)).await;
+        tokio::time::sleep(Duration::from_millis(300 + 170 * round as u64)).await;
         server.kill9();
         let mut total = 0;
         for (tenant, w) in writers {
@@ -90,6 +102,13 @@ async fn kill_9_during_writes_loses_no_acknowledged_write() {
         );
         fsck_all(dir.path());
     }
+    let packs = std::fs::read_dir(repo(dir.path(), "acme").join("objects/pack"))
+        .map(|d| {
+            d.filter(|e| e.as_ref().unwrap().path().extension() == Some("pack".as_ref()))
+                .count()
+        })
+        .unwrap_or(0);
+    assert!(packs > 0, "the last round repacked while it wrote");
     // After the crashes the service starts and writes at once.
     let server = serve(dir.path(), &[]);
     let res = reqwest::Client::new()
