@@ -80,6 +80,28 @@ async fn refused_tokens_get_401_and_change_nothing() {
             hs256(json!({"permissions": "jit.integrations.write"})),
         ),
         ("garbage", "not.a.token".into()),
+        ("tenant a..b", hs256(json!({"tenant_id": "a..b"}))),
+        (
+            "tenant .Git in another case",
+            hs256(json!({"tenant_id": "acme.Git"})),
+        ),
+        ("tenant empty", hs256(json!({"tenant_id": ""}))),
+        (
+            "permissions a list of numbers",
+            hs256(json!({"permissions": [1, 2]})),
+        ),
+        // The leeway is 30 s: just past it is refused.
+        ("expired past the leeway", hs256(json!({"exp": now() - 45}))),
+        ("nbf past the leeway", hs256(json!({"nbf": now() + 45}))),
+        ("iat past the leeway", hs256(json!({"iat": now() + 45}))),
+        (
+            "kid naming an empty key",
+            sign_hs256(
+                "",
+                &json!({"alg": "HS256", "kid": "/dev/null"}),
+                &claims(json!({})),
+            ),
+        ),
         (
             "kid tries to pick a key",
             sign_hs256(
@@ -130,7 +152,67 @@ async fn refused_tokens_get_401_and_change_nothing() {
             !body.to_string().contains(&token),
             "{name}: the token is echoed"
         );
+        assert_eq!(app.head("acme"), head, "{name} changed the repository");
+        assert_eq!(
+            app.get_integration(&hs256(json!({}))).await.status(),
+            200,
+            "server not answering after {name}"
+        );
     }
+}
+
+/// Tokens inside the leeway pass, and key-picking headers on a correctly signed token are
+/// ignored rather than followed.
+#[tokio::test]
+async fn leeway_edges_and_ignored_key_headers_are_accepted() {
+    let app = TestApp::spawn().await;
+    let signed_with = |header: Value| sign_hs256(SECRET, &header, &claims(json!({})));
+    let cases: Vec<(&str, String)> = vec![
+        (
+            "expired inside the leeway",
+            hs256(json!({"exp": now() - 10})),
+        ),
+        ("nbf inside the leeway", hs256(json!({"nbf": now() + 10}))),
+        ("iat inside the leeway", hs256(json!({"iat": now() + 10}))),
+        (
+            "iss and aud when none are configured",
+            hs256(json!({"iss": "x", "aud": "y"})),
+        ),
+        (
+            "kid",
+            signed_with(json!({"alg": "HS256", "kid": "/dev/null"})),
+        ),
+        (
+            "jku",
+            signed_with(json!({"alg": "HS256", "jku": "http://127.0.0.1:1/k"})),
+        ),
+        (
+            "x5u",
+            signed_with(json!({"alg": "HS256", "x5u": "http://127.0.0.1:1/c.pem"})),
+        ),
+    ];
+    for (name, token) in cases {
+        assert_eq!(app.get_integration(&token).await.status(), 200, "{name}");
+    }
+}
+
+/// A token in the query string does not authenticate a write either.
+#[tokio::test]
+async fn a_token_in_the_query_string_does_not_write() {
+    let app = TestApp::spawn().await;
+    let head = app.head("acme");
+    let res = app
+        .client
+        .put(app.url(&format!(
+            "/plans/integration-file?access_token={}",
+            token("acme", ALL)
+        )))
+        .json(&json!({"content": {"via": "query"}}))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = problem(res).await;
+    assert_eq!((status, body["code"].as_str()), (401, Some("unauthorized")));
     assert_eq!(app.head("acme"), head);
 }
 
@@ -407,4 +489,75 @@ async fn rs256_accepts_only_tokens_signed_by_the_configured_key() {
     }
     assert_eq!(app.head("acme"), head);
     assert_eq!(app.get_integration(&good).await.status(), 200);
+}
+
+/// Signs claims as an ES256 JWT with a PKCS#8 PEM P-256 key (jsonwebtoken's signer, not the
+/// service's code: the service only verifies ES256).
+fn sign_es256(private_pem: &str, claims: &Value) -> String {
+    let key = jsonwebtoken::EncodingKey::from_ec_pem(private_pem.as_bytes()).unwrap();
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256),
+        claims,
+        &key,
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn es256_accepts_only_tokens_signed_by_the_configured_key() {
+    let keys = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/keys");
+    let public_pem = std::fs::read_to_string(keys.join("es256-public.pem")).unwrap();
+    let private_pem = std::fs::read_to_string(keys.join("es256-private.pem")).unwrap();
+    let app = TestApp::spawn_with(planfiles::config::AuthConfig {
+        algorithm: planfiles::config::Algorithm::ES256,
+        public_key_file: Some(keys.join("es256-public.pem")),
+        ..Default::default()
+    })
+    .await;
+    let good = sign_es256(&private_pem, &claims(json!({})));
+    assert_eq!(app.get_integration(&good).await.status(), 200);
+    let head = app.head("acme");
+    let other = {
+        // A key generated here: a valid ES256 signature from a key the server does not trust.
+        let out = std::process::Command::new("openssl")
+            .args([
+                "genpkey",
+                "-algorithm",
+                "EC",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+            ])
+            .output();
+        out.ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8(o.stdout).unwrap())
+    };
+    let mut cases: Vec<(&str, String)> = vec![
+        (
+            "HS256 signed with the ES256 public key",
+            sign_hs256(&public_pem, &json!({"alg": "HS256"}), &claims(json!({}))),
+        ),
+        ("HS256 with the server's secret", hs256(json!({}))),
+        (
+            "ES256 expired",
+            sign_es256(&private_pem, &claims(json!({"exp": now() - 3600}))),
+        ),
+        ("alg none", unsigned("none")),
+    ];
+    if let Some(other) = &other {
+        cases.push((
+            "ES256 from another key",
+            sign_es256(other, &claims(json!({}))),
+        ));
+    }
+    for (name, token) in cases {
+        let res = app.put_integration(&token, &json!({"content": {}})).await;
+        let (status, body) = problem(res).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (401, Some("invalid_token")),
+            "{name}"
+        );
+    }
+    assert_eq!(app.head("acme"), head);
 }
