@@ -147,3 +147,111 @@ async fn send(client: &reqwest::Client, req: &Req, task: usize, n: u64) -> bool 
         Err(_) => false,
     }
 }
+
+/// What a `wrk` run measured (wrk reports percentiles, not a histogram).
+pub struct Summary {
+    pub requests: u64,
+    pub errors: u64,
+    pub elapsed: Duration,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+impl Summary {
+    pub fn rps(&self) -> f64 {
+        self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+
+    pub fn line(&self, name: &str) -> String {
+        format!(
+            "{name:<34} {:>9.0} req/s  p50 {:>7.3} ms  p99 {:>7.3} ms  ({} requests, {} errors)",
+            self.rps(),
+            self.p50_ms,
+            self.p99_ms,
+            self.requests,
+            self.errors
+        )
+    }
+
+    /// Several rounds as one: requests and time add up; of the percentiles, the median
+    /// round's p50 and the worst round's p99.
+    pub fn combine(rounds: &[Summary]) -> Summary {
+        let mut p50: Vec<f64> = rounds.iter().map(|r| r.p50_ms).collect();
+        p50.sort_by(f64::total_cmp);
+        Summary {
+            requests: rounds.iter().map(|r| r.requests).sum(),
+            errors: rounds.iter().map(|r| r.errors).sum(),
+            elapsed: rounds.iter().map(|r| r.elapsed).sum(),
+            p50_ms: p50[p50.len() / 2],
+            p99_ms: rounds.iter().map(|r| r.p99_ms).fold(0.0, f64::max),
+        }
+    }
+}
+
+impl Run {
+    pub fn summary(&self) -> Summary {
+        Summary {
+            requests: self.requests,
+            errors: self.errors,
+            elapsed: self.elapsed,
+            p50_ms: self.ms(0.5),
+            p99_ms: self.ms(0.99),
+        }
+    }
+}
+
+/// Whether `wrk` is installed (Debian's package `wrk`).
+pub fn have_wrk() -> bool {
+    std::process::Command::new("wrk")
+        .arg("--version")
+        .output()
+        .is_ok()
+}
+
+/// GETs `url` with `wrk` (a C load generator in its own process, lighter than the in-process
+/// client) over `connections` connections for `duration`.
+pub fn wrk(url: &str, token: &str, connections: usize, duration: Duration) -> Summary {
+    let out = std::process::Command::new("wrk")
+        .args(["--latency", "-t", &connections.min(2).to_string()])
+        .args(["-c", &connections.to_string()])
+        .args(["-d", &format!("{}s", duration.as_secs().max(1))])
+        .args(["-H", &format!("Authorization: Bearer {token}")])
+        .arg(url)
+        .output()
+        .expect("wrk runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "wrk failed: {text}");
+    let field = |prefix: &str| {
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(prefix))
+            .map(|rest| rest.trim().to_owned())
+    };
+    let ms = |v: String| {
+        let (number, unit) = v.split_at(v.find(|c: char| c.is_ascii_alphabetic()).unwrap());
+        let n: f64 = number.parse().unwrap();
+        match unit {
+            "us" => n / 1000.0,
+            "ms" => n,
+            "s" => n * 1000.0,
+            other => panic!("wrk latency unit {other}"),
+        }
+    };
+    // "123456 requests in 3.00s, 50.00MB read"
+    let totals = text
+        .lines()
+        .find(|l| l.contains(" requests in "))
+        .expect("wrk prints its totals");
+    let mut words = totals.split_whitespace();
+    let requests: u64 = words.next().unwrap().parse().unwrap();
+    let secs = words.nth(2).unwrap().trim_end_matches(',');
+    let elapsed = Duration::from_secs_f64(ms(secs.to_owned()) / 1000.0);
+    let errors = field("Non-2xx or 3xx responses:").map_or(0, |n| n.parse().unwrap());
+    Summary {
+        requests,
+        errors,
+        elapsed,
+        p50_ms: ms(field("50%").expect("wrk --latency prints 50%")),
+        p99_ms: ms(field("99%").expect("wrk --latency prints 99%")),
+    }
+}
