@@ -93,6 +93,9 @@ pub enum CliError {
     Io(String),
     #[error("{0}")]
     Usage(String),
+    /// Some tenants were done, others failed (each failure was printed).
+    #[error("{0}")]
+    Partial(String),
 }
 
 impl CliError {
@@ -195,7 +198,17 @@ fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
                 "{:<24} {:<15} {:<40} LAST CHANGE",
                 "TENANT", "SOURCE HOSTING", "HEAD"
             );
-            for t in storage.list_tenants()? {
+            let mut broken = 0;
+            for id in storage.tenant_ids()? {
+                let t = match storage.summary(&id) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        broken += 1;
+                        eprintln!("planfiles: {id}: {e}");
+                        println!("{id:<24} {:<15} {:<40} -", "?", "(unreadable)");
+                        continue;
+                    }
+                };
                 let head = t.head.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
                 let when = t
                     .last_change
@@ -203,6 +216,11 @@ fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
                     .unwrap_or_else(|| "-".into());
                 let flag = if t.source_hosting { "on" } else { "off" };
                 println!("{:<24} {:<15} {:<40} {when}", t.id, flag, head);
+            }
+            if broken > 0 {
+                return Err(CliError::Partial(format!(
+                    "{broken} tenant repositories could not be read"
+                )));
             }
         }
     }
@@ -213,11 +231,22 @@ fn maintain(config: &Config, only: Option<&str>) -> Result<(), CliError> {
     let storage = open_storage(config)?;
     let tenants = match only {
         Some(id) => vec![tenant_id(id)?],
-        None => storage.list_tenants()?.into_iter().map(|t| t.id).collect(),
+        None => storage.tenant_ids()?,
     };
     let upkeep = Upkeep::new(storage, 0, crate::metrics::Metrics::new());
+    let mut failed = 0;
     for id in tenants {
-        match upkeep.run(&id, true)? {
+        // One broken repository does not stop the upkeep of the others.
+        let report = match upkeep.run(&id, true) {
+            Ok(report) => report,
+            Err(e) if only.is_none() => {
+                failed += 1;
+                eprintln!("planfiles: {id}: {e}");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match report {
             Some(r) => println!(
                 "{id}: {} repack, {} objects packed, {} loose and {} packs removed, {} ms",
                 r.kind,
@@ -228,6 +257,11 @@ fn maintain(config: &Config, only: Option<&str>) -> Result<(), CliError> {
             ),
             None => println!("{id}: skipped, another repack is running"),
         }
+    }
+    if failed > 0 {
+        return Err(CliError::Partial(format!(
+            "{failed} tenant repositories could not be repacked"
+        )));
     }
     Ok(())
 }

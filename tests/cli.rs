@@ -309,3 +309,33 @@ async fn serve_seeds_an_empty_data_dir_and_sees_tenant_changes_without_restart()
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["content"], serde_json::json!({"folders": []}));
 }
+
+/// One unreadable repository is reported, and the other tenants are still listed and
+/// repacked; the exit status says that something failed.
+#[test]
+fn list_and_maintain_go_on_past_a_broken_repository() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run(dir.path(), &["tenant", "create", "alpha"]).0, 0);
+    assert_eq!(run(dir.path(), &["tenant", "create", "gamma"]).0, 0);
+    // A folder named like a tenant that is no git repository.
+    std::fs::create_dir_all(dir.path().join("data/tenants/beta.git/objects")).unwrap();
+    let (code, out, err) = run(dir.path(), &["tenant", "list"]);
+    assert_eq!(code, 1);
+    let tenants: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(tenants, ["alpha", "beta", "gamma"], "{out}");
+    assert!(
+        out.contains("(unreadable)") && err.contains("beta"),
+        "{out}{err}"
+    );
+    let (code, out, err) = run(dir.path(), &["maintain"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("alpha: ") && out.contains("gamma: "), "{out}");
+    assert!(err.contains("beta"), "{err}");
+    // One tenant by name: its own answer.
+    assert_eq!(run(dir.path(), &["maintain", "alpha"]).0, 0);
+    assert_ne!(run(dir.path(), &["maintain", "beta"]).0, 0);
+}

@@ -346,8 +346,9 @@ impl Storage {
         Ok(())
     }
 
-    /// Every tenant, sorted by id. Directories that are not tenant repositories are skipped.
-    pub fn list_tenants(&self) -> Result<Vec<TenantSummary>, StorageError> {
+    /// Every tenant id, sorted. Directories whose names are not `<tenant_id>.git` are skipped.
+    /// Opens no repository, so one broken repository does not hide the others.
+    pub fn tenant_ids(&self) -> Result<Vec<TenantId>, StorageError> {
         let entries = std::fs::read_dir(&self.tenants_dir)
             .map_err(|e| StorageError::io("list tenants", &self.tenants_dir, e))?;
         let mut out = Vec::new();
@@ -355,16 +356,20 @@ impl Storage {
             let entry =
                 entry.map_err(|e| StorageError::io("list tenants", &self.tenants_dir, e))?;
             let name = entry.file_name();
-            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".git")) else {
-                continue;
-            };
-            let Ok(id) = TenantId::parse(id) else {
-                continue;
-            };
-            let repo = repo::TenantRepo::open(&id, &entry.path())?;
-            out.push(repo.summary()?);
+            if let Some(id) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".git"))
+                .and_then(|id| TenantId::parse(id).ok())
+            {
+                out.push(id);
+            }
         }
-        out.sort_by(|a, b| a.id.cmp(&b.id));
+        out.sort();
         Ok(out)
+    }
+
+    /// One row of `tenant list`: the flag, the head and the last change.
+    pub fn summary(&self, tenant: &TenantId) -> Result<TenantSummary, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.summary()
     }
 }
