@@ -289,8 +289,18 @@ impl<'a> TenantRepo<'a> {
                 &format!("planfiles: update {path}"),
             ) {
                 Ok(_) => {
-                    // And the ref is on disk before the 200.
-                    self.group_sync(sync, path)?;
+                    // And the ref is on disk before the 200. A write that fails changes
+                    // nothing: when that sync fails, main goes back, unless it moved again.
+                    if let Err(e) = self.group_sync(sync, path) {
+                        let _ = self.repo.reference_matching(
+                            MAIN,
+                            head.id(),
+                            true,
+                            commit,
+                            &format!("planfiles: undo an update of {path} that was not synced"),
+                        );
+                        return Err(e);
+                    }
                     return Ok(WriteOutcome {
                         commit: CommitId(to_id(commit)),
                         blob: BlobId(to_id(new_blob)),
