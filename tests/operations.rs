@@ -466,3 +466,55 @@ async fn each_request_logs_one_structured_line() {
     assert_eq!(refused["tenant"], "-");
     assert_eq!(refused["commit"], "-");
 }
+
+/// SIGINT (as SIGTERM): a request whose body is still arriving is answered, new connections
+/// are refused, and the process exits 0 once it is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_lets_a_request_in_flight_finish_and_refuses_new_connections() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(
+        &fixture_dir().join("tenants"),
+        &dir.path().join("data/tenants"),
+    );
+    let mut server = serve(dir.path(), &[]);
+    let host = server.addr.trim_start_matches("http://").to_owned();
+    let body = r#"{"content": {"finished": "after the signal"}}"#;
+    let (first, rest) = body.split_at(10);
+    let mut stream = std::net::TcpStream::connect(&host).unwrap();
+    write!(
+        stream,
+        "PUT /plans/integration-file HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{first}",
+        token("globex", ALL),
+        body.len()
+    )
+    .unwrap();
+    stream.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &server.pid().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        std::net::TcpStream::connect(&host).is_err(),
+        "a new connection was accepted after SIGINT"
+    );
+    stream.write_all(rest.as_bytes()).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let status = tokio::task::spawn_blocking(move || server.wait())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "exit status after SIGINT");
+    let stored = git_in(
+        &dir.path().join("data/tenants/globex.git"),
+        &["show", "main:integrations.yml"],
+    );
+    assert!(stored.contains("after the signal"), "{stored}");
+}
