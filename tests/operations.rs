@@ -229,8 +229,44 @@ fn readme_configuration_reference_matches_config_toml() {
         documented, keys,
         "README configuration table vs config.toml"
     );
-    // And config.toml parses into the service's config.
-    planfiles::config::Config::from_file(&root.join("config.toml")).unwrap();
+    // config.toml holds the built-in defaults (the commented-out keys default to none).
+    let file = planfiles::config::Config::from_file(&root.join("config.toml")).unwrap();
+    assert_eq!(
+        file,
+        planfiles::config::Config::default(),
+        "config.toml vs built-in defaults"
+    );
+    // And the README's default column gives each key's value in config.toml.
+    let values: std::collections::BTreeMap<String, String> = {
+        let mut section = String::new();
+        let mut out = std::collections::BTreeMap::new();
+        for line in text.lines().map(str::trim) {
+            if let Some(s) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+                section = s.to_owned();
+            } else if let Some((key, value)) = line.split_once(" = ") {
+                if !line.starts_with('#') {
+                    out.insert(format!("{section}.{key}"), value.to_owned());
+                }
+            }
+        }
+        out
+    };
+    let readme_section = readme.split("\n## Configuration\n").nth(1).unwrap();
+    for line in readme_section.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let [_, key, default, ..] = cells[..] else {
+            continue;
+        };
+        let key = key.trim_matches('`');
+        let Some(value) = values.get(key) else {
+            continue;
+        };
+        if key == "auth.secret" {
+            assert_eq!(default, "demo value");
+            continue;
+        }
+        assert_eq!(default.trim_matches('`'), value, "README default of {key}");
+    }
 }
 
 /// `/openapi.json` is a valid OpenAPI 3.1 document that covers every endpoint, header and code.
