@@ -22,6 +22,15 @@ fn mount_tmpfs(at: &Path, size: &str) -> Result<(), String> {
     }
 }
 
+/// Unmounts its tmpfs when dropped, also when an assertion failed.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
 /// Fills the filesystem holding `dir` until writes fail with ENOSPC.
 fn fill(dir: &Path) -> std::fs::File {
     let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
@@ -52,6 +61,7 @@ async fn a_full_disk_answers_507_and_recovers() {
         return;
     }
     let path = mount_point.path().to_owned();
+    let _mounted = Mounted(path.clone());
     let data_dir = tempfile::Builder::new().tempdir_in(&path).unwrap();
     copy_tree(
         &fixture_dir().join("tenants"),
@@ -101,5 +111,4 @@ async fn a_full_disk_answers_507_and_recovers() {
     assert_eq!(res.status(), 200);
     app.fsck("acme");
     drop(app);
-    let _ = Command::new("umount").arg(&path).status();
 }
