@@ -6,6 +6,12 @@
 //! every 5 s (0: never). Half the writers edit each file of one tenant. At the end every
 //! acknowledged write is looked for in git history, and the repository is checked with
 //! `git fsck --strict`. Prints attempts, 200s, 409s, other answers and lost writes (must be 0).
+// The benchmark's git and file helpers (the rest of that module is unused here).
+#[allow(dead_code)]
+#[path = "http/fixtures.rs"]
+mod fixtures;
+
+use fixtures::{copy_tree, git};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -51,29 +57,6 @@ fn spawn_server(bin: &Path, data: &Path, port: u16) -> std::process::Child {
         std::thread::sleep(Duration::from_millis(20));
     }
     child
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_tree(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
-}
-
-fn git(repo: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(repo)
-        .args(args)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 const SECRET: &str = "stress-secret-0123456789abcdef";

@@ -411,18 +411,36 @@ fn sign_rs256(private_pem: &str, header: &Value, claims: &Value) -> String {
     format!("{input}.{}", B64.encode(signature))
 }
 
-#[tokio::test]
-async fn rs256_accepts_only_tokens_signed_by_the_configured_key() {
-    let keys = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/keys");
-    let public_pem = std::fs::read_to_string(keys.join("rs256-public.pem")).unwrap();
-    let private_pem = std::fs::read_to_string(keys.join("rs256-private.pem")).unwrap();
-    let other_pem = std::fs::read_to_string(keys.join("other-private.pem")).unwrap();
-    let app = TestApp::spawn_with(planfiles::config::AuthConfig {
-        algorithm: planfiles::config::Algorithm::RS256,
-        public_key_file: Some(keys.join("rs256-public.pem")),
+/// A test key's PEM text, from `tests/keys`.
+fn test_key(name: &str) -> String {
+    std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/keys")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// A server that accepts only `algorithm`, verified with the public key `tests/keys/<public>`.
+async fn app_with_public_key(algorithm: planfiles::config::Algorithm, public: &str) -> TestApp {
+    TestApp::spawn_with(planfiles::config::AuthConfig {
+        algorithm,
+        public_key_file: Some(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/keys")
+                .join(public),
+        ),
         ..Default::default()
     })
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn rs256_accepts_only_tokens_signed_by_the_configured_key() {
+    let public_pem = test_key("rs256-public.pem");
+    let private_pem = test_key("rs256-private.pem");
+    let other_pem = test_key("other-private.pem");
+    let app = app_with_public_key(planfiles::config::Algorithm::RS256, "rs256-public.pem").await;
     let rs = json!({"alg": "RS256", "typ": "JWT"});
     let good = sign_rs256(&private_pem, &rs, &claims(json!({})));
     assert_eq!(app.get_integration(&good).await.status(), 200);
@@ -505,15 +523,9 @@ fn sign_es256(private_pem: &str, claims: &Value) -> String {
 
 #[tokio::test]
 async fn es256_accepts_only_tokens_signed_by_the_configured_key() {
-    let keys = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/keys");
-    let public_pem = std::fs::read_to_string(keys.join("es256-public.pem")).unwrap();
-    let private_pem = std::fs::read_to_string(keys.join("es256-private.pem")).unwrap();
-    let app = TestApp::spawn_with(planfiles::config::AuthConfig {
-        algorithm: planfiles::config::Algorithm::ES256,
-        public_key_file: Some(keys.join("es256-public.pem")),
-        ..Default::default()
-    })
-    .await;
+    let public_pem = test_key("es256-public.pem");
+    let private_pem = test_key("es256-private.pem");
+    let app = app_with_public_key(planfiles::config::Algorithm::ES256, "es256-public.pem").await;
     let good = sign_es256(&private_pem, &claims(json!({})));
     assert_eq!(app.get_integration(&good).await.status(), 200);
     let head = app.head("acme");

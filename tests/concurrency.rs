@@ -161,59 +161,24 @@ async fn writes_to_the_two_files_never_conflict() {
 /// (`update-ref NEW OLD`) as a careful outside tool would. Returns false when `main` moved
 /// under it.
 fn outside_configuration_commit(repo: &std::path::Path, i: usize) -> bool {
-    let git = |args: &[&str], stdin: Option<&str>| {
-        use std::io::Write;
-        let mut child = std::process::Command::new("git")
-            .arg("--git-dir")
-            .arg(repo)
-            .args(args)
-            .env("GIT_AUTHOR_NAME", "Outside Dev")
-            .env("GIT_AUTHOR_EMAIL", "dev@outside.example")
-            .env("GIT_COMMITTER_NAME", "Outside Dev")
-            .env("GIT_COMMITTER_EMAIL", "dev@outside.example")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.unwrap_or("").as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        out.status
-            .success()
-            .then(|| String::from_utf8(out.stdout).unwrap().trim().to_owned())
-    };
-    let head = git(&["rev-parse", "main"], None).unwrap();
-    let integration = git(&["rev-parse", &format!("{head}:integrations.yml")], None).unwrap();
-    let blob = git(
+    use common::{git_in, git_stdin, git_succeeds};
+    let head = git_in(repo, &["rev-parse", "main"]);
+    let integration = git_in(repo, &["rev-parse", &format!("{head}:integrations.yml")]);
+    let blob = git_stdin(
+        repo,
         &["hash-object", "-w", "--stdin"],
-        Some(&format!("folders:\n- path: outside-{i}\n")),
-    )
-    .unwrap();
-    let tree = git(
+        &format!("folders:\n- path: outside-{i}\n"),
+    );
+    let tree = git_stdin(
+        repo,
         &["mktree"],
-        Some(&format!(
+        &format!(
             "100644 blob {blob}\tconfiguration.yml\n100644 blob {integration}\tintegrations.yml\n"
-        )),
-    )
-    .unwrap();
-    let commit = git(
-        &[
-            "commit-tree",
-            &tree,
-            "-p",
-            &head,
-            "-m",
-            &format!("outside {i}"),
-        ],
-        None,
-    )
-    .unwrap();
-    git(&["update-ref", "refs/heads/main", &commit, &head], None).is_some()
+        ),
+    );
+    let message = format!("outside {i}");
+    let commit = git_in(repo, &["commit-tree", &tree, "-p", &head, "-m", &message]);
+    git_succeeds(repo, &["update-ref", "refs/heads/main", &commit, &head])
 }
 
 /// planfiles writers take turns on a lock, so only an outside writer moves `main` between a

@@ -313,7 +313,17 @@ pub fn git_in(repo: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
-fn git_stdin(repo: &Path, args: &[&str], input: &str) -> String {
+/// Whether a git command succeeds (for commands that may lose a race, such as `update-ref`).
+pub fn git_succeeds(repo: &Path, args: &[&str]) -> bool {
+    git_cmd(repo, args)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+}
+
+/// A git command with `input` on its standard input.
+pub fn git_stdin(repo: &Path, args: &[&str], input: &str) -> String {
     use std::io::Write;
     let mut child = git_cmd(repo, args)
         .stdin(std::process::Stdio::piped())
