@@ -104,6 +104,14 @@ fn cases() -> Vec<Case> {
             "unsupported_media_type",
         ),
         raw_case(
+            "a JSON-based media type that is not application/json",
+            INTEGRATION,
+            Some("application/merge-patch+json"),
+            b"{\"content\": {}}",
+            415,
+            "unsupported_media_type",
+        ),
+        raw_case(
             "form",
             CONFIGURATION,
             Some("application/x-www-form-urlencoded"),

@@ -122,7 +122,6 @@ fn is_json(req: &HttpRequest) -> bool {
         .trim()
         .to_ascii_lowercase();
     essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
 /// The `If-Match` header: `*` or a list of entity tags (weak tags never match). An empty
