@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct Claims {
-    #[allow(dead_code)] // checked by jsonwebtoken's validation; required here too
+    /// Checked by jsonwebtoken's validation; required here too.
     exp: serde_json::Number,
     pub(super) iat: Option<u64>,
     tenant_id: String,
@@ -31,22 +31,32 @@ pub(super) struct MintedClaims<'a> {
 }
 
 impl Claims {
+    /// `exp` in whole seconds, rounded down (a validated `exp` is a non-negative number).
+    pub(super) fn exp_secs(&self) -> u64 {
+        self.exp
+            .as_u64()
+            .unwrap_or_else(|| self.exp.as_f64().unwrap_or(0.0).max(0.0) as u64)
+    }
+
     pub(super) fn into_principal(self) -> Result<Principal, AuthError> {
         let tenant = TenantId::parse(&self.tenant_id)
             .map_err(|e| AuthError::Invalid(format!("tenant_id: {e}")))?;
-        Ok(Principal {
+        Ok(Principal(std::sync::Arc::new(Caller {
             tenant,
             permissions: self.permissions,
             sub: self.sub,
             email: self.email,
             name: self.name,
-        })
+        })))
     }
 }
 
-/// A verified caller.
+/// A verified caller. Cheap to clone.
 #[derive(Debug, Clone)]
-pub struct Principal {
+pub struct Principal(std::sync::Arc<Caller>);
+
+#[derive(Debug)]
+struct Caller {
     tenant: TenantId,
     permissions: Vec<String>,
     sub: Option<String>,
@@ -56,11 +66,11 @@ pub struct Principal {
 
 impl Principal {
     pub fn tenant(&self) -> &TenantId {
-        &self.tenant
+        &self.0.tenant
     }
 
     pub fn has(&self, permission: &str) -> bool {
-        self.permissions.iter().any(|p| p == permission)
+        self.0.permissions.iter().any(|p| p == permission)
     }
 
     /// Reading a file needs its read permission or its write permission.
@@ -74,13 +84,18 @@ impl Principal {
 
     /// The commit author: `name` and `email`, falling back to `sub` and `<sub>@<tenant>`.
     pub fn author(&self) -> Identity {
-        let name = self.name.as_deref().or(self.sub.as_deref()).unwrap_or("");
-        let email = match (&self.email, &self.sub) {
+        let name = self
+            .0
+            .name
+            .as_deref()
+            .or(self.0.sub.as_deref())
+            .unwrap_or("");
+        let email = match (&self.0.email, &self.0.sub) {
             (Some(e), _) => e.clone(),
-            (None, Some(sub)) => format!("{sub}@{}", self.tenant),
+            (None, Some(sub)) => format!("{sub}@{}", self.0.tenant),
             (None, None) => String::new(),
         };
-        Identity::new(name, &email, self.tenant.as_str())
+        Identity::new(name, &email, self.0.tenant.as_str())
     }
 }
 
@@ -89,7 +104,7 @@ mod tests {
     use super::*;
 
     fn principal(sub: Option<&str>, email: Option<&str>, name: Option<&str>) -> Principal {
-        Principal {
+        Principal(std::sync::Arc::new(Caller {
             tenant: TenantId::parse("acme").unwrap(),
             permissions: vec![
                 "jit.integrations.write".into(),
@@ -98,7 +113,7 @@ mod tests {
             sub: sub.map(Into::into),
             email: email.map(Into::into),
             name: name.map(Into::into),
-        }
+        }))
     }
 
     #[test]

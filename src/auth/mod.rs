@@ -1,12 +1,15 @@
 //! Authentication: bearer JWTs verified with one configured algorithm and key (jsonwebtoken).
 mod claims;
+mod verified;
 
 pub use claims::Principal;
 
 use crate::config::{Algorithm, AuthConfig};
 use crate::domain::TenantId;
 use jsonwebtoken::{DecodingKey, EncodingKey, Header, Validation};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
+use verified::VerifiedTokens;
 
 /// Why a request is not authenticated. The token itself is never part of the error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,6 +43,8 @@ pub struct Verifier {
     key: DecodingKey,
     validation: Validation,
     leeway: u64,
+    /// Tokens already verified: most clients send the same token many times.
+    verified: Arc<VerifiedTokens>,
 }
 
 fn jwt_alg(alg: Algorithm) -> jsonwebtoken::Algorithm {
@@ -92,6 +97,7 @@ impl Verifier {
             key,
             validation,
             leeway: config.leeway_secs,
+            verified: Arc::default(),
         })
     }
 
@@ -109,15 +115,22 @@ impl Verifier {
     /// Verifies a token: signature with the configured algorithm, `exp`, `nbf`, `iat`,
     /// `iss`/`aud` when configured, and the service's own claims.
     pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        let now = now();
+        if let Some(principal) = self.verified.get(token, now, self.leeway) {
+            return Ok(principal);
+        }
         let data = jsonwebtoken::decode::<claims::Claims>(token, &self.key, &self.validation)
             .map_err(|e| AuthError::Invalid(e.to_string()))?;
         let claims = data.claims;
         if let Some(iat) = claims.iat {
-            if iat > now() + self.leeway {
+            if iat > now + self.leeway {
                 return Err(AuthError::Invalid("issued in the future".into()));
             }
         }
-        claims.into_principal()
+        let exp = claims.exp_secs();
+        let principal = claims.into_principal()?;
+        self.verified.insert(token, principal.clone(), exp);
+        Ok(principal)
     }
 }
 
@@ -232,5 +245,52 @@ mod tests {
             .verify_header(Some(format!("bearer  {token}").as_bytes()))
             .unwrap();
         assert_eq!(who.tenant().as_str(), "acme");
+    }
+
+    fn mint(config: &AuthConfig, ttl_secs: u64) -> String {
+        let req = MintRequest {
+            tenant: TenantId::parse("acme").unwrap(),
+            permissions: vec!["jit.integrations.write".into()],
+            sub: None,
+            email: None,
+            name: None,
+            ttl_secs,
+        };
+        mint_hs256(&config.secret, &req).unwrap()
+    }
+
+    #[test]
+    fn a_remembered_token_expires_as_a_verified_one_would() {
+        let config = AuthConfig::default();
+        let v = Verifier::from_config(&config).unwrap();
+        let token = mint(&config, 60);
+        let exp = now() + 60;
+        assert!(v.verify(&token).is_ok());
+        let leeway = config.leeway_secs;
+        assert!(v.verified.get(&token, exp + leeway, leeway).is_some());
+        assert!(
+            v.verified.get(&token, exp + leeway + 1, leeway).is_none(),
+            "past exp and the leeway, the full check runs again"
+        );
+    }
+
+    #[test]
+    fn refused_tokens_are_not_remembered() {
+        let config = AuthConfig::default();
+        let v = Verifier::from_config(&config).unwrap();
+        let token = mint(&config, 60);
+        let forged = format!("{}x", &token[..token.len() - 1]);
+        for _ in 0..2 {
+            assert!(v.verify(&forged).is_err());
+        }
+        assert!(v.verified.get(&forged, now(), 30).is_none());
+        // Another secret: the same token is refused by a verifier that never saw it.
+        let other = Verifier::from_config(&AuthConfig {
+            secret: "another-secret-0123456789".into(),
+            ..AuthConfig::default()
+        })
+        .unwrap();
+        assert!(v.verify(&token).is_ok());
+        assert!(other.verify(&token).is_err());
     }
 }

@@ -14,9 +14,15 @@ impl RequestId {
         ok.then(|| Self(raw.to_owned()))
     }
 
-    /// A fresh random id.
+    /// A fresh random id (a v4 UUID from the thread's random generator, seeded once by the
+    /// OS: no system call per request).
     pub fn generate() -> Self {
-        Self(uuid::Uuid::new_v4().to_string())
+        let bytes: [u8; 16] = rand::random();
+        Self(
+            uuid::Builder::from_random_bytes(bytes)
+                .into_uuid()
+                .to_string(),
+        )
     }
 
     pub fn as_str(&self) -> &str {

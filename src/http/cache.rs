@@ -1,6 +1,7 @@
 //! `ResponseCache`: the serialized GET body of each tenant's files at a known head commit, so
 //! that a GET whose head has not moved skips git and YAML entirely.
 use crate::domain::{BlobId, CommitId, PlanFile, TenantId};
+use actix_web::http::header::HeaderValue;
 use actix_web::web::Bytes;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,6 +14,8 @@ const MAX_BYTES: usize = 64 * 1024 * 1024;
 pub struct Rendered {
     pub commit: CommitId,
     pub blob: BlobId,
+    /// The blob id as an `ETag` header value.
+    pub etag: HeaderValue,
     pub body: Bytes,
 }
 
@@ -24,14 +27,22 @@ pub struct ResponseCache {
 
 #[derive(Debug, Default)]
 struct Inner {
-    entries: HashMap<(TenantId, PlanFile), Rendered>,
+    /// Each tenant's two files, by [`slot`].
+    entries: HashMap<TenantId, [Option<Rendered>; 2]>,
     bytes: usize,
+}
+
+fn slot(file: PlanFile) -> usize {
+    match file {
+        PlanFile::Integration => 0,
+        PlanFile::Configuration => 1,
+    }
 }
 
 impl ResponseCache {
     pub fn get(&self, tenant: &TenantId, file: PlanFile) -> Option<Rendered> {
         let inner = self.inner.lock().expect("not poisoned");
-        inner.entries.get(&(tenant.clone(), file)).cloned()
+        inner.entries.get(tenant)?[slot(file)].clone()
     }
 
     pub fn put(&self, tenant: &TenantId, file: PlanFile, rendered: Rendered) {
@@ -40,18 +51,23 @@ impl ResponseCache {
             return;
         }
         let mut inner = self.inner.lock().expect("not poisoned");
-        if let Some(old) = inner.entries.remove(&(tenant.clone(), file)) {
+        let old = inner
+            .entries
+            .get_mut(tenant)
+            .and_then(|files| files[slot(file)].take());
+        if let Some(old) = old {
             inner.bytes -= old.body.len();
         }
         while inner.bytes + size > MAX_BYTES {
             let Some(key) = inner.entries.keys().next().cloned() else {
                 break;
             };
-            let old = inner.entries.remove(&key).expect("the key was just listed");
-            inner.bytes -= old.body.len();
+            let files = inner.entries.remove(&key).expect("the key was just listed");
+            let freed: usize = files.iter().flatten().map(|r| r.body.len()).sum();
+            inner.bytes -= freed;
         }
         inner.bytes += size;
-        inner.entries.insert((tenant.clone(), file), rendered);
+        inner.entries.entry(tenant.clone()).or_default()[slot(file)] = Some(rendered);
     }
 }
 
@@ -65,6 +81,7 @@ mod tests {
         Rendered {
             commit: CommitId(id),
             blob: BlobId(id),
+            etag: HeaderValue::from_static("\"x\""),
             body: Bytes::from(vec![b'x'; len]),
         }
     }

@@ -248,25 +248,27 @@ impl AppState {
     /// read permission (403), the query (400), the ref (404).
     async fn get_file(&self, who: &Principal, req: &HttpRequest, file: PlanFile) -> Reply {
         let query = ReadQuery::parse(req.query_string());
-        let (storage, tenant) = (self.storage.clone(), who.tenant().clone());
+        let tenant = who.tenant();
         if let Ok(ReadQuery { at: Some(at) }) = query {
             self.tenant(who, file).await?;
             require(who.can_read(file), file.read_permission())?;
+            let (storage, tenant) = (self.storage.clone(), tenant.clone());
             let snap = blocking(move || storage.read_at(&tenant, file, at), file).await?;
             let body = views::stored_body(file, &snap.bytes, snap.blob, Some(at));
-            return Ok(views::respond(body, snap.blob));
+            return Ok(views::respond(body, views::etag(snap.blob)));
         }
-        let cached = self.responses.get(&tenant, file);
+        let cached = self.responses.get(tenant, file);
         if let Some(hit) = cached
             .as_ref()
-            .filter(|c| self.storage.known_head(&tenant) == Some(c.commit))
+            .filter(|c| self.storage.known_head(tenant) == Some(c.commit))
         {
             require(who.can_read(file), file.read_permission())?;
             query?;
-            return Ok(views::respond(hit.body.clone(), hit.blob));
+            return Ok(views::respond(hit.body.clone(), hit.etag.clone()));
         }
         let known = cached.as_ref().map(|c| c.commit);
-        let outcome = blocking(move || storage.read_unless_at(&tenant, file, known), file).await?;
+        let (storage, owned) = (self.storage.clone(), tenant.clone());
+        let outcome = blocking(move || storage.read_unless_at(&owned, file, known), file).await?;
         require(who.can_read(file), file.read_permission())?;
         query?;
         let rendered = match (outcome, cached) {
@@ -276,15 +278,16 @@ impl AppState {
                     body: views::stored_body(file, &snap.bytes, snap.blob, None),
                     commit: snap.commit,
                     blob: snap.blob,
+                    etag: views::etag(snap.blob),
                 };
-                self.responses.put(who.tenant(), file, rendered.clone());
+                self.responses.put(tenant, file, rendered.clone());
                 rendered
             }
             (ReadOutcome::Unchanged, None) => {
                 return Err(ApiError::Internal("unchanged without a cached body".into()))
             }
         };
-        Ok(views::respond(rendered.body, rendered.blob))
+        Ok(views::respond(rendered.body, rendered.etag))
     }
 
     pub(super) async fn tenant(

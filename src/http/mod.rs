@@ -72,19 +72,8 @@ pub struct ServerOptions {
 
 /// Adds the routes of the service to an app.
 pub fn routes(cfg: &mut web::ServiceConfig) {
-    for (path, handler) in [
-        ("/healthz", web::get().to(ops::healthz)),
-        ("/readyz", web::get().to(ops::readyz)),
-        ("/metrics", web::get().to(ops::metrics)),
-        ("/openapi.json", web::get().to(ops::openapi)),
-    ] {
-        cfg.service(
-            web::resource(path)
-                .route(handler)
-                .default_service(web::to(handlers::get_only)),
-        );
-    }
-    cfg.configure(git::routes);
+    // The plans routes first: they are the hot ones, and static paths match without the
+    // pattern matching that the git routes' `{repo}` segment needs.
     cfg.service(
         web::resource("/plans/integration-file")
             .route(web::get().to(handlers::get_integration))
@@ -107,6 +96,19 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(history::configuration))
             .default_service(web::to(handlers::get_only)),
     );
+    cfg.configure(git::routes);
+    for (path, handler) in [
+        ("/healthz", web::get().to(ops::healthz)),
+        ("/readyz", web::get().to(ops::readyz)),
+        ("/metrics", web::get().to(ops::metrics)),
+        ("/openapi.json", web::get().to(ops::openapi)),
+    ] {
+        cfg.service(
+            web::resource(path)
+                .route(handler)
+                .default_service(web::to(handlers::get_only)),
+        );
+    }
 }
 
 /// Builds the server on an already bound listener (port 0 works: ask the listener its port).

@@ -12,7 +12,7 @@ pub fn integration(
     sha: BlobId,
     commit: Option<CommitId>,
 ) -> HttpResponse {
-    respond(integration_body(stored, raw, sha, commit), sha)
+    respond(integration_body(stored, raw, sha, commit), etag(sha))
 }
 
 /// A GET's body for a stored file, serialized once (the response cache keeps it).
@@ -64,7 +64,7 @@ pub fn configuration(
     sha: BlobId,
     commit: Option<CommitId>,
 ) -> HttpResponse {
-    respond(configuration_body(stored, sha, commit), sha)
+    respond(configuration_body(stored, sha, commit), etag(sha))
 }
 
 fn configuration_body(
@@ -95,11 +95,22 @@ fn to_bytes(body: &impl serde::Serialize) -> Bytes {
     Bytes::from(serde_json::to_vec(body).expect("response bodies serialize"))
 }
 
-/// A 200 with a file's JSON body and its blob id as the ETag.
-pub fn respond(body: Bytes, sha: BlobId) -> HttpResponse {
+/// The `ETag` of a file: its blob id, quoted.
+pub fn etag(sha: BlobId) -> header::HeaderValue {
+    header::HeaderValue::from_str(&format!("\"{sha}\"")).expect("hex digits and quotes")
+}
+
+/// A 200 with a file's JSON body and its `ETag` (see [`etag`]).
+pub fn respond(body: Bytes, etag: header::HeaderValue) -> HttpResponse {
     HttpResponse::Ok()
-        .insert_header((header::ETAG, format!("\"{sha}\"")))
-        .insert_header((header::CACHE_CONTROL, "no-store"))
-        .content_type("application/json")
+        .insert_header((header::ETAG, etag))
+        .insert_header((
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-store"),
+        ))
+        .insert_header((
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        ))
         .body(body)
 }

@@ -26,6 +26,8 @@ struct Inner {
     watches: HashMap<WatchDescriptor, (TenantId, bool)>,
     /// Tenants whose `main` is known to be at this commit.
     known: HashMap<TenantId, CommitId>,
+    /// Where events are read into, kept so that a request does not zero a fresh buffer.
+    buffer: Vec<u8>,
 }
 
 const MASK: WatchMask = WatchMask::CREATE
@@ -45,6 +47,7 @@ impl HeadWatch {
             inotify,
             watches: HashMap::new(),
             known: HashMap::new(),
+            buffer: vec![0; 16 * 1024],
         });
         Self {
             inner: Mutex::new(inner),
@@ -110,9 +113,8 @@ impl Default for HeadWatch {
 impl Inner {
     /// Applies every queued event: the tenants concerned are no longer known.
     fn drain(&mut self) {
-        let mut buffer = [0u8; 16 * 1024];
         loop {
-            let events = match self.inotify.read_events(&mut buffer) {
+            let events = match self.inotify.read_events(&mut self.buffer) {
                 Ok(events) => events,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(_) => {
