@@ -4,7 +4,7 @@
 //!     cargo run --release --example upkeep -- [COMMITS]
 //!
 //! Default: 10,000 commits (about 30 s of durable writes to build). Uses the storage API
-//! directly, with fsync on, in a temporary directory.
+//! directly, with the default durability (group commit), in a temporary directory.
 use planfiles::domain::{Identity, PlanFile, RequestId, TenantId};
 use planfiles::storage::{self, Preconditions, Storage, WriteRequest};
 use std::os::unix::fs::MetadataExt;
