@@ -285,3 +285,62 @@ async fn a_commit_pushed_with_plain_git_is_served_and_listed_at_once() {
     assert_eq!(history["entries"][0]["author"]["name"], "Hand Pusher");
     assert_eq!(history["entries"][0]["forced"], false);
 }
+
+/// A file that rarely changes, under a long history: each page looks at a bounded number of
+/// commits, so pages may be short or empty, but following the cursors lists exactly what
+/// `git log` lists.
+#[tokio::test]
+async fn a_rarely_changed_file_pages_through_a_long_history_in_bounded_steps() {
+    let app = TestApp::spawn().await;
+    let repo = app.repo("globex");
+    let head = app.head("globex");
+    let config = app.blob("globex", "configuration.yml");
+    // 5,000 commits that change only integrations.yml, on top of the current head.
+    let mut stream = String::new();
+    for i in 0..5_000 {
+        let file = format!("n: {i}\n");
+        stream.push_str(&format!(
+            "commit refs/heads/main\ncommitter Import <import@example.com> {} +0000\ndata 7\nimport\n",
+            1_700_000_000 + i
+        ));
+        if i == 0 {
+            stream.push_str(&format!("from {head}\n"));
+        }
+        stream.push_str(&format!(
+            "M 100644 {config} configuration.yml\nM 100644 inline integrations.yml\ndata {}\n{file}\n",
+            file.len()
+        ));
+    }
+    common::git_stdin(&repo, &["fast-import", "--quiet"], &stream);
+    let expected = git_log(&app, "globex", "configuration.yml");
+    let (mut seen, mut pages, mut empty) = (Vec::new(), 0, 0);
+    let mut query = "limit=50".to_owned();
+    loop {
+        let started = std::time::Instant::now();
+        let body = page(&app, "globex", "configuration-file", &query).await;
+        assert!(
+            started.elapsed().as_secs() < 2,
+            "a page took {:?}",
+            started.elapsed()
+        );
+        let got = commits(&body);
+        empty += usize::from(got.is_empty());
+        seen.extend(got);
+        pages += 1;
+        match body["next_cursor"].as_str() {
+            Some(cursor) => query = format!("limit=50&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, expected);
+    assert!(empty >= 1 && pages >= 3, "{pages} pages, {empty} empty");
+    // A cursor must name a commit of the tenant: a blob id is refused.
+    let res = app
+        .history(
+            &token("globex", ALL),
+            "configuration-file",
+            &format!("cursor={config}"),
+        )
+        .await;
+    assert_eq!(problem(res).await.0, 400);
+}

@@ -2,7 +2,7 @@
 use super::{empty_blob_oid, git_err, to_id, to_oid, TenantRepo, MAIN};
 use crate::domain::{BlobId, CommitId, PlanFile};
 use crate::storage::{FileSnapshot, HistoryEntry, HistoryPage, StorageError};
-use git2::{ObjectType, Oid, Sort};
+use git2::{ObjectType, Oid};
 use std::time::{Duration, UNIX_EPOCH};
 
 impl TenantRepo<'_> {
@@ -33,7 +33,9 @@ impl TenantRepo<'_> {
 
     /// Up to `limit` commits that changed `file`, newest first, starting at `from` (a cursor
     /// from an earlier page) or at the head of `main`. Merges are followed on their first
-    /// parent, as `git log --first-parent`, so a cursor always resumes exactly.
+    /// parent, as `git log --first-parent`, so a cursor always resumes exactly. A page looks
+    /// at no more than [`SCAN_BUDGET`] commits: a file that rarely changes gets short (even
+    /// empty) pages with a cursor, never one request that reads the whole history.
     pub(in crate::storage) fn history(
         &self,
         file: PlanFile,
@@ -43,18 +45,18 @@ impl TenantRepo<'_> {
         let path = file.path();
         let err = |op| git_err(self.tenant, op, path);
         let start = match from {
-            Some(c) => self.commit_in_history(file, c)?,
+            Some(c) => self.commit_in_repo(file, c)?,
             None => self.repo.refname_to_id(MAIN).map_err(err("resolve main"))?,
         };
+        // No sorting: the first-parent line is a chain, walked as it is read. (Topological
+        // sorting would load the whole history before the first commit.)
         let mut walk = self.repo.revwalk().map_err(err("walk history"))?;
-        walk.set_sorting(Sort::TOPOLOGICAL)
-            .map_err(err("walk history"))?;
         walk.simplify_first_parent().map_err(err("walk history"))?;
         walk.push(start).map_err(err("walk history"))?;
         let mut entries = Vec::new();
-        for oid in walk {
+        for (scanned, oid) in walk.enumerate() {
             let oid = oid.map_err(err("walk history"))?;
-            if entries.len() == limit {
+            if entries.len() == limit || scanned == SCAN_BUDGET {
                 return Ok(HistoryPage {
                     entries,
                     next: Some(CommitId(to_id(oid))),
@@ -110,6 +112,22 @@ impl TenantRepo<'_> {
         })
     }
 
+    /// `commit` as an oid when it is a commit of this tenant's repository (a cursor, which an
+    /// earlier page made); `UnknownRef` otherwise. Unlike [`Self::commit_in_history`] it
+    /// costs the same however deep the commit is: each tenant has its own object store, so
+    /// nothing of another tenant can be named.
+    fn commit_in_repo(&self, file: PlanFile, commit: CommitId) -> Result<Oid, StorageError> {
+        let oid = to_oid(&commit.0);
+        match self.repo.find_commit(oid) {
+            Ok(_) => Ok(oid),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Err(StorageError::UnknownRef {
+                tenant: self.tenant.clone(),
+                commit,
+            }),
+            Err(e) => Err(git_err(self.tenant, "read commit", file.path())(e)),
+        }
+    }
+
     /// `commit` as an oid when it is `main` or an ancestor of it; `UnknownRef` otherwise.
     fn commit_in_history(&self, file: PlanFile, commit: CommitId) -> Result<Oid, StorageError> {
         let head = self.repo.refname_to_id(MAIN).map_err(git_err(
@@ -128,6 +146,9 @@ impl TenantRepo<'_> {
         }
     }
 }
+
+/// The most commits one history page looks at.
+pub(in crate::storage) const SCAN_BUDGET: usize = 2_000;
 
 /// True when the message carries the `Forced: true` trailer planfiles writes.
 fn is_forced(message: &str) -> bool {
