@@ -50,13 +50,7 @@ async fn read_modify_write_with_file_sha_loses_nothing() {
         conflicts += c;
     }
     assert_eq!(acknowledged, WRITERS * EACH);
-    let commits: usize = app
-        .git(
-            "acme",
-            &["rev-list", "--count", &format!("{start_head}..main")],
-        )
-        .parse()
-        .unwrap();
+    let commits = app.commits_since("acme", &start_head);
     assert_eq!(
         commits, acknowledged,
         "every 200 is exactly one commit ({conflicts} conflicts)"
@@ -144,13 +138,7 @@ async fn writes_to_the_two_files_never_conflict() {
     };
     integration.await.unwrap();
     configuration.await.unwrap();
-    let commits: usize = app
-        .git(
-            "acme",
-            &["rev-list", "--count", &format!("{start_head}..main")],
-        )
-        .parse()
-        .unwrap();
+    let commits = app.commits_since("acme", &start_head);
     assert_eq!(commits, 2 * N);
     let body: Value = app.get_integration(&t).await.json().await.unwrap();
     assert_eq!(body["content"], json!({"i": N - 1}));
@@ -225,13 +213,7 @@ async fn a_write_rebases_when_plain_git_moves_main_under_it() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     outside.join().unwrap();
     let (landed, writes) = (landed.load(std::sync::atomic::Ordering::Relaxed), n);
-    let commits: usize = app
-        .git(
-            "acme",
-            &["rev-list", "--count", &format!("{start_head}..main")],
-        )
-        .parse()
-        .unwrap();
+    let commits = app.commits_since("acme", &start_head);
     assert_eq!(
         commits,
         writes + landed,

@@ -242,6 +242,13 @@ impl TestApp {
         git_in(&self.repo(tenant), args)
     }
 
+    /// How many commits `main` of `tenant` has gained since `start`.
+    pub fn commits_since(&self, tenant: &str, start: &str) -> usize {
+        self.git(tenant, &["rev-list", "--count", &format!("{start}..main")])
+            .parse()
+            .unwrap()
+    }
+
     pub fn head(&self, tenant: &str) -> String {
         self.git(tenant, &["rev-parse", "main"])
     }
