@@ -373,3 +373,32 @@ impl Storage {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.summary()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With the watch, a read leaves `main` known, so a cached GET needs no disk read; with
+    /// `watch_refs(false)` nothing is ever known, so every read checks the ref file.
+    #[test]
+    fn watch_refs_off_means_main_is_never_known_without_a_read() {
+        init_git();
+        for (on, expect_known) in [(true, true), (false, false)] {
+            let dir = tempfile::tempdir().unwrap();
+            let committer = Identity::new("planfiles", "p@localhost", "localhost");
+            let storage = Storage::open(dir.path(), committer, Durability::Fsync)
+                .unwrap()
+                .watch_refs(on);
+            let tenant = TenantId::parse("acme").unwrap();
+            let head = storage.create_tenant(&tenant, false).unwrap();
+            storage
+                .read_unless_at(&tenant, PlanFile::Integration, None)
+                .unwrap();
+            assert_eq!(
+                storage.known_head(&tenant),
+                expect_known.then_some(head),
+                "watch_refs({on})"
+            );
+        }
+    }
+}
