@@ -1,20 +1,11 @@
 //! Acknowledged writes survive crashes and a second process; stale locks do not block writes.
 mod common;
 
-use common::process::{serve, Server};
-use common::{copy_tree, fixture_dir, git_in, token, ALL};
+use common::process::{data_dir_with_fixture, serve, Server};
+use common::{git_in, token, ALL};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
-
-fn data_dir_with_fixture() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    copy_tree(
-        &fixture_dir().join("tenants"),
-        &dir.path().join("data/tenants"),
-    );
-    dir
-}
 
 fn repo(dir: &Path, tenant: &str) -> PathBuf {
     dir.join(format!("data/tenants/{tenant}.git"))

@@ -1,8 +1,8 @@
 //! Operations: health, readiness, metrics, graceful shutdown, and the configuration docs.
 mod common;
 
-use common::process::serve;
-use common::{copy_tree, fixture_dir, git_in, problem, token, TestApp, ALL};
+use common::process::{data_dir_with_fixture, serve};
+use common::{git_in, problem, token, TestApp, ALL};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -130,11 +130,7 @@ async fn metrics_can_require_a_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_during_writes_finishes_in_flight_requests_and_exits_0() {
-    let dir = tempfile::tempdir().unwrap();
-    copy_tree(
-        &fixture_dir().join("tenants"),
-        &dir.path().join("data/tenants"),
-    );
+    let dir = data_dir_with_fixture();
     let mut server = serve(dir.path(), &[]);
     let mut writers = Vec::new();
     for w in 0..6 {
@@ -380,11 +376,7 @@ async fn openapi_document_is_valid_and_complete() {
 #[tokio::test]
 async fn tokens_and_secrets_never_appear_in_logs() {
     for format in ["json", "text"] {
-        let dir = tempfile::tempdir().unwrap();
-        copy_tree(
-            &fixture_dir().join("tenants"),
-            &dir.path().join("data/tenants"),
-        );
+        let dir = data_dir_with_fixture();
         let server = serve(
             dir.path(),
             &[("PLANFILES_LOG_FORMAT", format), ("PLANFILES_LOG", "trace")],
@@ -449,11 +441,7 @@ async fn tokens_and_secrets_never_appear_in_logs() {
 /// commit a write made.
 #[tokio::test]
 async fn each_request_logs_one_structured_line() {
-    let dir = tempfile::tempdir().unwrap();
-    copy_tree(
-        &fixture_dir().join("tenants"),
-        &dir.path().join("data/tenants"),
-    );
+    let dir = data_dir_with_fixture();
     let server = serve(dir.path(), &[("PLANFILES_LOG_FORMAT", "json")]);
     let client = reqwest::Client::new();
     let t = token("globex", ALL);
@@ -508,11 +496,7 @@ async fn each_request_logs_one_structured_line() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_lets_a_request_in_flight_finish_and_refuses_new_connections() {
     use std::io::{Read, Write};
-    let dir = tempfile::tempdir().unwrap();
-    copy_tree(
-        &fixture_dir().join("tenants"),
-        &dir.path().join("data/tenants"),
-    );
+    let dir = data_dir_with_fixture();
     let mut server = serve(dir.path(), &[]);
     let host = server.addr.trim_start_matches("http://").to_owned();
     let body = r#"{"content": {"finished": "after the signal"}}"#;

@@ -1,6 +1,6 @@
 //! `ResponseCache`: the serialized GET body of each tenant's files at a known head commit, so
 //! that a GET whose head has not moved skips git and YAML entirely.
-use crate::domain::{BlobId, CommitId, PlanFile, TenantId};
+use crate::domain::{CommitId, PlanFile, TenantId};
 use actix_web::http::header::HeaderValue;
 use actix_web::web::Bytes;
 use std::collections::HashMap;
@@ -13,7 +13,6 @@ const MAX_BYTES: usize = 64 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct Rendered {
     pub commit: CommitId,
-    pub blob: BlobId,
     /// The blob id as an `ETag` header value.
     pub etag: HeaderValue,
     pub body: Bytes,
@@ -80,7 +79,6 @@ mod tests {
         let id = ObjectId::parse(&format!("{n:02x}").repeat(20)).unwrap();
         Rendered {
             commit: CommitId(id),
-            blob: BlobId(id),
             etag: HeaderValue::from_static("\"x\""),
             body: Bytes::from(vec![b'x'; len]),
         }

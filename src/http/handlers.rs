@@ -277,7 +277,6 @@ impl AppState {
                 let rendered = Rendered {
                     body: views::stored_body(file, &snap.bytes, snap.blob, None),
                     commit: snap.commit,
-                    blob: snap.blob,
                     etag: views::etag(snap.blob),
                 };
                 self.responses.put(tenant, file, rendered.clone());

@@ -54,6 +54,13 @@ impl HeadWatch {
         }
     }
 
+    /// A watch that never knows anything: every read checks the ref file.
+    pub fn disabled() -> Self {
+        Self {
+            inner: Mutex::new(None),
+        }
+    }
+
     /// The commit `main` of `tenant` is known to be at, if nothing touched its refs since.
     /// Never blocks on the disk.
     pub fn known_head(&self, tenant: &TenantId) -> Option<CommitId> {
@@ -91,15 +98,6 @@ impl HeadWatch {
         // Watches first, then the ref: a change in between is either seen here or queued.
         if read_head() == Some(commit) {
             inner.known.insert(tenant.clone(), commit);
-        }
-    }
-}
-
-impl HeadWatch {
-    /// A watch that never knows anything: every read checks the ref file.
-    pub fn disabled() -> Self {
-        Self {
-            inner: Mutex::new(None),
         }
     }
 }

@@ -15,6 +15,17 @@ pub fn planfiles(dir: &Path) -> Command {
     cmd
 }
 
+/// A temporary directory whose `data/` holds a copy of the demo tenants, as [`planfiles`]
+/// and [`serve`] expect.
+pub fn data_dir_with_fixture() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    super::copy_tree(
+        &super::fixture_dir().join("tenants"),
+        &dir.path().join("data/tenants"),
+    );
+    dir
+}
+
 /// A running `planfiles serve`, killed on drop.
 pub struct Server {
     child: Child,

@@ -148,7 +148,7 @@ impl TenantRepo<'_> {
 }
 
 /// The most commits one history page looks at.
-pub(in crate::storage) const SCAN_BUDGET: usize = 2_000;
+const SCAN_BUDGET: usize = 2_000;
 
 /// True when the message carries the `Forced: true` trailer planfiles writes.
 fn is_forced(message: &str) -> bool {
