@@ -538,3 +538,37 @@ async fn sigint_lets_a_request_in_flight_finish_and_refuses_new_connections() {
     );
     assert!(stored.contains("after the signal"), "{stored}");
 }
+
+#[tokio::test]
+async fn the_service_accounts_git_config_does_not_change_tenant_repositories() {
+    // A ~/.gitconfig that would make libgit2 keep a reflog of every ref update.
+    let dir = data_dir_with_fixture();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(home.join(".config/git")).unwrap();
+    let config = "[core]\n\tlogAllRefUpdates = always\n";
+    std::fs::write(home.join(".gitconfig"), config).unwrap();
+    std::fs::write(home.join(".config/git/config"), config).unwrap();
+    let home = home.to_str().unwrap();
+    let xdg = format!("{home}/.config");
+    let server = serve(
+        dir.path(),
+        &[("HOME", home), ("XDG_CONFIG_HOME", xdg.as_str())],
+    );
+    let res = reqwest::Client::new()
+        .put(server.url("/plans/integration-file"))
+        .bearer_auth(token("globex", ALL))
+        .json(&json!({"content": {"global_config": "ignored"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let repo = dir.path().join("data/tenants/globex.git");
+    assert!(
+        !repo.join("logs").exists(),
+        "libgit2 read the service account's git config and wrote a reflog"
+    );
+    assert_eq!(
+        git_in(&repo, &["log", "-1", "--format=%s"]),
+        "Update integrations.yml"
+    );
+}

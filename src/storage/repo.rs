@@ -4,7 +4,10 @@ use super::{
     FileSnapshot, IfMatch, ShaCheck, StorageError, TenantSummary, WriteOutcome, WriteRequest,
 };
 use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, TenantId};
-use git2::{ErrorClass, ErrorCode, ObjectType, Oid, Repository, RepositoryInitOptions, Signature};
+use git2::{
+    ConfigLevel, ErrorClass, ErrorCode, ObjectType, Oid, Repository, RepositoryInitOptions,
+    Signature,
+};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
 use std::path::PathBuf;
@@ -49,6 +52,19 @@ pub(super) fn init_libgit2() {
         )
     };
     assert_eq!(rc, 0, "libgit2 refused GIT_OPT_ENABLE_FSYNC_GITDIR");
+    // Only each repository's own config counts: the service account's ~/.gitconfig or
+    // /etc/gitconfig must not change how tenants' repositories are written, and not looking
+    // for them saves about 40 syscalls per repository opened.
+    for level in [
+        ConfigLevel::System,
+        ConfigLevel::XDG,
+        ConfigLevel::Global,
+        ConfigLevel::ProgramData,
+    ] {
+        // SAFETY: called at start, before any thread uses libgit2.
+        unsafe { git2::opts::set_search_path(level, "") }
+            .expect("libgit2 takes an empty config search path");
+    }
 }
 
 #[allow(non_camel_case_types)]
