@@ -5,10 +5,12 @@ use crate::domain::{CommitId, PlanFile, RequestId, TenantId};
 use actix_web::body::{BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::http::{Method, StatusCode};
 use actix_web::middleware::Next;
 use actix_web::web;
 use actix_web::{HttpMessage, ResponseError};
 use futures_util::StreamExt;
+use std::borrow::Cow;
 use std::time::Instant;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -45,8 +47,6 @@ pub async fn request_context(
         .unwrap_or_else(RequestId::generate);
     req.extensions_mut().insert(request_id.clone());
     let method = req.method().clone();
-    // The path only: a query string may carry a token and is never logged.
-    let path = req.path().to_owned();
 
     let res = if header_bytes(&req) > MAX_HEADER_BYTES {
         // Read the body (up to the body limit) before answering: a server that closes with
@@ -82,15 +82,20 @@ pub async fn request_context(
     }
     let problem = res.response().extensions().get::<Problem>().cloned();
     if let Some(state) = res.request().app_data::<web::Data<AppState>>() {
-        let route = res
-            .request()
-            .match_pattern()
-            .unwrap_or_else(|| "unmatched".into());
+        // Named routes (the plans routes) give their route without building a string.
+        let route = match res.request().match_name() {
+            Some(name) => Cow::Borrowed(name),
+            None => Cow::Owned(
+                res.request()
+                    .match_pattern()
+                    .unwrap_or_else(|| "unmatched".into()),
+            ),
+        };
         record(
             state,
             &route,
-            method.as_str(),
-            status.as_u16(),
+            &method,
+            status,
             started.elapsed().as_secs_f64(),
             written,
             problem.as_ref(),
@@ -115,7 +120,8 @@ pub async fn request_context(
     tracing::info!(
         request_id = %request_id,
         method = %method,
-        route = %path,
+        // The path only: a query string may carry a token and is never logged.
+        route = %res.request().path(),
         status = status.as_u16(),
         latency_ms = started.elapsed().as_secs_f64() * 1000.0,
         tenant = tenant.as_deref().unwrap_or("-"),
@@ -128,19 +134,16 @@ pub async fn request_context(
 fn record(
     state: &AppState,
     route: &str,
-    method: &str,
-    status: u16,
+    method: &Method,
+    status: StatusCode,
     seconds: f64,
     written: Option<WrittenCommit>,
     problem: Option<&Problem>,
 ) {
     let m = &state.metrics;
-    m.http_requests
-        .with_label_values(&[route, method, &status.to_string()])
-        .inc();
-    m.http_latency
-        .with_label_values(&[route, method])
-        .observe(seconds);
+    let (requests, latency) = m.http_series(route, method.as_str(), status.as_str());
+    requests.inc();
+    latency.observe(seconds);
     if let Some(w) = written.filter(|w| w.changed) {
         m.commits.with_label_values(&[w.file.label()]).inc();
         if w.forced {

@@ -73,26 +73,31 @@ pub struct ServerOptions {
 /// Adds the routes of the service to an app.
 pub fn routes(cfg: &mut web::ServiceConfig) {
     // The plans routes first: they are the hot ones, and static paths match without the
-    // pattern matching that the git routes' `{repo}` segment needs.
+    // pattern matching that the git routes' `{repo}` segment needs. Their names are their
+    // paths, so the request log and metrics get the route without building a string.
     cfg.service(
         web::resource("/plans/integration-file")
+            .name("/plans/integration-file")
             .route(web::get().to(handlers::get_integration))
             .route(web::put().to(handlers::put_integration))
             .default_service(web::to(handlers::get_put_only)),
     )
     .service(
         web::resource("/plans/configuration-file")
+            .name("/plans/configuration-file")
             .route(web::get().to(handlers::get_configuration))
             .route(web::put().to(handlers::put_configuration))
             .default_service(web::to(handlers::get_put_only)),
     )
     .service(
         web::resource("/plans/integration-file/history")
+            .name("/plans/integration-file/history")
             .route(web::get().to(history::integration))
             .default_service(web::to(handlers::get_only)),
     )
     .service(
         web::resource("/plans/configuration-file/history")
+            .name("/plans/configuration-file/history")
             .route(web::get().to(history::configuration))
             .default_service(web::to(handlers::get_only)),
     );
