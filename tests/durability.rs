@@ -114,13 +114,9 @@ async fn kill_9_during_writes_loses_no_acknowledged_write() {
     }
     // After the crashes the service starts and writes at once.
     let server = serve(dir.path(), &[]);
-    let res = reqwest::Client::new()
-        .put(server.url("/plans/integration-file"))
-        .bearer_auth(token("acme", ALL))
-        .json(&json!({"content": {"after": "restart"}}))
-        .send()
-        .await
-        .unwrap();
+    let res = server
+        .put_integration("acme", json!({"after": "restart"}))
+        .await;
     assert_eq!(res.status(), 200);
 }
 

@@ -554,13 +554,9 @@ async fn the_service_accounts_git_config_does_not_change_tenant_repositories() {
         dir.path(),
         &[("HOME", home), ("XDG_CONFIG_HOME", xdg.as_str())],
     );
-    let res = reqwest::Client::new()
-        .put(server.url("/plans/integration-file"))
-        .bearer_auth(token("globex", ALL))
-        .json(&json!({"content": {"global_config": "ignored"}}))
-        .send()
-        .await
-        .unwrap();
+    let res = server
+        .put_integration("globex", json!({"global_config": "ignored"}))
+        .await;
     assert_eq!(res.status(), 200);
     let repo = dir.path().join("data/tenants/globex.git");
     assert!(

@@ -51,6 +51,17 @@ impl Server {
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.addr, path)
     }
+
+    /// A forced write of the integration file with a token for `tenant`.
+    pub async fn put_integration(&self, tenant: &str, content: Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .put(self.url("/plans/integration-file"))
+            .bearer_auth(super::token(tenant, super::ALL))
+            .json(&serde_json::json!({ "content": content }))
+            .send()
+            .await
+            .unwrap()
+    }
 }
 
 impl Drop for Server {
