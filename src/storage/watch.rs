@@ -147,3 +147,53 @@ impl Inner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_ref_change_in_any_thread_is_seen_by_the_next_lookup_in_every_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("t.git");
+        std::fs::create_dir_all(repo.join("refs/heads")).unwrap();
+        let tenant = TenantId::parse("t").unwrap();
+        let commit = |n: u8| {
+            CommitId(crate::domain::ObjectId::parse(&format!("{n:02x}").repeat(20)).unwrap())
+        };
+        let watch = std::sync::Arc::new(HeadWatch::new());
+        watch.note(&tenant, &repo, commit(1), || Some(commit(1)));
+        assert_eq!(watch.known_head(&tenant), Some(commit(1)));
+        // Readers in other threads keep draining while the ref moves.
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (watch, stop, tenant) = (watch.clone(), stop.clone(), tenant.clone());
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        watch.known_head(&tenant);
+                    }
+                })
+            })
+            .collect();
+        for _ in 0..200 {
+            std::fs::write(repo.join("refs/heads/main.lock"), "x").unwrap();
+            std::fs::rename(
+                repo.join("refs/heads/main.lock"),
+                repo.join("refs/heads/main"),
+            )
+            .unwrap();
+            assert_eq!(
+                watch.known_head(&tenant),
+                None,
+                "a moved ref was still known"
+            );
+            watch.note(&tenant, &repo, commit(1), || Some(commit(1)));
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().unwrap();
+        }
+    }
+}
