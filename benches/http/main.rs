@@ -5,6 +5,7 @@
 //!     cargo bench --bench http -- --quick # shorter runs, smaller histories
 mod fixtures;
 mod load;
+mod volume;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
 use load::{Req, Run};
@@ -157,6 +158,7 @@ fn main() {
         std::thread::available_parallelism().unwrap(),
         dir.path().display()
     );
+    println!("volume: {}", volume::describe(dir.path()));
 
     // Tenants: 64 for the write load, and long histories.
     {
