@@ -200,10 +200,9 @@ impl Storage {
 
     /// The tenant's settings; `TenantNotFound` when it has no repository.
     pub fn tenant(&self, tenant: &TenantId) -> Result<TenantInfo, StorageError> {
-        let repo = repo::TenantRepo::open(tenant, &self.repo_path(tenant))?;
         Ok(TenantInfo {
             id: tenant.clone(),
-            source_hosting: repo.source_hosting()?,
+            source_hosting: repo::source_hosting_flag(tenant, &self.repo_path(tenant))?,
         })
     }
 

@@ -90,6 +90,26 @@ pub(super) fn loose_head(repo: &Path) -> Option<CommitId> {
     ObjectId::parse(hex).ok().map(CommitId)
 }
 
+/// The source-hosting flag of the repository at `path`, read from its config file alone: no
+/// repository is opened (path resolution, `HEAD`, `objects/`, `refs/`), which a check made
+/// before every write does not need. A broken repository is found by the operation after it.
+pub(super) fn source_hosting_flag(tenant: &TenantId, path: &Path) -> Result<bool, StorageError> {
+    if !path.is_dir() {
+        return Err(StorageError::TenantNotFound(tenant.clone()));
+    }
+    let config =
+        git2::Config::open(&path.join("config")).map_err(git_err(tenant, "read config", ""))?;
+    source_hosting_in(&config, tenant)
+}
+
+fn source_hosting_in(config: &git2::Config, tenant: &TenantId) -> Result<bool, StorageError> {
+    match config.get_bool(SOURCE_HOSTING_KEY) {
+        Ok(on) => Ok(on),
+        Err(e) if e.code() == ErrorCode::NotFound => Ok(false),
+        Err(e) => Err(git_err(tenant, "read config", "")(e)),
+    }
+}
+
 /// An open tenant repository.
 pub(super) struct TenantRepo<'a> {
     tenant: &'a TenantId,
@@ -115,11 +135,7 @@ impl<'a> TenantRepo<'a> {
             .repo
             .config()
             .map_err(git_err(self.tenant, "read config", ""))?;
-        match config.get_bool(SOURCE_HOSTING_KEY) {
-            Ok(on) => Ok(on),
-            Err(e) if e.code() == ErrorCode::NotFound => Ok(false),
-            Err(e) => Err(git_err(self.tenant, "read config", "")(e)),
-        }
+        source_hosting_in(&config, self.tenant)
     }
 
     pub(super) fn set_source_hosting(
