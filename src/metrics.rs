@@ -3,32 +3,10 @@ use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
     TextEncoder,
 };
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Distinguishes the `Metrics` of apps that share threads (tests run several in one process).
-static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(0);
-/// Request series each thread keeps handles to, at most (past it, labels are looked up).
-const SERIES_PER_THREAD: usize = 64;
-
-/// One route, method and status, with its counter and latency histogram.
-struct Series {
-    instance: u64,
-    route: String,
-    method: String,
-    status: String,
-    requests: IntCounter,
-    latency: Histogram,
-}
-
-thread_local! {
-    static SERIES: RefCell<Vec<Series>> = const { RefCell::new(Vec::new()) };
-}
 
 /// Every metric the service exports. Cheap to clone (the collectors are shared handles).
 #[derive(Clone)]
 pub struct Metrics {
-    instance: u64,
     registry: Registry,
     pub http_requests: IntCounterVec,
     pub http_latency: HistogramVec,
@@ -116,7 +94,6 @@ impl Metrics {
             registry.register(c).expect("metric names are unique");
         }
         Self {
-            instance: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
             registry,
             http_requests,
             http_latency,
@@ -129,35 +106,13 @@ impl Metrics {
         }
     }
 
-    /// The request counter and latency histogram of one route, method and status. The handles
-    /// are kept per thread, so the hot path does not hash label values under a lock.
+    /// The request counter and latency histogram of one route, method and status.
     pub fn http_series(&self, route: &str, method: &str, status: &str) -> (IntCounter, Histogram) {
-        SERIES.with_borrow_mut(|kept| {
-            let found = kept.iter().find(|s| {
-                s.instance == self.instance
-                    && s.status == status
-                    && s.method == method
-                    && s.route == route
-            });
-            if let Some(s) = found {
-                return (s.requests.clone(), s.latency.clone());
-            }
-            let requests = self
-                .http_requests
-                .with_label_values(&[route, method, status]);
-            let latency = self.http_latency.with_label_values(&[route, method]);
-            if kept.len() < SERIES_PER_THREAD {
-                kept.push(Series {
-                    instance: self.instance,
-                    route: route.to_owned(),
-                    method: method.to_owned(),
-                    status: status.to_owned(),
-                    requests: requests.clone(),
-                    latency: latency.clone(),
-                });
-            }
-            (requests, latency)
-        })
+        (
+            self.http_requests
+                .with_label_values(&[route, method, status]),
+            self.http_latency.with_label_values(&[route, method]),
+        )
     }
 
     /// The Prometheus text exposition of every metric.
@@ -196,7 +151,7 @@ mod tests {
     }
 
     #[test]
-    fn kept_series_count_into_their_own_app_and_labels() {
+    fn http_series_count_into_their_own_app_and_labels() {
         let (a, b) = (Metrics::new(), Metrics::new());
         for _ in 0..3 {
             let (requests, latency) = a.http_series("/plans/integration-file", "GET", "200");

@@ -27,13 +27,14 @@ pub fn describe(dir: &Path) -> String {
     if fstype != "ext4" {
         return format!("{fstype} on {source}");
     }
-    let device = source.rsplit('/').next().unwrap_or(&source).to_owned();
+    // jbd2 names each journal `<device>-<inode>`, e.g. `vda-8`.
+    let prefix = format!("{}-", source.rsplit('/').next().unwrap_or(&source));
     let journaled = std::fs::read_dir("/proc/fs/jbd2")
         .map(|entries| {
             entries.flatten().any(|e| {
                 e.file_name()
                     .to_str()
-                    .is_some_and(|n| n.starts_with(&format!("{device}-")))
+                    .is_some_and(|n| n.starts_with(&prefix))
             })
         })
         .unwrap_or(false);
