@@ -18,11 +18,9 @@ impl RequestId {
     /// OS: no system call per request).
     pub fn generate() -> Self {
         let bytes: [u8; 16] = rand::random();
-        Self(
-            uuid::Builder::from_random_bytes(bytes)
-                .into_uuid()
-                .to_string(),
-        )
+        let mut text = uuid::Uuid::encode_buffer();
+        let uuid = uuid::Builder::from_random_bytes(bytes).into_uuid();
+        Self(uuid.hyphenated().encode_lower(&mut text).to_owned())
     }
 
     pub fn as_str(&self) -> &str {

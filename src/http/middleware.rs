@@ -1,7 +1,8 @@
 //! Request middleware: `X-Request-Id`, finishing problem+json bodies, and the request log line.
 use super::problem::{ApiError, Problem};
 use super::AppState;
-use crate::domain::{CommitId, PlanFile, RequestId, TenantId};
+use crate::auth::Principal;
+use crate::domain::{CommitId, PlanFile, RequestId};
 use actix_web::body::{BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{self, HeaderName, HeaderValue};
@@ -11,6 +12,7 @@ use actix_web::web;
 use actix_web::{HttpMessage, ResponseError};
 use futures_util::StreamExt;
 use std::borrow::Cow;
+use std::fmt;
 use std::time::Instant;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -69,12 +71,6 @@ pub async fn request_context(
     };
     let status = res.status();
     let written = res.response().extensions().get::<WrittenCommit>().copied();
-    let commit = written.filter(|w| w.changed).map(|w| w.commit.to_string());
-    let tenant = res
-        .request()
-        .extensions()
-        .get::<TenantId>()
-        .map(|t| t.to_string());
     if let Some(err) = res.response().error() {
         if status.is_server_error() {
             tracing::error!(request_id = %request_id, error = %err, "request failed");
@@ -117,6 +113,7 @@ pub async fn request_context(
         REQUEST_ID,
         HeaderValue::from_str(request_id.as_str()).expect("request ids are header-safe"),
     );
+    // The fields are only evaluated when the line is written.
     tracing::info!(
         request_id = %request_id,
         method = %method,
@@ -124,11 +121,17 @@ pub async fn request_context(
         route = %res.request().path(),
         status = status.as_u16(),
         latency_ms = started.elapsed().as_secs_f64() * 1000.0,
-        tenant = tenant.as_deref().unwrap_or("-"),
-        commit = commit.as_deref().unwrap_or("-"),
+        tenant = %LogTenant(res.request().extensions().get::<Principal>()),
+        commit = %LogCommit(written.filter(|w| w.changed).map(|w| w.commit)),
         "request"
     );
     Ok(res)
+}
+
+/// Whether the request log line is written (its level and target are this module's), so
+/// that what only the line needs is gathered only then.
+pub(super) fn request_log_enabled() -> bool {
+    tracing::enabled!(tracing::Level::INFO)
 }
 
 fn record(
@@ -150,15 +153,41 @@ fn record(
             m.forced_writes.with_label_values(&[w.file.label()]).inc();
         }
     }
-    let file = if route.contains("integration") {
-        "integration"
-    } else {
-        "configuration"
+    let file = || {
+        if route.contains("integration") {
+            "integration"
+        } else {
+            "configuration"
+        }
     };
     match problem.map(|p| p.code) {
-        Some("sha_mismatch") => m.conflicts.with_label_values(&[file, "409"]).inc(),
-        Some("precondition_failed") => m.conflicts.with_label_values(&[file, "412"]).inc(),
+        Some("sha_mismatch") => m.conflicts.with_label_values(&[file(), "409"]).inc(),
+        Some("precondition_failed") => m.conflicts.with_label_values(&[file(), "412"]).inc(),
         Some("internal_error") => m.git_errors.inc(),
         _ => {}
+    }
+}
+
+/// The caller's tenant in the request log line, `-` when the request had no valid token.
+struct LogTenant<'a>(Option<&'a Principal>);
+
+impl fmt::Display for LogTenant<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(who) => fmt::Display::fmt(who.tenant(), f),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+/// The commit a write made in the request log line, `-` when it made none.
+struct LogCommit(Option<CommitId>);
+
+impl fmt::Display for LogCommit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(commit) => fmt::Display::fmt(&commit, f),
+            None => f.write_str("-"),
+        }
     }
 }

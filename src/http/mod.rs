@@ -177,8 +177,10 @@ impl FromRequest for Principal {
             .verify_header(header)
             .map_err(ApiError::Unauthorized);
         if let Ok(who) = &verified {
-            // For the request log line.
-            actix_web::HttpMessage::extensions_mut(req).insert(who.tenant().clone());
+            // The tenant for the request log line, when that line is written.
+            if middleware::request_log_enabled() {
+                actix_web::HttpMessage::extensions_mut(req).insert(who.clone());
+            }
         }
         ready(verified)
     }

@@ -2,7 +2,7 @@
 use super::schema::{ConfigurationFile, FileStatus, IntegrationFile};
 use crate::domain::yaml::Mapping;
 use crate::domain::{BlobId, CommitId, ConfigurationDoc, IntegrationDoc, PlanFile, Stored};
-use actix_web::http::header;
+use actix_web::http::{header, StatusCode};
 use actix_web::web::Bytes;
 use actix_web::HttpResponse;
 
@@ -102,15 +102,18 @@ pub fn etag(sha: BlobId) -> header::HeaderValue {
 
 /// A 200 with a file's JSON body and its `ETag` (see [`etag`]).
 pub fn respond(body: Bytes, etag: header::HeaderValue) -> HttpResponse {
-    HttpResponse::Ok()
-        .insert_header((header::ETAG, etag))
-        .insert_header((
-            header::CACHE_CONTROL,
-            header::HeaderValue::from_static("no-store"),
-        ))
-        .insert_header((
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("application/json"),
-        ))
-        .body(body)
+    // Built directly rather than through `HttpResponseBuilder`, whose header conversions
+    // were a tenth of the instructions of a cached GET.
+    let mut res = HttpResponse::with_body(StatusCode::OK, body);
+    let headers = res.headers_mut();
+    headers.insert(header::ETAG, etag);
+    headers.insert(
+        header::CACHE_CONTROL,
+        header::HeaderValue::from_static("no-store"),
+    );
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    res.map_into_boxed_body()
 }
