@@ -6,16 +6,33 @@
 //! queue is a non-blocking read of an inotify descriptor, not disk I/O. When a watch cannot be
 //! added (the kernel's watch limit) or the queue overflows, tenants are simply not "known" and
 //! readers fall back to reading the ref file.
+//!
+//! Each thread that looks heads up gets one of several inotify instances (shards), so that
+//! lookups on different workers never wait for each other; a read that learns a head makes it
+//! known in every shard.
 use crate::domain::{CommitId, TenantId};
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+/// The most inotify instances one watch uses (the kernel allows 128 per user by default).
+const MAX_SHARDS: usize = 8;
 
 #[derive(Debug)]
 pub struct HeadWatch {
-    inner: Mutex<Option<Inner>>,
+    shards: Box<[Mutex<Shard>]>,
+}
+
+#[derive(Debug)]
+enum Shard {
+    /// No instance yet: made by the first read that learns a head.
+    Unused,
+    Ready(Inner),
+    /// inotify is unavailable (or disabled): nothing is ever known here.
+    Off,
 }
 
 #[derive(Debug)]
@@ -40,32 +57,47 @@ const MASK: WatchMask = WatchMask::CREATE
     .union(WatchMask::MOVE_SELF)
     .union(WatchMask::ONLYDIR);
 
+/// Threads take shards in turn, so the workers of a server each get their own.
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static THREAD: usize = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+}
+
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    shard.lock().expect("not poisoned")
+}
+
 impl HeadWatch {
-    /// A watch; without inotify (or with no descriptors left) it knows nothing, ever.
+    /// A watch with one shard per core (at most [`MAX_SHARDS`]); without inotify (or with no
+    /// descriptors left) a shard knows nothing, ever.
     pub fn new() -> Self {
-        let inner = Inotify::init().ok().map(|inotify| Inner {
-            inotify,
-            watches: HashMap::new(),
-            known: HashMap::new(),
-            buffer: vec![0; 16 * 1024],
-        });
-        Self {
-            inner: Mutex::new(inner),
-        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::with_shards(cores.clamp(1, MAX_SHARDS), || Shard::Unused)
     }
 
     /// A watch that never knows anything: every read checks the ref file.
     pub fn disabled() -> Self {
+        Self::with_shards(1, || Shard::Off)
+    }
+
+    fn with_shards(n: usize, shard: impl Fn() -> Shard) -> Self {
         Self {
-            inner: Mutex::new(None),
+            shards: (0..n).map(|_| Mutex::new(shard())).collect(),
         }
     }
 
     /// The commit `main` of `tenant` is known to be at, if nothing touched its refs since.
     /// Never blocks on the disk.
     pub fn known_head(&self, tenant: &TenantId) -> Option<CommitId> {
-        let mut guard = self.inner.lock().expect("not poisoned");
-        let inner = guard.as_mut()?;
+        self.known_head_in(THREAD.with(|t| *t) % self.shards.len(), tenant)
+    }
+
+    fn known_head_in(&self, shard: usize, tenant: &TenantId) -> Option<CommitId> {
+        let mut guard = lock(&self.shards[shard]);
+        let Shard::Ready(inner) = &mut *guard else {
+            return None;
+        };
         inner.drain();
         inner.known.get(tenant).copied()
     }
@@ -79,25 +111,27 @@ impl HeadWatch {
         commit: CommitId,
         read_head: impl Fn() -> Option<CommitId>,
     ) {
-        let mut guard = self.inner.lock().expect("not poisoned");
-        let Some(inner) = guard.as_mut() else {
-            return;
-        };
-        inner.drain();
-        if inner.known.get(tenant) == Some(&commit) {
-            return;
-        }
-        for (path, is_repo) in [(repo.join("refs/heads"), false), (repo.to_owned(), true)] {
-            match inner.inotify.watches().add(&path, MASK) {
-                Ok(wd) => {
-                    inner.watches.insert(wd, (tenant.clone(), is_repo));
-                }
-                Err(_) => return,
+        // Every shard stays locked (always in the same order) from its watches to the check of
+        // the ref: a change in between is either seen by that check or queued in each shard,
+        // where the next lookup drains it after the insert below.
+        let mut guards: Vec<_> = self.shards.iter().map(lock).collect();
+        let mut watching = Vec::with_capacity(guards.len());
+        for guard in guards.iter_mut() {
+            if matches!(**guard, Shard::Unused) {
+                **guard = Inner::new().map_or(Shard::Off, Shard::Ready);
+            }
+            let Shard::Ready(inner) = &mut **guard else {
+                continue;
+            };
+            inner.drain();
+            if inner.known.get(tenant) != Some(&commit) && inner.watch(tenant, repo) {
+                watching.push(inner);
             }
         }
-        // Watches first, then the ref: a change in between is either seen here or queued.
-        if read_head() == Some(commit) {
-            inner.known.insert(tenant.clone(), commit);
+        if !watching.is_empty() && read_head() == Some(commit) {
+            for inner in watching {
+                inner.known.insert(tenant.clone(), commit);
+            }
         }
     }
 }
@@ -109,6 +143,28 @@ impl Default for HeadWatch {
 }
 
 impl Inner {
+    fn new() -> Option<Self> {
+        Some(Self {
+            inotify: Inotify::init().ok()?,
+            watches: HashMap::new(),
+            known: HashMap::new(),
+            buffer: vec![0; 16 * 1024],
+        })
+    }
+
+    /// Watches the tenant's `refs/heads` and repository folder; false when the kernel refused.
+    fn watch(&mut self, tenant: &TenantId, repo: &Path) -> bool {
+        for (path, is_repo) in [(repo.join("refs/heads"), false), (repo.to_owned(), true)] {
+            match self.inotify.watches().add(&path, MASK) {
+                Ok(wd) => {
+                    self.watches.insert(wd, (tenant.clone(), is_repo));
+                }
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
     /// Applies every queued event: the tenants concerned are no longer known.
     fn drain(&mut self) {
         loop {
@@ -162,9 +218,11 @@ mod tests {
         let commit = |n: u8| {
             CommitId(crate::domain::ObjectId::parse(&format!("{n:02x}").repeat(20)).unwrap())
         };
-        let watch = std::sync::Arc::new(HeadWatch::new());
+        let watch = std::sync::Arc::new(HeadWatch::with_shards(3, || Shard::Unused));
         watch.note(&tenant, &repo, commit(1), || Some(commit(1)));
-        assert_eq!(watch.known_head(&tenant), Some(commit(1)));
+        for shard in 0..3 {
+            assert_eq!(watch.known_head_in(shard, &tenant), Some(commit(1)));
+        }
         // Readers in other threads keep draining while the ref moves.
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let readers: Vec<_> = (0..3)
@@ -184,11 +242,13 @@ mod tests {
                 repo.join("refs/heads/main"),
             )
             .unwrap();
-            assert_eq!(
-                watch.known_head(&tenant),
-                None,
-                "a moved ref was still known"
-            );
+            for shard in 0..watch.shards.len() {
+                assert_eq!(
+                    watch.known_head_in(shard, &tenant),
+                    None,
+                    "a moved ref was still known in shard {shard}"
+                );
+            }
             watch.note(&tenant, &repo, commit(1), || Some(commit(1)));
         }
         stop.store(true, Ordering::Relaxed);
