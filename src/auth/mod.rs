@@ -103,20 +103,28 @@ impl Verifier {
 
     /// Verifies an `Authorization` header value and returns who is calling.
     pub fn verify_header(&self, header: Option<&[u8]>) -> Result<Principal, AuthError> {
-        let header = header.ok_or(AuthError::Missing)?;
-        let header = std::str::from_utf8(header).map_err(|_| AuthError::Missing)?;
-        let (scheme, token) = header.trim().split_once(' ').ok_or(AuthError::Missing)?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
+        let header = header.ok_or(AuthError::Missing)?.trim_ascii();
+        let space = header
+            .iter()
+            .position(|&b| b == b' ')
+            .ok_or(AuthError::Missing)?;
+        if !header[..space].eq_ignore_ascii_case(b"bearer") {
             return Err(AuthError::Missing);
         }
-        self.verify(token.trim())
+        let token = header[space + 1..].trim_ascii();
+        // A remembered token was valid UTF-8 when it was verified; the bytes are compared.
+        if let Some(principal) = self.verified.get(token, now(), self.leeway) {
+            return Ok(principal);
+        }
+        let token = std::str::from_utf8(token).map_err(|_| AuthError::Missing)?;
+        self.verify(token)
     }
 
     /// Verifies a token: signature with the configured algorithm, `exp`, `nbf`, `iat`,
     /// `iss`/`aud` when configured, and the service's own claims.
     pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
         let now = now();
-        if let Some(principal) = self.verified.get(token, now, self.leeway) {
+        if let Some(principal) = self.verified.get(token.as_bytes(), now, self.leeway) {
             return Ok(principal);
         }
         let data = jsonwebtoken::decode::<claims::Claims>(token, &self.key, &self.validation)
@@ -267,10 +275,41 @@ mod tests {
         let exp = now() + 60;
         assert!(v.verify(&token).is_ok());
         let leeway = config.leeway_secs;
-        assert!(v.verified.get(&token, exp + leeway, leeway).is_some());
+        assert!(v
+            .verified
+            .get(token.as_bytes(), exp + leeway, leeway)
+            .is_some());
         assert!(
-            v.verified.get(&token, exp + leeway + 1, leeway).is_none(),
+            v.verified
+                .get(token.as_bytes(), exp + leeway + 1, leeway)
+                .is_none(),
             "past exp and the leeway, the full check runs again"
+        );
+    }
+
+    #[test]
+    fn a_remembered_token_is_matched_whole_through_the_header() {
+        let config = AuthConfig::default();
+        let v = Verifier::from_config(&config).unwrap();
+        let token = mint(&config, 60);
+        let header = |t: &str| format!("Bearer {t}\t").into_bytes();
+        assert!(v.verify_header(Some(&header(&token))).is_ok());
+        assert!(v.verified.get(token.as_bytes(), now(), 0).is_some());
+        // Same signature, another payload: the remembered token must not vouch for it.
+        let (head, rest) = token.split_once('.').unwrap();
+        let (payload, signature) = rest.split_once('.').unwrap();
+        let other = mint(&config, 120);
+        let other_payload = other.split('.').nth(1).unwrap();
+        assert_ne!(payload, other_payload);
+        let spliced = format!("{head}.{other_payload}.{signature}");
+        assert!(matches!(
+            v.verify_header(Some(&header(&spliced))),
+            Err(AuthError::Invalid(_))
+        ));
+        // Bytes that are not UTF-8 are no bearer token at all.
+        assert_eq!(
+            v.verify_header(Some(b"Bearer \xff\xfe")).unwrap_err(),
+            AuthError::Missing
         );
     }
 
@@ -283,7 +322,7 @@ mod tests {
         for _ in 0..2 {
             assert!(v.verify(&forged).is_err());
         }
-        assert!(v.verified.get(&forged, now(), 30).is_none());
+        assert!(v.verified.get(forged.as_bytes(), now(), 30).is_none());
         // Another secret: the same token is refused by a verifier that never saw it.
         let other = Verifier::from_config(&AuthConfig {
             secret: "another-secret-0123456789".into(),

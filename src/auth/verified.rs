@@ -1,5 +1,6 @@
 //! `VerifiedTokens`: tokens that passed verification, so a client's next request with the same token skips the signature check.
 use super::Principal;
+use foldhash::fast::RandomState;
 use std::collections::HashMap;
 use std::sync::RwLock;
 
@@ -11,27 +12,31 @@ const CAPACITY: usize = 10_000;
 /// that were refused are never remembered.
 #[derive(Debug, Default)]
 pub struct VerifiedTokens {
-    /// By the token's signature (short to hash); the whole token is compared on a hit.
-    tokens: RwLock<HashMap<String, Remembered>>,
+    /// By the token's signature (short to hash); the whole token is compared on a hit. Only
+    /// verified tokens are inserted, so a fast hasher is safe from chosen collisions.
+    tokens: RwLock<HashMap<Box<[u8]>, Remembered, RandomState>>,
 }
 
 #[derive(Debug)]
 struct Remembered {
-    token: String,
+    token: Box<[u8]>,
     principal: Principal,
     exp: u64,
 }
 
-fn signature(token: &str) -> &str {
-    token.rsplit_once('.').map_or(token, |(_, s)| s)
+fn signature(token: &[u8]) -> &[u8] {
+    token
+        .iter()
+        .rposition(|&b| b == b'.')
+        .map_or(token, |dot| &token[dot + 1..])
 }
 
 impl VerifiedTokens {
     /// The caller a remembered token proved, if it has not expired at `now`.
-    pub fn get(&self, token: &str, now: u64, leeway: u64) -> Option<Principal> {
+    pub fn get(&self, token: &[u8], now: u64, leeway: u64) -> Option<Principal> {
         let tokens = self.tokens.read().expect("not poisoned");
         let found = tokens.get(signature(token))?;
-        (found.token == token && now <= found.exp.saturating_add(leeway))
+        (*found.token == *token && now <= found.exp.saturating_add(leeway))
             .then(|| found.principal.clone())
     }
 
@@ -41,11 +46,12 @@ impl VerifiedTokens {
         if tokens.len() >= CAPACITY {
             tokens.clear();
         }
+        let token = token.as_bytes();
         let remembered = Remembered {
-            token: token.to_owned(),
+            token: token.into(),
             principal,
             exp,
         };
-        tokens.insert(signature(token).to_owned(), remembered);
+        tokens.insert(signature(token).into(), remembered);
     }
 }

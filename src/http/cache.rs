@@ -3,6 +3,7 @@
 use crate::domain::{CommitId, PlanFile, TenantId};
 use actix_web::http::header::HeaderValue;
 use actix_web::web::Bytes;
+use foldhash::fast::RandomState;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +28,8 @@ pub struct ResponseCache {
 #[derive(Debug, Default)]
 struct Inner {
     /// Each tenant's two files, by [`slot`].
-    entries: HashMap<TenantId, [Option<Rendered>; 2]>,
+    /// (Tenant ids come from verified tokens: a fast hasher is safe from chosen collisions.)
+    entries: HashMap<TenantId, [Option<Rendered>; 2], RandomState>,
     bytes: usize,
 }
 

@@ -11,6 +11,7 @@
 //! lookups on different workers never wait for each other; a read that learns a head makes it
 //! known in every shard.
 use crate::domain::{CommitId, TenantId};
+use foldhash::fast::RandomState;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use std::collections::HashMap;
 use std::io::ErrorKind;
@@ -40,9 +41,10 @@ struct Inner {
     inotify: Inotify,
     /// Which tenant each watch belongs to, and whether it watches the repository folder (where
     /// only `packed-refs` matters) rather than `refs/heads`.
-    watches: HashMap<WatchDescriptor, (TenantId, bool)>,
-    /// Tenants whose `main` is known to be at this commit.
-    known: HashMap<TenantId, CommitId>,
+    watches: HashMap<WatchDescriptor, (TenantId, bool), RandomState>,
+    /// Tenants whose `main` is known to be at this commit. Tenant ids come from verified
+    /// tokens and existing repositories, so a fast hasher is safe from chosen collisions.
+    known: HashMap<TenantId, CommitId, RandomState>,
     /// Where events are read into, kept so that a request does not zero a fresh buffer.
     buffer: Vec<u8>,
 }
@@ -146,8 +148,8 @@ impl Inner {
     fn new() -> Option<Self> {
         Some(Self {
             inotify: Inotify::init().ok()?,
-            watches: HashMap::new(),
-            known: HashMap::new(),
+            watches: HashMap::default(),
+            known: HashMap::default(),
             buffer: vec![0; 16 * 1024],
         })
     }
