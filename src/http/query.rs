@@ -50,6 +50,9 @@ fn commit(name: &str, raw: &str) -> Result<CommitId, ApiError> {
 impl ReadQuery {
     /// Other parameters are ignored (cache busters and the like).
     pub fn parse(query: &str) -> Result<Self, ApiError> {
+        if query.is_empty() {
+            return Ok(Self::default());
+        }
         let pairs = pairs(query)?;
         let at = single(&pairs, "ref")?
             .map(|r| commit("ref", r))
