@@ -155,11 +155,19 @@ pub struct Summary {
     pub elapsed: Duration,
     pub p50_ms: f64,
     pub p99_ms: f64,
+    /// CPU time (user and system) this process spent during the run: the servers' CPU when
+    /// the load comes from `wrk`, which runs in its own process.
+    pub cpu: Duration,
 }
 
 impl Summary {
     pub fn rps(&self) -> f64 {
         self.requests as f64 / self.elapsed.as_secs_f64()
+    }
+
+    /// CPU time per request in microseconds (see [`Summary::cpu`]).
+    pub fn cpu_us(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.requests.max(1) as f64
     }
 
     pub fn line(&self, name: &str) -> String {
@@ -184,6 +192,7 @@ impl Summary {
             elapsed: rounds.iter().map(|r| r.elapsed).sum(),
             p50_ms: p50[p50.len() / 2],
             p99_ms: rounds.iter().map(|r| r.p99_ms).fold(0.0, f64::max),
+            cpu: rounds.iter().map(|r| r.cpu).sum(),
         }
     }
 }
@@ -196,6 +205,7 @@ impl Run {
             elapsed: self.elapsed,
             p50_ms: self.ms(0.5),
             p99_ms: self.ms(0.99),
+            cpu: Duration::ZERO,
         }
     }
 }
@@ -211,6 +221,7 @@ pub fn have_wrk() -> bool {
 /// GETs `url` with `wrk` (a C load generator in its own process, lighter than the in-process
 /// client) over `connections` connections for `duration`.
 pub fn wrk(url: &str, token: &str, connections: usize, duration: Duration) -> Summary {
+    let cpu_before = process_cpu();
     let out = std::process::Command::new("wrk")
         .args(["--latency", "-t", &connections.min(2).to_string()])
         .args(["-c", &connections.to_string()])
@@ -253,5 +264,18 @@ pub fn wrk(url: &str, token: &str, connections: usize, duration: Duration) -> Su
         elapsed,
         p50_ms: ms(field("50%").expect("wrk --latency prints 50%")),
         p99_ms: ms(field("99%").expect("wrk --latency prints 99%")),
+        cpu: process_cpu().saturating_sub(cpu_before),
     }
+}
+
+/// User and system CPU time of this process so far.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage fills the struct it is given; all-zero bytes are a valid rusage.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
+        usage
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
 }

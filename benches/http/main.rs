@@ -245,6 +245,15 @@ fn main() {
         println!("{}", base.line(&format!("actix ceiling  c={c}")));
         let ratio = ours.rps() / base.rps();
         println!("ratio planfiles/ceiling at c={c}: {ratio:.2}");
+        if use_wrk {
+            // Less sensitive than throughput to how the scheduler shares the cores with wrk.
+            println!(
+                "server CPU per request at c={c}: planfiles {:.1} us, ceiling {:.1} us ({:.2}x)",
+                ours.cpu_us(),
+                base.cpu_us(),
+                base.cpu_us() / ours.cpu_us()
+            );
+        }
         if c == 64 {
             targets.push((
                 "GET throughput at c64 >= 0.9x ceiling".into(),
