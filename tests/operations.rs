@@ -418,6 +418,10 @@ async fn tokens_and_secrets_never_appear_in_logs() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let log = server.log.lock().unwrap().join("\n");
         assert!(log.contains("request"), "no request lines were logged");
+        if format == "text" {
+            // Text lines quote string fields, as log shippers' logfmt parsers expect.
+            assert!(log.contains(r#"tenant="acme""#), "{log}");
+        }
         // A JWT's signature alone identifies it; its header and payload are shared with others.
         for t in [&good, &forged, &expired] {
             let signature = t.rsplit('.').next().unwrap();

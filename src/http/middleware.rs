@@ -12,7 +12,6 @@ use actix_web::web;
 use actix_web::{HttpMessage, ResponseError};
 use futures_util::StreamExt;
 use std::borrow::Cow;
-use std::fmt;
 use std::time::Instant;
 
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -113,18 +112,24 @@ pub async fn request_context(
         REQUEST_ID,
         HeaderValue::from_str(request_id.as_str()).expect("request ids are header-safe"),
     );
-    // The fields are only evaluated when the line is written.
-    tracing::info!(
-        request_id = %request_id,
-        method = %method,
-        // The path only: a query string may carry a token and is never logged.
-        route = %res.request().path(),
-        status = status.as_u16(),
-        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
-        tenant = %LogTenant(res.request().extensions().get::<Principal>()),
-        commit = %LogCommit(written.filter(|w| w.changed).map(|w| w.commit)),
-        "request"
-    );
+    if request_log_enabled() {
+        let extensions = res.request().extensions();
+        let tenant = extensions
+            .get::<Principal>()
+            .map(|who| who.tenant().as_str());
+        let commit = written.filter(|w| w.changed).map(|w| w.commit.to_string());
+        tracing::info!(
+            request_id = %request_id,
+            method = %method,
+            // The path only: a query string may carry a token and is never logged.
+            route = %res.request().path(),
+            status = status.as_u16(),
+            latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+            tenant = tenant.unwrap_or("-"),
+            commit = commit.as_deref().unwrap_or("-"),
+            "request"
+        );
+    }
     Ok(res)
 }
 
@@ -165,29 +170,5 @@ fn record(
         Some("precondition_failed") => m.conflicts.with_label_values(&[file(), "412"]).inc(),
         Some("internal_error") => m.git_errors.inc(),
         _ => {}
-    }
-}
-
-/// The caller's tenant in the request log line, `-` when the request had no valid token.
-struct LogTenant<'a>(Option<&'a Principal>);
-
-impl fmt::Display for LogTenant<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(who) => fmt::Display::fmt(who.tenant(), f),
-            None => f.write_str("-"),
-        }
-    }
-}
-
-/// The commit a write made in the request log line, `-` when it made none.
-struct LogCommit(Option<CommitId>);
-
-impl fmt::Display for LogCommit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.0 {
-            Some(commit) => fmt::Display::fmt(&commit, f),
-            None => f.write_str("-"),
-        }
     }
 }
