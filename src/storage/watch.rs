@@ -29,10 +29,11 @@ pub struct HeadWatch {
 
 #[derive(Debug)]
 enum Shard {
-    /// No instance yet: made by the first read that learns a head.
+    /// No instance yet: made by the next read that learns a head (tried again after the
+    /// kernel refused one: no descriptors or instances left).
     Unused,
     Ready(Inner),
-    /// inotify is unavailable (or disabled): nothing is ever known here.
+    /// Disabled (`storage.watch_refs = false`): nothing is ever known here.
     Off,
 }
 
@@ -71,8 +72,8 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 impl HeadWatch {
-    /// A watch with one shard per core (at most [`MAX_SHARDS`]); without inotify (or with no
-    /// descriptors left) a shard knows nothing, ever.
+    /// A watch with one shard per core (at most [`MAX_SHARDS`]); a shard without an inotify
+    /// instance knows nothing, so its lookups read the ref file.
     pub fn new() -> Self {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self::with_shards(cores.clamp(1, MAX_SHARDS), || Shard::Unused)
@@ -120,7 +121,9 @@ impl HeadWatch {
         let mut watching = Vec::with_capacity(guards.len());
         for guard in guards.iter_mut() {
             if matches!(**guard, Shard::Unused) {
-                **guard = Inner::new().map_or(Shard::Off, Shard::Ready);
+                if let Some(inner) = Inner::new() {
+                    **guard = Shard::Ready(inner);
+                }
             }
             let Shard::Ready(inner) = &mut **guard else {
                 continue;
