@@ -4,15 +4,18 @@
 # connection after a warm-up) and system calls per GET (strace -c over 3 s of wrk at c=64).
 # Give two binaries to compare them.
 #
-#   scripts/get-cost.sh [REQUESTS] BINARY [BINARY...]
+#   scripts/get-cost.sh REQUESTS BINARY [BINARY...]
 #   scripts/get-cost.sh 2000 target/release/planfiles /tmp/planfiles-before
 #
-# Needs valgrind, wrk and strace (Debian packages) and curl. Data dirs go under a new temporary
-# directory, removed at the end. callgrind counts `rep stos` byte by byte, so actix's zeroing
-# of its header table weighs more here than in time; compare builds, not absolute figures.
+# The server runs with PLANFILES_LOG=warn, so the counts leave out the request log line that
+# the default filter (info) writes. Needs valgrind, wrk and strace (Debian packages) and curl.
+# Data dirs go under a new temporary directory, removed at the end. callgrind counts
+# `rep stos` byte by byte, so actix's zeroing of its header table weighs more here than in
+# time; compare builds, not absolute figures.
 set -euo pipefail
 requests=${1:?usage: get-cost.sh REQUESTS BINARY...}
 shift
+[[ $requests =~ ^[1-9][0-9]*$ ]] || { echo "REQUESTS must be a positive number" >&2; exit 2; }
 [ $# -ge 1 ] || { echo "usage: get-cost.sh REQUESTS BINARY..." >&2; exit 2; }
 for tool in valgrind callgrind_control wrk strace curl; do
   command -v "$tool" >/dev/null || { echo "get-cost.sh needs $tool" >&2; exit 2; }

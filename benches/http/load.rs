@@ -155,8 +155,9 @@ pub struct Summary {
     pub elapsed: Duration,
     pub p50_ms: f64,
     pub p99_ms: f64,
-    /// CPU time (user and system) this process spent during the run: the servers' CPU when
-    /// the load comes from `wrk`, which runs in its own process.
+    /// CPU time (user and system) this process spent during the run: with the load from
+    /// `wrk`, in its own process, that is the server under load (the other contender and the
+    /// bench's own threads are idle meanwhile).
     pub cpu: Duration,
 }
 

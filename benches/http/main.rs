@@ -248,7 +248,7 @@ fn main() {
         if use_wrk {
             // Less sensitive than throughput to how the scheduler shares the cores with wrk.
             println!(
-                "server CPU per request at c={c}: planfiles {:.1} us, ceiling {:.1} us ({:.2}x)",
+                "server CPU per request at c={c}: planfiles {:.1} us, ceiling {:.1} us (ceiling/planfiles {:.2}x)",
                 ours.cpu_us(),
                 base.cpu_us(),
                 base.cpu_us() / ours.cpu_us()
