@@ -20,39 +20,11 @@ shift
 for tool in valgrind callgrind_control wrk strace curl; do
   command -v "$tool" >/dev/null || { echo "get-cost.sh needs $tool" >&2; exit 2; }
 done
-repo_root=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d)
 port=18098
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=lib/cost.sh
+source "$(dirname "$0")/lib/cost.sh"
 printf '[server]\nworkers = 1\n' >"$work/one-worker.toml"
 printf '[server]\n' >"$work/default.toml"
-
-# Starts BINARY (under WRAPPER, if any) on a fresh copy of the demo tenants; sets pid.
-start() {
-  local bin=$1 config=$2 data
-  shift 2
-  data=$(mktemp -d -p "$work")
-  (cd "$repo_root" && PLANFILES_LOG=warn PLANFILES_DATA_DIR="$data" PLANFILES_CONFIG="$config" \
-    PLANFILES_BIND=127.0.0.1:$port exec "$@" "$bin" serve >"$work/serve.log" 2>&1) &
-  pid=$!
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && return
-    sleep 0.2
-  done
-  echo "the server did not start: $(cat "$work/serve.log")" >&2
-  exit 1
-}
-
-stop() {
-  kill "$pid"
-  wait "$pid" 2>/dev/null || true
-  pid=
-}
 
 # GETs the integration file N times over one connection (curl reuses it for repeated URLs).
 gets() {
@@ -87,5 +59,5 @@ for bin in "$@"; do
   stop
   printf '%-28s %6d instructions per GET (callgrind, %s GETs); syscalls per GET (strace, %s GETs at c=64): %s\n' \
     "$(basename "$bin")" $((ir / requests)) "$requests" "$n" \
-    "$(awk -v n="$n" '$NF=="total" {t=$4/n} NR>2 && $NF!="total" && $4/n>=0.05 {l=l sprintf(" %s %.2f", $NF, $4/n)} END {printf "%.2f in all:%s", t, l}' "$work/strace.txt")"
+    "$(per_request "$work/strace.txt" "$n" 0.05)"
 done

@@ -18,16 +18,10 @@ shift
 for tool in wrk strace; do
   command -v "$tool" >/dev/null || { echo "put-cost.sh needs $tool" >&2; exit 2; }
 done
-repo_root=$(cd "$(dirname "$0")/.." && pwd)
-work=${PUT_COST_DIR:-$(mktemp -d)}
-mkdir -p "$work"
 port=18099
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+work=${PUT_COST_DIR:-}
+# shellcheck source=lib/cost.sh
+source "$(dirname "$0")/lib/cost.sh"
 printf '[storage]\nrepack_loose_objects = 0\n' >"$work/config.toml"
 
 cat >"$work/put.lua" <<'EOF'
@@ -44,16 +38,8 @@ end
 EOF
 
 run() {
-  local bin=$1 mode=$2 data
-  data=$(mktemp -d -p "$work")
-  (cd "$repo_root" && PLANFILES_LOG=warn PLANFILES_DATA_DIR="$data" PLANFILES_CONFIG="$work/config.toml" \
-    PLANFILES_BIND=127.0.0.1:$port \
-    exec "$bin" serve >"$work/serve.log" 2>&1) &
-  pid=$!
-  for _ in $(seq 50); do
-    curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+  local bin=$1 mode=$2
+  start "$bin" "$work/config.toml"
   local token
   token=$(cd "$repo_root" && PLANFILES_CONFIG="$work/config.toml" "$bin" token --tenant acme)
   sed "1i TOKEN = \"$token\"" "$work/put.lua" >"$work/put-run.lua"
@@ -68,7 +54,7 @@ run() {
     wait "$spid" 2>/dev/null || true
     n=$(awk '/requests in/ {print $1}' <<<"$out")
     printf '%-28s syscalls per PUT (strace, %s PUTs): %s\n' "$(basename "$bin")" "$n" \
-      "$(awk -v n="$n" '$NF=="total" {t=$4/n} NR>2 && $NF!="total" && $4/n>=1 {l=l sprintf(" %s %.1f", $NF, $4/n)} END {printf "%.0f in all:%s", t, l}' "$work/strace.txt")"
+      "$(per_request "$work/strace.txt" "$n" 1)"
   else
     local u0 s0 u1 s1 hz
     hz=$(getconf CLK_TCK)
@@ -83,9 +69,7 @@ run() {
       $(( (u1 - u0) * 100 / (u1 - u0 + s1 - s0 + 1) )) \
       "$(grep -o 'Non-2xx.*' <<<"$out" || true)"
   fi
-  kill "$pid"
-  wait "$pid" 2>/dev/null || true
-  pid=
+  stop
 }
 
 for round in 1 2; do
