@@ -269,7 +269,7 @@ fn maintain(config: &Config, only: Option<&str>) -> Result<(), CliError> {
 fn serve(config: Config) -> Result<(), CliError> {
     crate::telemetry::init(&config.log);
     auth::self_test()?;
-    let storage = open_storage(&config)?;
+    let storage = open_storage(&config)?.head_lookup_threads(config.server.workers);
     if let Some(fixture) = &config.storage.seed_from {
         if fixture.is_dir() {
             let n = storage::seed_if_empty(fixture, storage.tenants_dir())?;

@@ -53,7 +53,8 @@ fn start_planfiles(data_dir: &Path) -> String {
         Identity::new("planfiles", "p@localhost", "x"),
         Default::default(),
     )
-    .unwrap();
+    .unwrap()
+    .head_lookup_threads(2);
     let metrics = planfiles::metrics::Metrics::new();
     let state = AppState {
         upkeep: planfiles::upkeep::Upkeep::new(storage.clone(), 2000, metrics.clone()),

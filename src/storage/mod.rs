@@ -190,6 +190,16 @@ impl Storage {
         self
     }
 
+    /// How many threads look heads up (the HTTP workers; 0: one per core). The watch keeps
+    /// one inotify instance, and two watches per tenant, for each (at most 8); fewer than the
+    /// workers only means that workers share them. Nothing changes with `watch_refs(false)`.
+    pub fn head_lookup_threads(mut self, threads: usize) -> Self {
+        if self.watch.enabled() {
+            self.watch = Arc::new(watch::HeadWatch::new(threads));
+        }
+        self
+    }
+
     pub fn tenants_dir(&self) -> &Path {
         &self.tenants_dir
     }

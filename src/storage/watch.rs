@@ -72,16 +72,25 @@ fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
 }
 
 impl HeadWatch {
-    /// A watch with one shard per core (at most [`MAX_SHARDS`]); a shard without an inotify
-    /// instance knows nothing, so its lookups read the ref file.
-    pub fn new() -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::with_shards(cores.clamp(1, MAX_SHARDS), || Shard::Unused)
+    /// A watch for `threads` threads that look heads up (0: one per core), with one shard
+    /// each, at most [`MAX_SHARDS`]; a shard without an inotify instance knows nothing, so
+    /// its lookups read the ref file.
+    pub fn new(threads: usize) -> Self {
+        let threads = match threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        Self::with_shards(threads.clamp(1, MAX_SHARDS), || Shard::Unused)
     }
 
     /// A watch that never knows anything: every read checks the ref file.
     pub fn disabled() -> Self {
         Self::with_shards(1, || Shard::Off)
+    }
+
+    /// False for [`HeadWatch::disabled`].
+    pub fn enabled(&self) -> bool {
+        !matches!(*lock(&self.shards[0]), Shard::Off)
     }
 
     fn with_shards(n: usize, shard: impl Fn() -> Shard) -> Self {
@@ -143,7 +152,7 @@ impl HeadWatch {
 
 impl Default for HeadWatch {
     fn default() -> Self {
-        Self::new()
+        Self::new(0)
     }
 }
 
@@ -213,6 +222,15 @@ impl Inner {
 mod tests {
     use super::*;
     use std::sync::atomic::Ordering;
+
+    #[test]
+    fn one_shard_per_thread_that_looks_up_heads_and_no_more_than_eight() {
+        assert_eq!(HeadWatch::new(2).shards.len(), 2);
+        assert_eq!(HeadWatch::new(32).shards.len(), MAX_SHARDS);
+        assert!(!HeadWatch::new(0).shards.is_empty());
+        assert!(HeadWatch::new(1).enabled());
+        assert!(!HeadWatch::disabled().enabled());
+    }
 
     #[test]
     fn a_ref_change_in_any_thread_is_seen_by_the_next_lookup_in_every_thread() {
