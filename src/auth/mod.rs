@@ -111,22 +111,23 @@ impl Verifier {
         if !header[..space].eq_ignore_ascii_case(b"bearer") {
             return Err(AuthError::Missing);
         }
-        let token = header[space + 1..].trim_ascii();
-        // A remembered token was valid UTF-8 when it was verified; the bytes are compared.
-        if let Some(principal) = self.verified.get(token, now(), self.leeway) {
-            return Ok(principal);
-        }
-        let token = std::str::from_utf8(token).map_err(|_| AuthError::Missing)?;
-        self.verify(token)
+        self.verify_bytes(header[space + 1..].trim_ascii())
     }
 
     /// Verifies a token: signature with the configured algorithm, `exp`, `nbf`, `iat`,
     /// `iss`/`aud` when configured, and the service's own claims.
     pub fn verify(&self, token: &str) -> Result<Principal, AuthError> {
+        self.verify_bytes(token.as_bytes())
+    }
+
+    /// [`Verifier::verify`] on a token's bytes: a remembered token (valid UTF-8 when it was
+    /// verified) is found by comparing bytes; bytes that are not UTF-8 are no token at all.
+    fn verify_bytes(&self, token: &[u8]) -> Result<Principal, AuthError> {
         let now = now();
-        if let Some(principal) = self.verified.get(token.as_bytes(), now, self.leeway) {
+        if let Some(principal) = self.verified.get(token, now, self.leeway) {
             return Ok(principal);
         }
+        let token = std::str::from_utf8(token).map_err(|_| AuthError::Missing)?;
         let data = jsonwebtoken::decode::<claims::Claims>(token, &self.key, &self.validation)
             .map_err(|e| AuthError::Invalid(e.to_string()))?;
         let claims = data.claims;
