@@ -38,6 +38,9 @@ pub struct ServerConfig {
     /// Bytes of request bodies (by Content-Length; body_limit when chunked) read and
     /// processed at once; more wait their turn.
     pub bodies_in_flight_bytes: usize,
+    /// Seconds a request waits for a turn (its tenant's writer, the body budget, a clone
+    /// slot) before it is answered 503 `busy` with `Retry-After`.
+    pub queue_timeout_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -122,6 +125,7 @@ impl Default for ServerConfig {
             shutdown_timeout_secs: 30,
             bodies_in_flight_bytes: 16 * 1024 * 1024,
             body_timeout_secs: 30,
+            queue_timeout_secs: 10,
         }
     }
 }

@@ -53,8 +53,10 @@ pub enum ApiError {
     ShaMismatch { file: &'static str, current: BlobId },
     #[error("If-Match does not match the current {file}")]
     PreconditionFailed { file: &'static str, current: BlobId },
-    #[error("too many concurrent writes to {0}; try again")]
-    Busy(&'static str),
+    /// A turn (a tenant's writer, the body budget, a clone slot) was not had in time, or its
+    /// queue is full. Answered 503 with `Retry-After`.
+    #[error("{reason}; try again in {retry_after} s")]
+    Busy { reason: String, retry_after: u64 },
     #[error("no space left to store {0}")]
     StorageFull(&'static str),
     #[error("the body did not arrive within {0} s")]
@@ -143,7 +145,7 @@ impl ApiError {
                 "precondition_failed",
                 "Precondition failed",
             ),
-            Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, "busy", "Busy"),
+            Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy", "Busy"),
             StorageFull(_) => (
                 StatusCode::INSUFFICIENT_STORAGE,
                 "storage_full",
@@ -227,8 +229,8 @@ impl ResponseError for ApiError {
             ApiError::MethodNotAllowed(allow) => {
                 res.insert_header((header::ALLOW, *allow));
             }
-            ApiError::Busy(_) => {
-                res.insert_header((header::RETRY_AFTER, "1"));
+            ApiError::Busy { retry_after, .. } => {
+                res.insert_header((header::RETRY_AFTER, retry_after.to_string()));
             }
             ApiError::ShaMismatch { current, .. }
             | ApiError::PreconditionFailed { current, .. } => {
@@ -252,6 +254,14 @@ impl ResponseError for ApiError {
 }
 
 impl ApiError {
+    /// 503 `busy` with `Retry-After: retry_after`.
+    pub fn busy(reason: impl Into<String>, retry_after: u64) -> Self {
+        ApiError::Busy {
+            reason: reason.into(),
+            retry_after: retry_after.max(1),
+        }
+    }
+
     /// Maps a storage error for a request about `file`. Internal details stay in the error
     /// (logged), not in the response.
     pub fn from_storage(e: StorageError, file: PlanFile) -> Self {
@@ -266,7 +276,9 @@ impl ApiError {
                 current,
             },
             StorageError::UnknownRef { commit, .. } => ApiError::UnknownRef(commit),
-            StorageError::Contended { .. } => ApiError::Busy(file.path()),
+            StorageError::Contended { .. } => {
+                ApiError::busy(format!("too many concurrent writes to {}", file.path()), 1)
+            }
             StorageError::StorageFull { .. } => ApiError::StorageFull(file.path()),
             other => ApiError::Internal(other.to_string()),
         }
