@@ -77,13 +77,15 @@ pub async fn request_context(
     }
     let problem = res.response().extensions().get::<Problem>().cloned();
     if let Some(state) = res.request().app_data::<web::Data<AppState>>() {
-        // Named routes (the plans routes) give their route without building a string.
+        // Named routes (the plans routes) give their route without building a string. Every
+        // route label is a pattern the service registered, or `unmatched`: a path a client
+        // makes up never becomes a label value.
         let route = match res.request().match_name() {
             Some(name) => Cow::Borrowed(name),
             None => Cow::Owned(
                 res.request()
                     .match_pattern()
-                    .unwrap_or_else(|| "unmatched".into()),
+                    .unwrap_or_else(|| UNMATCHED.into()),
             ),
         };
         record(
@@ -133,6 +135,26 @@ pub async fn request_context(
     Ok(res)
 }
 
+/// The route label of a request that matched no route.
+const UNMATCHED: &str = "unmatched";
+
+/// The method as a metric label: the methods of RFC 9110 and PATCH by name, anything a client
+/// makes up as `OTHER`, so that label values come from a closed set.
+pub(super) fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::PUT => "PUT",
+        Method::POST => "POST",
+        Method::HEAD => "HEAD",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "OTHER",
+    }
+}
+
 /// Whether the request log line is written (its level and target are this module's), so
 /// that what only the line needs is gathered only then.
 pub(super) fn request_log_enabled() -> bool {
@@ -149,7 +171,7 @@ fn record(
     problem: Option<&Problem>,
 ) {
     let m = &state.metrics;
-    let (requests, latency) = m.http_series(route, method.as_str(), status.as_str());
+    let (requests, latency) = m.http_series(route, method_label(method), status.as_str());
     requests.inc();
     latency.observe(seconds);
     if let Some(w) = written.filter(|w| w.changed) {
