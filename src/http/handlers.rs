@@ -253,9 +253,17 @@ impl AppState {
             self.tenant(who, file).await?;
             require(who.can_read(file), file.read_permission())?;
             let (storage, tenant) = (self.storage.clone(), tenant.clone());
-            let snap = blocking(move || storage.read_at(&tenant, file, at), file).await?;
-            let body = views::stored_body(file, &snap.bytes, snap.blob, Some(at));
-            return Ok(views::respond(body, views::etag(snap.blob)));
+            // Parsing up to a megabyte of YAML and rendering it is CPU work: off the worker.
+            let (body, blob) = blocking(
+                move || {
+                    let snap = storage.read_at(&tenant, file, at)?;
+                    let body = views::stored_body(file, &snap.bytes, snap.blob, Some(at));
+                    Ok((body, snap.blob))
+                },
+                file,
+            )
+            .await?;
+            return Ok(views::respond(body, views::etag(blob)));
         }
         let cached = self.responses.get(tenant, file);
         if let Some(hit) = cached
@@ -268,21 +276,30 @@ impl AppState {
         }
         let known = cached.as_ref().map(|c| c.commit);
         let (storage, owned) = (self.storage.clone(), tenant.clone());
-        let outcome = blocking(move || storage.read_unless_at(&owned, file, known), file).await?;
+        // A changed file is parsed and rendered where it was read, off the worker.
+        let outcome = blocking(
+            move || {
+                Ok(match storage.read_unless_at(&owned, file, known)? {
+                    ReadOutcome::Unchanged => None,
+                    ReadOutcome::Changed(snap) => Some(Rendered {
+                        body: views::stored_body(file, &snap.bytes, snap.blob, None),
+                        commit: snap.commit,
+                        etag: views::etag(snap.blob),
+                    }),
+                })
+            },
+            file,
+        )
+        .await?;
         require(who.can_read(file), file.read_permission())?;
         query?;
         let rendered = match (outcome, cached) {
-            (ReadOutcome::Unchanged, Some(cached)) => cached,
-            (ReadOutcome::Changed(snap), _) => {
-                let rendered = Rendered {
-                    body: views::stored_body(file, &snap.bytes, snap.blob, None),
-                    commit: snap.commit,
-                    etag: views::etag(snap.blob),
-                };
+            (None, Some(cached)) => cached,
+            (Some(rendered), _) => {
                 self.responses.put(tenant, file, rendered.clone());
                 rendered
             }
-            (ReadOutcome::Unchanged, None) => {
+            (None, None) => {
                 return Err(ApiError::Internal("unchanged without a cached body".into()))
             }
         };
