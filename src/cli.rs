@@ -280,23 +280,14 @@ fn serve(config: Config) -> Result<(), CliError> {
             tracing::warn!(from = %fixture.display(), "seed directory not found; not seeding");
         }
     }
-    let metrics = crate::metrics::Metrics::new();
-    let upkeep = Upkeep::new(
-        storage.clone(),
-        config.storage.repack_loose_objects,
-        metrics.clone(),
-    );
-    let state = AppState {
+    let state = AppState::new(
         storage,
-        verifier: Verifier::from_config(&config.auth)?,
-        body_limit: config.server.body_limit,
-        body_timeout: Duration::from_secs(config.server.body_timeout_secs),
-        metrics,
-        metrics_require_token: config.metrics.require_token,
-        upkeep,
-        responses: Default::default(),
-        bodies: http::BodyBudget::new(config.server.bodies_in_flight_bytes),
-    };
+        Verifier::from_config(&config.auth)?,
+        crate::metrics::Metrics::new(),
+        &http::Limits::from_config(&config.server),
+        config.storage.repack_loose_objects,
+    )
+    .metrics_require_token(config.metrics.require_token);
     let listener = TcpListener::bind(&config.server.bind)
         .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;
     let addr = listener

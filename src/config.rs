@@ -41,6 +41,13 @@ pub struct ServerConfig {
     /// Seconds a request waits for a turn (its tenant's writer, the body budget, a clone
     /// slot) before it is answered 503 `busy` with `Retry-After`.
     pub queue_timeout_secs: u64,
+    /// Bytes of request bodies one tenant may have in flight (at least body_limit).
+    pub bodies_per_tenant_bytes: usize,
+    /// After a grace of 5 s, a body must keep arriving at this many bytes per second on
+    /// average, or it is cut off with 408 (slow-body defence, like Apache's MinRate).
+    pub body_min_bytes_per_sec: u64,
+    /// Writes of one tenant queued or running at most; more are answered 503 `busy`.
+    pub write_queue_depth: usize,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -126,6 +133,9 @@ impl Default for ServerConfig {
             bodies_in_flight_bytes: 16 * 1024 * 1024,
             body_timeout_secs: 30,
             queue_timeout_secs: 10,
+            bodies_per_tenant_bytes: 4 * 1024 * 1024,
+            body_min_bytes_per_sec: 8 * 1024,
+            write_queue_depth: 16,
         }
     }
 }
@@ -260,6 +270,28 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "server.bodies_in_flight_bytes must be at least server.body_limit".into(),
             ));
+        }
+        if self.server.bodies_per_tenant_bytes < self.server.body_limit
+            || self.server.bodies_per_tenant_bytes > self.server.bodies_in_flight_bytes
+        {
+            return Err(ConfigError::Invalid(
+                "server.bodies_per_tenant_bytes must be between server.body_limit and server.bodies_in_flight_bytes".into(),
+            ));
+        }
+        for (name, value) in [
+            ("server.queue_timeout_secs", self.server.queue_timeout_secs),
+            (
+                "server.body_min_bytes_per_sec",
+                self.server.body_min_bytes_per_sec,
+            ),
+            (
+                "server.write_queue_depth",
+                self.server.write_queue_depth as u64,
+            ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid(format!("{name} must be positive")));
+            }
         }
         if self.server.body_limit == 0 {
             return Err(ConfigError::Invalid(

@@ -31,7 +31,7 @@ async fn made_up_methods_paths_and_headers_add_no_metric_series() {
             2 => format!("/git/t{i}.git/info/refs"),
             _ => "/plans/integration-file".to_owned(),
         };
-        let method = if i % 5 == 0 {
+        let method = if i.is_multiple_of(5) {
             reqwest::Method::GET
         } else {
             method
@@ -61,5 +61,173 @@ async fn made_up_methods_paths_and_headers_add_no_metric_series() {
     assert_eq!(
         after, before,
         "{before} series before, {after} after 10,000 made-up requests"
+    );
+}
+
+/// A server whose limits are set by the test.
+async fn spawn_with(limits: planfiles::http::Limits) -> TestApp {
+    common::LIMITS.with(|l| *l.borrow_mut() = Some(limits));
+    let app = TestApp::spawn().await;
+    common::LIMITS.with(|l| *l.borrow_mut() = None);
+    app
+}
+
+/// Holds a tenant's write lock as another planfiles process would, so that its writes wait.
+fn hold_write_lock(app: &TestApp, tenant: &str) -> std::fs::File {
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(app.repo(tenant).join("planfiles-write.lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    lock
+}
+
+/// A tenant whose writes pile up gets 503 `busy` with `Retry-After` for what does not fit in its
+/// queue, at once, and for what waited too long; other tenants' writes go on meanwhile.
+#[tokio::test]
+async fn a_hot_tenants_writes_queue_per_tenant_and_overflow_is_busy() {
+    let app = spawn_with(planfiles::http::Limits {
+        write_queue_depth: 4,
+        queue_timeout: std::time::Duration::from_secs(2),
+        ..Default::default()
+    })
+    .await;
+    let lock = hold_write_lock(&app, "globex");
+    let hot = common::token("globex", common::ALL);
+    let started = std::time::Instant::now();
+    let answers: Vec<(u16, Option<String>, std::time::Duration)> =
+        futures_util::future::join_all((0..20).map(|i| {
+            let (app, hot) = (&app, &hot);
+            async move {
+                let res = app
+                    .put_integration(hot, &serde_json::json!({"content": {"n": i}}))
+                    .await;
+                let retry = res
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                (res.status().as_u16(), retry, started.elapsed())
+            }
+        }))
+        .await;
+    let quick_busy = answers
+        .iter()
+        .filter(|(s, r, t)| *s == 503 && r.is_some() && *t < std::time::Duration::from_secs(1))
+        .count();
+    assert!(
+        quick_busy >= 16,
+        "the writes past a queue of 4 are refused at once: {answers:?}"
+    );
+    // Meanwhile another tenant writes as usual.
+    let other = common::token("acme", common::ALL);
+    let t = std::time::Instant::now();
+    let res = app
+        .put_integration(&other, &serde_json::json!({"content": {"ok": true}}))
+        .await;
+    assert_eq!(res.status(), 200);
+    assert!(t.elapsed() < std::time::Duration::from_secs(1));
+    drop(lock);
+    // Once the lock is free, the tenant writes again.
+    let res = app
+        .put_integration(&hot, &serde_json::json!({"content": {"after": 1}}))
+        .await;
+    assert_eq!(res.status(), 200);
+    app.fsck("globex");
+}
+
+/// Sends the head of a PUT that declares `length` bytes, and then `sent` of them.
+async fn start_put(
+    app: &TestApp,
+    tenant: &str,
+    length: usize,
+    sent: usize,
+) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let host = app.addr.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    let head = format!(
+        "PUT /plans/integration-file HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n",
+        common::token(tenant, common::ALL)
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&vec![b' '; sent]).await.unwrap();
+    stream
+}
+
+/// Reads a raw HTTP response's status (or 0 when the connection closed without one).
+async fn status_of(stream: &mut tokio::net::TcpStream) -> u16 {
+    use tokio::io::AsyncReadExt;
+    let mut buf = vec![0u8; 4096];
+    let n = stream.read(&mut buf).await.unwrap_or(0);
+    let text = String::from_utf8_lossy(&buf[..n]);
+    text.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// One tenant's stalled bodies hold at most its share of the body budget: another tenant's
+/// PUT is read at once. And a body that trickles is cut off by the minimum rate (408) long
+/// before the total body timeout.
+#[tokio::test]
+async fn stalled_bodies_of_one_tenant_hold_only_its_share_and_are_cut_off() {
+    let app = spawn_with(planfiles::http::Limits {
+        queue_timeout: std::time::Duration::from_secs(1),
+        body_pace: planfiles::http::BodyPace {
+            total: std::time::Duration::from_secs(60),
+            min_bytes_per_sec: 8 * 1024,
+        },
+        ..Default::default()
+    })
+    .await;
+    // 16 bodies of 1 MiB declared would take the whole 16 MiB budget.
+    let mut stalled = Vec::new();
+    for _ in 0..16 {
+        stalled.push(start_put(&app, "globex", 1 << 20, 10).await);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Another tenant's PUT of a body as large as the limit (1 MiB of JSON and spaces).
+    let t = std::time::Instant::now();
+    let mut body = serde_json::to_vec(&serde_json::json!({"content": {"ok": true}})).unwrap();
+    body.resize(1 << 20, b' ');
+    let res = app
+        .client
+        .put(app.url("/plans/integration-file"))
+        .bearer_auth(common::token("acme", common::ALL))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(1),
+        "another tenant's PUT waited {:?}",
+        t.elapsed()
+    );
+    // Those past the tenant's 4 MiB share were refused (503) after the queue timeout; the
+    // others are cut off once they fall below 8 KiB/s after the 5 s grace.
+    let t = std::time::Instant::now();
+    let mut statuses = Vec::new();
+    for s in stalled.iter_mut() {
+        statuses.push(status_of(s).await);
+    }
+    statuses.sort();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 408).count(),
+        3,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 503).count(),
+        13,
+        "{statuses:?}"
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(8),
+        "slow bodies were cut off after {:?}",
+        t.elapsed()
     );
 }

@@ -55,22 +55,17 @@ fn start_planfiles(data_dir: &Path) -> String {
     )
     .unwrap()
     .head_lookup_threads(2);
-    let metrics = planfiles::metrics::Metrics::new();
-    let state = AppState {
-        upkeep: planfiles::upkeep::Upkeep::new(storage.clone(), 2000, metrics.clone()),
+    let state = AppState::new(
         storage,
-        verifier: Verifier::from_config(&AuthConfig {
+        Verifier::from_config(&AuthConfig {
             secret: SECRET.into(),
             ..AuthConfig::default()
         })
         .unwrap(),
-        body_limit: 1 << 20,
-        body_timeout: Duration::from_secs(30),
-        metrics,
-        metrics_require_token: false,
-        responses: Default::default(),
-        bodies: planfiles::http::BodyBudget::new(16 << 20),
-    };
+        planfiles::metrics::Metrics::new(),
+        &Default::default(),
+        2000,
+    );
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());
     let options = ServerOptions {

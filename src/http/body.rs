@@ -34,27 +34,59 @@ impl PutBody {
     }
 }
 
+/// How a body must arrive: whole within `total`, and after [`BodyPace::GRACE`] at no less than
+/// `min_bytes_per_sec` on average (Apache's `mod_reqtimeout` MinRate), so that a trickled body
+/// cannot hold its share of the budget for the whole `total`.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyPace {
+    pub total: std::time::Duration,
+    pub min_bytes_per_sec: u64,
+}
+
+impl BodyPace {
+    /// What any body gets before the rate counts.
+    pub const GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+    /// When the next bytes must have arrived, `received` bytes after `start`: one more second
+    /// for each `min_bytes_per_sec` received, and never past `total`.
+    fn next_deadline(
+        &self,
+        start: tokio::time::Instant,
+        received: usize,
+    ) -> (tokio::time::Instant, bool) {
+        let earned = std::time::Duration::from_secs_f64(
+            received as f64 / self.min_bytes_per_sec.max(1) as f64,
+        );
+        let by_rate = Self::GRACE + earned;
+        if by_rate < self.total {
+            (start + by_rate, true)
+        } else {
+            (start + self.total, false)
+        }
+    }
+}
+
 /// Reads the body of a PUT: JSON media type, then the size limit (also for chunked bodies).
 /// Parsing it ([`parse_put_body`]) is CPU work for the blocking pool.
 pub async fn read_put_body(
     req: &HttpRequest,
     payload: web::Payload,
     limit: usize,
-    timeout: std::time::Duration,
+    pace: BodyPace,
 ) -> Result<web::BytesMut, ApiError> {
     if !is_json(req) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    read_limited(req, payload, limit, timeout).await
+    read_limited(req, payload, limit, pace).await
 }
 
-/// Reads a whole body of at most `limit` bytes within `timeout`, refusing early when
+/// Reads a whole body of at most `limit` bytes at the given pace, refusing early when
 /// Content-Length says more.
 pub(super) async fn read_limited(
     req: &HttpRequest,
     mut payload: web::Payload,
     limit: usize,
-    timeout: std::time::Duration,
+    pace: BodyPace,
 ) -> Result<web::BytesMut, ApiError> {
     let declared = req
         .headers()
@@ -65,11 +97,16 @@ pub(super) async fn read_limited(
         return Err(ApiError::PayloadTooLarge(limit));
     }
     let mut body = web::BytesMut::with_capacity(declared.unwrap_or(0).min(limit));
-    let deadline = tokio::time::Instant::now() + timeout;
-    while let Some(chunk) = tokio::time::timeout_at(deadline, payload.next())
-        .await
-        .map_err(|_| ApiError::BodyTimeout(timeout.as_secs()))?
-    {
+    let start = tokio::time::Instant::now();
+    loop {
+        let (deadline, by_rate) = pace.next_deadline(start, body.len());
+        let next = tokio::time::timeout_at(deadline, payload.next())
+            .await
+            .map_err(|_| match by_rate {
+                true => ApiError::BodyTooSlow(pace.min_bytes_per_sec),
+                false => ApiError::BodyTimeout(pace.total.as_secs()),
+            })?;
+        let Some(chunk) = next else { break };
         let chunk =
             chunk.map_err(|e| ApiError::InvalidJson(format!("the body could not be read: {e}")))?;
         if body.len() + chunk.len() > limit {

@@ -1,7 +1,15 @@
-//! `BodyBudget`: how many bytes of request bodies are read and processed at once. Bodies take
-//! a share by their declared size, so many small writes run side by side while a few large
-//! ones wait their turn, and memory stays bounded either way.
+//! `BodyBudget`: how many bytes of request bodies are read and processed at once, in all and per tenant.
+//!
+//! Bodies take a share by their declared size, so many small writes run side by side while a
+//! few large ones wait their turn, and memory stays bounded either way. One tenant gets at most
+//! its share of the budget (a connection sends one body at a time, and a body is at most
+//! `body_limit`), so one tenant's slow or large bodies cannot take the whole budget, and a
+//! request waits for its turn no longer than the queue timeout.
+use super::problem::ApiError;
+use crate::domain::TenantId;
+use crate::gates::Gates;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Cheap to clone; shared by every worker.
@@ -9,51 +17,119 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub struct BodyBudget {
     kib: Arc<Semaphore>,
     total_kib: u32,
+    /// Each tenant's share, in KiB.
+    tenants: Gates,
+    wait: Duration,
+}
+
+/// A body's turn: its share of the tenant's and of the whole budget, returned on drop.
+#[derive(Debug)]
+pub struct BodyTurn {
+    _global: OwnedSemaphorePermit,
+    _tenant: OwnedSemaphorePermit,
+    _lease: crate::gates::Lease,
 }
 
 impl BodyBudget {
-    /// A budget of `bytes` (at least 1 KiB).
-    pub fn new(bytes: usize) -> Self {
+    /// A budget of `bytes` (at least 1 KiB), of which one tenant gets at most `per_tenant`;
+    /// a body waits at most `wait` for its share.
+    pub fn new(bytes: usize, per_tenant: usize, wait: Duration) -> Self {
         let total_kib = u32::try_from(bytes / 1024).unwrap_or(u32::MAX).max(1);
+        let tenant_kib = (per_tenant / 1024).clamp(1, total_kib as usize);
         Self {
             kib: Arc::new(Semaphore::new(total_kib as usize)),
             total_kib,
+            tenants: Gates::new(tenant_kib),
+            wait,
         }
     }
 
     /// Waits until a body of `declared` bytes (its Content-Length; `limit` when it has none)
-    /// fits in the budget. Its share is returned when the permit is dropped.
-    pub async fn admit(&self, declared: Option<usize>, limit: usize) -> OwnedSemaphorePermit {
+    /// fits in the tenant's share and in the budget. 503 `busy` when it does not within the
+    /// wait.
+    pub async fn admit(
+        &self,
+        tenant: &TenantId,
+        declared: Option<usize>,
+        limit: usize,
+    ) -> Result<BodyTurn, ApiError> {
         let bytes = declared.unwrap_or(limit).min(limit);
         let kib = u32::try_from(bytes / 1024 + 1)
             .unwrap_or(u32::MAX)
-            .min(self.total_kib);
-        self.kib
-            .clone()
-            .acquire_many_owned(kib)
+            .min(self.total_kib)
+            .min(u32::try_from(self.tenants.permits()).unwrap_or(u32::MAX));
+        let deadline = tokio::time::Instant::now() + self.wait;
+        let busy = || {
+            ApiError::busy(
+                "too many request bodies are being received for this tenant or in all",
+                self.wait.as_secs().clamp(1, 5),
+            )
+        };
+        // The tenant's share first: its excess bodies wait there, behind each other, not in
+        // the queue that every tenant shares.
+        let lease = self.tenants.lease(tenant);
+        let tenant_turn =
+            tokio::time::timeout_at(deadline, lease.semaphore().clone().acquire_many_owned(kib))
+                .await
+                .map_err(|_| busy())?
+                .expect("the semaphore is never closed");
+        let global = tokio::time::timeout_at(deadline, self.kib.clone().acquire_many_owned(kib))
             .await
-            .expect("the semaphore is never closed")
+            .map_err(|_| busy())?
+            .expect("the semaphore is never closed");
+        Ok(BodyTurn {
+            _global: global,
+            _tenant: tenant_turn,
+            _lease: lease,
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::BodyBudget;
+    use crate::domain::TenantId;
+    use std::time::Duration;
+
+    fn tenant(id: &str) -> TenantId {
+        TenantId::parse(id).unwrap()
+    }
 
     #[tokio::test]
     async fn small_bodies_share_the_budget_and_large_ones_wait() {
-        let budget = BodyBudget::new(64 * 1024);
+        let budget = BodyBudget::new(64 * 1024, 64 * 1024, Duration::from_millis(50));
+        let a = tenant("a");
         let small: Vec<_> =
-            futures_util::future::join_all((0..30).map(|_| budget.admit(Some(500), 1 << 20))).await;
-        assert_eq!(small.len(), 30, "30 small bodies fit in 64 KiB at once");
-        let large = budget.admit(None, 1 << 20);
-        let waited = tokio::time::timeout(std::time::Duration::from_millis(50), large).await;
+            futures_util::future::join_all((0..30).map(|_| budget.admit(&a, Some(500), 1 << 20)))
+                .await;
+        assert!(
+            small.iter().all(Result::is_ok),
+            "30 small bodies fit at once"
+        );
+        let waited = budget.admit(&a, None, 1 << 20).await;
         assert!(
             waited.is_err(),
-            "a body as large as the limit waits while the budget is in use"
+            "a body as large as the limit waits while the budget is in use, then is refused"
         );
         drop(small);
-        let large = budget.admit(Some(10 << 20), 1 << 20).await;
-        drop(large);
+        let large = budget.admit(&a, Some(10 << 20), 1 << 20).await;
+        assert!(large.is_ok());
+    }
+
+    #[tokio::test]
+    async fn one_tenant_gets_its_share_and_no_more() {
+        let budget = BodyBudget::new(16 << 20, 4 << 20, Duration::from_millis(50));
+        let (hot, other) = (tenant("hot"), tenant("other"));
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(budget.admit(&hot, Some(1 << 20), 1 << 20).await.unwrap());
+        }
+        assert!(
+            budget.admit(&hot, Some(1 << 20), 1 << 20).await.is_err(),
+            "a fourth megabyte body of one tenant is past its 4 MiB share"
+        );
+        for _ in 0..3 {
+            held.push(budget.admit(&other, Some(1 << 20), 1 << 20).await.unwrap());
+        }
     }
 }

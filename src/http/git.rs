@@ -173,8 +173,8 @@ pub(super) async fn upload_pack(
     if content_type != Some(REQUEST) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let _turn = state.admit(&req, REQUEST_LIMIT).await;
-    let body = read_limited(&req, payload, REQUEST_LIMIT, state.body_timeout).await?;
+    let _turn = state.admit(&req, who.tenant(), REQUEST_LIMIT).await?;
+    let body = read_limited(&req, payload, REQUEST_LIMIT, state.body_pace).await?;
     let body = match req
         .headers()
         .get(header::CONTENT_ENCODING)

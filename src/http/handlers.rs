@@ -109,7 +109,7 @@ pub async fn put_integration(
     let file = PlanFile::Integration;
     let tenant = state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
-    let _turn = state.admit(&req, state.body_limit).await;
+    let turn = state.admit(&req, who.tenant(), state.body_limit).await?;
     let bytes = state.read_body(&req, payload).await?;
     let source_hosting = tenant.source_hosting;
     let (file_sha, doc) = cpu(bytes.len(), move || {
@@ -123,6 +123,8 @@ pub async fn put_integration(
         Ok((file_sha, doc))
     })
     .await?;
+    // Parsed: the body's share of the budget goes back before the write waits for its turn.
+    drop(turn);
     let preconditions = Preconditions {
         file_sha: file_sha.map(ShaCheck::Blob),
         if_match: body::if_match(&req),
@@ -185,7 +187,7 @@ pub async fn put_configuration(
     let file = PlanFile::Configuration;
     state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
-    let _turn = state.admit(&req, state.body_limit).await;
+    let turn = state.admit(&req, who.tenant(), state.body_limit).await?;
     let bytes = state.read_body(&req, payload).await?;
     let (file_sha, doc) = cpu(bytes.len(), move || {
         let mut body = body::parse_put_body(&bytes)?;
@@ -195,6 +197,7 @@ pub async fn put_configuration(
         Ok((file_sha, doc))
     })
     .await?;
+    drop(turn);
     let if_match = body::if_match(&req);
     if file_sha.is_none() && if_match.is_none() {
         return Err(ApiError::PreconditionRequired);
@@ -320,7 +323,7 @@ impl AppState {
         req: &HttpRequest,
         payload: web::Payload,
     ) -> Result<web::BytesMut, ApiError> {
-        body::read_put_body(req, payload, self.body_limit, self.body_timeout).await
+        body::read_put_body(req, payload, self.body_limit, self.body_pace).await
     }
 
     async fn write(
@@ -343,21 +346,10 @@ impl AppState {
             author: who.author(),
             request_id,
         };
-        let (storage, tenant) = (self.storage.clone(), who.tenant().clone());
-        let upkeep = self.upkeep.clone();
-        let (outcome, due) = blocking(
-            move || {
-                let outcome = storage.write(&tenant, write)?;
-                let due = outcome.changed && upkeep.due(&tenant);
-                Ok((outcome, due))
-            },
-            file,
-        )
-        .await?;
-        if due {
-            self.upkeep.spawn(who.tenant().clone());
-        }
-        Ok(outcome)
+        self.writers
+            .write(who.tenant(), write)
+            .await
+            .map_err(|e| ApiError::from_write(e, file))
     }
 }
 

@@ -13,7 +13,7 @@ mod query;
 mod schema;
 mod views;
 
-pub use body::{parse_put_body, PutBody};
+pub use body::{parse_put_body, BodyPace, PutBody};
 pub use budget::BodyBudget;
 pub use cache::ResponseCache;
 pub use openapi::document as openapi_document;
@@ -27,7 +27,6 @@ use actix_web::{middleware::from_fn, web, App, FromRequest, HttpRequest, HttpSer
 use std::future::{ready, Ready};
 use std::net::TcpListener;
 use std::time::Duration;
-use tokio::sync::OwnedSemaphorePermit;
 
 /// What every request can reach. Cheap to clone.
 #[derive(Clone)]
@@ -35,30 +34,112 @@ pub struct AppState {
     pub storage: Storage,
     pub verifier: Verifier,
     pub body_limit: usize,
-    /// How long a client has to send a whole body once it has its turn (408 after).
-    pub body_timeout: Duration,
+    /// How long a client has to send a whole body once it has its turn, and how fast.
+    pub body_pace: BodyPace,
     pub metrics: Metrics,
     /// When true, `/metrics` needs a token with `planfiles.metrics.read`.
     pub metrics_require_token: bool,
     /// Background repacks after writes.
     pub upkeep: crate::upkeep::Upkeep,
+    /// Each tenant's writes, in turn.
+    pub writers: crate::writer::Writers,
     /// Serialized GET bodies at a known head commit.
     pub responses: ResponseCache,
-    /// Bounds the bytes of request bodies read and processed at once (memory).
+    /// Bounds the bytes of request bodies read and processed at once (memory), per tenant too.
     pub bodies: BodyBudget,
 }
 
+/// The limits that keep one client or tenant from holding what others need.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub body_limit: usize,
+    pub body_pace: BodyPace,
+    /// Bytes of bodies in flight, in all and for one tenant.
+    pub bodies_in_flight: usize,
+    pub bodies_per_tenant: usize,
+    /// Writes of one tenant queued or running at most.
+    pub write_queue_depth: usize,
+    /// How long a request waits for a turn (writer, body budget) before 503 `busy`.
+    pub queue_timeout: Duration,
+}
+
+impl Limits {
+    pub fn from_config(server: &crate::config::ServerConfig) -> Self {
+        Self {
+            body_limit: server.body_limit,
+            body_pace: BodyPace {
+                total: Duration::from_secs(server.body_timeout_secs),
+                min_bytes_per_sec: server.body_min_bytes_per_sec,
+            },
+            bodies_in_flight: server.bodies_in_flight_bytes,
+            bodies_per_tenant: server.bodies_per_tenant_bytes,
+            write_queue_depth: server.write_queue_depth,
+            queue_timeout: Duration::from_secs(server.queue_timeout_secs),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self::from_config(&Default::default())
+    }
+}
+
 impl AppState {
-    /// Waits for a turn to read and process the body of `req`, whose size counts against the
-    /// budget (up to `limit` when it does not say); the turn ends when the permit is dropped.
-    /// Bodies waiting for a turn stay in the client's and the kernel's buffers.
-    pub(crate) async fn admit(&self, req: &HttpRequest, limit: usize) -> OwnedSemaphorePermit {
+    /// The state of a server over `storage`; `repack_threshold` loose objects start a
+    /// background repack (0: never).
+    pub fn new(
+        storage: Storage,
+        verifier: Verifier,
+        metrics: Metrics,
+        limits: &Limits,
+        repack_threshold: usize,
+    ) -> Self {
+        let upkeep = crate::upkeep::Upkeep::new(storage.clone(), repack_threshold, metrics.clone());
+        Self {
+            writers: crate::writer::Writers::new(
+                storage.clone(),
+                upkeep.clone(),
+                limits.write_queue_depth,
+                limits.queue_timeout,
+            ),
+            storage,
+            verifier,
+            body_limit: limits.body_limit,
+            body_pace: limits.body_pace,
+            metrics,
+            metrics_require_token: false,
+            upkeep,
+            responses: Default::default(),
+            bodies: BodyBudget::new(
+                limits.bodies_in_flight,
+                limits.bodies_per_tenant,
+                limits.queue_timeout,
+            ),
+        }
+    }
+
+    /// With `true`, `/metrics` needs a token with `planfiles.metrics.read`.
+    pub fn metrics_require_token(mut self, on: bool) -> Self {
+        self.metrics_require_token = on;
+        self
+    }
+
+    /// Waits for a turn to read and process the body of `req` for `tenant`, whose size counts
+    /// against the budget (up to `limit` when it does not say); the turn ends when it is
+    /// dropped. Bodies waiting for a turn stay in the client's and the kernel's buffers.
+    pub(crate) async fn admit(
+        &self,
+        req: &HttpRequest,
+        tenant: &crate::domain::TenantId,
+        limit: usize,
+    ) -> Result<budget::BodyTurn, ApiError> {
         let declared = req
             .headers()
             .get(actix_web::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<usize>().ok());
-        self.bodies.admit(declared, limit).await
+        self.bodies.admit(tenant, declared, limit).await
     }
 }
 

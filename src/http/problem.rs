@@ -61,6 +61,8 @@ pub enum ApiError {
     StorageFull(&'static str),
     #[error("the body did not arrive within {0} s")]
     BodyTimeout(u64),
+    #[error("the body arrived slower than {0} bytes per second")]
+    BodyTooSlow(u64),
     #[error("the request headers are larger than {0} bytes")]
     HeadersTooLarge(usize),
     #[error("{0}")]
@@ -151,7 +153,7 @@ impl ApiError {
                 "storage_full",
                 "Insufficient storage",
             ),
-            BodyTimeout(_) => (
+            BodyTimeout(_) | BodyTooSlow(_) => (
                 StatusCode::REQUEST_TIMEOUT,
                 "body_timeout",
                 "Request body timeout",
@@ -259,6 +261,26 @@ impl ApiError {
         ApiError::Busy {
             reason: reason.into(),
             retry_after: retry_after.max(1),
+        }
+    }
+
+    /// Maps a failed write of `file`: a full queue or a turn not had in time is 503 `busy`.
+    pub fn from_write(e: crate::writer::WriteError, file: PlanFile) -> Self {
+        use crate::writer::WriteError;
+        match e {
+            WriteError::Storage(e) => Self::from_storage(e, file),
+            WriteError::QueueFull { .. } => {
+                ApiError::busy(format!("too many writes of {} are waiting", file.path()), 1)
+            }
+            WriteError::TimedOut { waited, .. } => ApiError::busy(
+                format!(
+                    "the write of {} did not get its turn within {} s",
+                    file.path(),
+                    waited.as_secs()
+                ),
+                waited.as_secs().clamp(1, 5),
+            ),
+            e @ WriteError::Task { .. } => ApiError::Internal(e.to_string()),
         }
     }
 

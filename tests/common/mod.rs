@@ -29,6 +29,15 @@ fn self_metrics_token() -> bool {
     METRICS_REQUIRE_TOKEN.with(|c| c.get())
 }
 
+thread_local! {
+    /// Set by a test before `spawn` to start the server with other limits.
+    pub static LIMITS: std::cell::RefCell<Option<planfiles::http::Limits>> = const { std::cell::RefCell::new(None) };
+}
+
+fn limits() -> planfiles::http::Limits {
+    LIMITS.with(|l| l.borrow().clone()).unwrap_or_default()
+}
+
 pub fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("repos-fixture")
 }
@@ -129,19 +138,14 @@ impl TestApp {
         storage::init_git();
         let committer = Identity::new("planfiles", "planfiles@test", "test");
         let storage = Storage::open(data_dir.path(), committer, Default::default()).unwrap();
-        let metrics = planfiles::metrics::Metrics::new();
-        let upkeep = planfiles::upkeep::Upkeep::new(storage.clone(), threshold, metrics.clone());
-        let state = AppState {
+        let state = AppState::new(
             storage,
-            verifier: Verifier::from_config(&auth).unwrap(),
-            body_limit: 1024 * 1024,
-            body_timeout: Duration::from_secs(30),
-            metrics,
-            metrics_require_token: self_metrics_token(),
-            upkeep,
-            responses: Default::default(),
-            bodies: planfiles::http::BodyBudget::new(16 << 20),
-        };
+            Verifier::from_config(&auth).unwrap(),
+            planfiles::metrics::Metrics::new(),
+            &limits(),
+            threshold,
+        )
+        .metrics_require_token(self_metrics_token());
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
         let options = ServerOptions {

@@ -1,0 +1,93 @@
+//! `Writers`: each tenant's writes take turns in a bounded queue that waits as a future, not on a thread.
+//!
+//! A write first joins its tenant's queue: when the queue is full it is refused at once, and
+//! when its turn does not come within the wait it is refused then (both 503 `busy`). Only the
+//! write whose turn it is occupies a blocking thread, so a hot tenant holds at most one of
+//! them, whatever number of writers it has, and no shared budget while it waits. Writers of
+//! one tenant in other processes still take turns on the repository's file lock (storage).
+//!
+//! This is also where a tenant's writes can later share work: the writer whose turn it is
+//! could keep the repository open and commit the writes queued behind it together.
+use crate::domain::TenantId;
+use crate::gates::Gates;
+use crate::storage::{Storage, StorageError, WriteOutcome, WriteRequest};
+use crate::upkeep::Upkeep;
+use std::time::Duration;
+
+/// Why a write did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("{waiting} writes of tenant {tenant} are already queued")]
+    QueueFull { tenant: TenantId, waiting: usize },
+    #[error("the write of tenant {tenant} did not get its turn within {} s", waited.as_secs())]
+    TimedOut { tenant: TenantId, waited: Duration },
+    #[error("the write task of tenant {tenant} failed: {message}")]
+    Task { tenant: TenantId, message: String },
+}
+
+/// Cheap to clone; shared by every worker.
+#[derive(Clone)]
+pub struct Writers {
+    storage: Storage,
+    upkeep: Upkeep,
+    /// One turn per tenant.
+    turns: Gates,
+    /// Writes of one tenant queued or running at most.
+    depth: usize,
+    /// How long a write waits for its turn.
+    wait: Duration,
+}
+
+impl Writers {
+    pub fn new(storage: Storage, upkeep: Upkeep, depth: usize, wait: Duration) -> Self {
+        Self {
+            storage,
+            upkeep,
+            turns: Gates::new(1),
+            depth: depth.max(1),
+            wait,
+        }
+    }
+
+    /// Writes once it is this tenant's turn, then schedules upkeep when it is due.
+    pub async fn write(
+        &self,
+        tenant: &TenantId,
+        req: WriteRequest,
+    ) -> Result<WriteOutcome, WriteError> {
+        let lease = self.turns.lease(tenant);
+        if lease.users > self.depth {
+            return Err(WriteError::QueueFull {
+                tenant: tenant.clone(),
+                waiting: lease.users - 1,
+            });
+        }
+        let turn = tokio::time::timeout(self.wait, lease.semaphore().clone().acquire_owned())
+            .await
+            .map_err(|_| WriteError::TimedOut {
+                tenant: tenant.clone(),
+                waited: self.wait,
+            })?
+            .expect("the semaphore is never closed");
+        let (storage, upkeep, owned) = (self.storage.clone(), self.upkeep.clone(), tenant.clone());
+        // The turn moves into the blocking task: it ends when the write does, even when the
+        // client goes away meanwhile.
+        let (outcome, due) = tokio::task::spawn_blocking(move || {
+            let _turn = (turn, lease);
+            let outcome = storage.write(&owned, req)?;
+            let due = outcome.changed && upkeep.due(&owned);
+            Ok::<_, StorageError>((outcome, due))
+        })
+        .await
+        .map_err(|e| WriteError::Task {
+            tenant: tenant.clone(),
+            message: e.to_string(),
+        })??;
+        if due {
+            self.upkeep.spawn(tenant.clone());
+        }
+        Ok(outcome)
+    }
+}
