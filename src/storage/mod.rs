@@ -222,7 +222,7 @@ impl Storage {
     }
 
     /// Like [`Storage::read`], but answers `Unchanged` when `main` is still at `known`. That
-    /// check reads only the loose ref file, so a commit made by anyone (another process, plain
+    /// check reads only the ref files (loose, else `packed-refs`), so a commit made by anyone (another process, plain
     /// git) is seen at once.
     pub fn read_unless_at(
         &self,
@@ -232,9 +232,7 @@ impl Storage {
     ) -> Result<ReadOutcome, StorageError> {
         let path = self.repo_path(tenant);
         let (outcome, head) = match known {
-            Some(known) if repo::loose_head(&path) == Some(known) => {
-                (ReadOutcome::Unchanged, known)
-            }
+            Some(known) if repo::file_head(&path) == Some(known) => (ReadOutcome::Unchanged, known),
             _ => {
                 let snap = repo::TenantRepo::open(tenant, &path)?.read(file)?;
                 let head = snap.commit;
@@ -242,7 +240,7 @@ impl Storage {
             }
         };
         self.watch
-            .note(tenant, &path, head, || repo::loose_head(&path));
+            .note(tenant, &path, head, || repo::file_head(&path));
         Ok(outcome)
     }
 
@@ -409,5 +407,36 @@ mod tests {
                 "watch_refs({on})"
             );
         }
+    }
+
+    /// After `git pack-refs` (as `git gc` runs it) there is no loose `refs/heads/main`: the
+    /// head is learnt from `packed-refs`, so cached reads keep working.
+    #[test]
+    fn main_is_known_from_packed_refs_too() {
+        init_git();
+        let dir = tempfile::tempdir().unwrap();
+        let committer = Identity::new("planfiles", "p@localhost", "localhost");
+        let storage = Storage::open(dir.path(), committer, Durability::Fsync).unwrap();
+        let tenant = TenantId::parse("acme").unwrap();
+        let head = storage.create_tenant(&tenant, false).unwrap();
+        let repo = storage.repo_path(&tenant);
+        let packed = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&repo)
+            .args(["pack-refs", "--all"])
+            .status()
+            .unwrap();
+        assert!(packed.success());
+        assert!(!repo.join("refs/heads/main").exists());
+        storage
+            .read_unless_at(&tenant, PlanFile::Integration, None)
+            .unwrap();
+        assert_eq!(storage.known_head(&tenant), Some(head));
+        assert!(matches!(
+            storage
+                .read_unless_at(&tenant, PlanFile::Integration, Some(head))
+                .unwrap(),
+            ReadOutcome::Unchanged
+        ));
     }
 }

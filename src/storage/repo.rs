@@ -67,6 +67,23 @@ pub(super) fn init_libgit2() {
     }
 }
 
+#[cfg(test)]
+mod file_head_tests {
+    #[test]
+    fn packed_refs_name_main_on_its_own_line() {
+        let a = "a".repeat(40);
+        let b = "b".repeat(40);
+        let text = format!(
+            "# pack-refs with: peeled fully-peeled sorted \n{b} refs/heads/mainline\n{a} refs/heads/main\n^{b}\n"
+        );
+        assert_eq!(
+            super::packed_head(text.as_bytes()).map(|c| c.to_string()),
+            Some(a)
+        );
+        assert_eq!(super::packed_head(b"# nothing\n"), None);
+    }
+}
+
 #[allow(non_camel_case_types)]
 type libc_int = std::os::raw::c_int;
 
@@ -82,12 +99,31 @@ fn empty_blob_oid() -> Oid {
     Oid::hash_object(ObjectType::Blob, b"").expect("hashing in memory cannot fail")
 }
 
-/// The commit in the loose ref file of `main`, if there is one (after `git pack-refs` there
-/// is not, and callers fall back to libgit2).
-pub(super) fn loose_head(repo: &Path) -> Option<CommitId> {
-    let text = std::fs::read(repo.join(MAIN)).ok()?;
-    let hex = std::str::from_utf8(&text).ok()?.trim_end();
-    ObjectId::parse(hex).ok().map(CommitId)
+/// The commit `main` is at, read from the ref files alone: the loose ref, or after `git gc` /
+/// `git pack-refs` its line in `packed-refs` (a loose ref wins, as in git). `None` when
+/// neither names it (callers fall back to libgit2).
+pub(super) fn file_head(repo: &Path) -> Option<CommitId> {
+    match std::fs::read(repo.join(MAIN)) {
+        Ok(text) => {
+            let hex = std::str::from_utf8(&text).ok()?.trim_end();
+            ObjectId::parse(hex).ok().map(CommitId)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            packed_head(&std::fs::read(repo.join("packed-refs")).ok()?)
+        }
+        Err(_) => None,
+    }
+}
+
+/// `main`'s commit in the text of a `packed-refs` file.
+fn packed_head(packed: &[u8]) -> Option<CommitId> {
+    let text = std::str::from_utf8(packed).ok()?;
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
+        .find_map(|l| {
+            let (hex, name) = l.split_once(' ')?;
+            (name == MAIN).then(|| ObjectId::parse(hex).ok().map(CommitId))?
+        })
 }
 
 /// The source-hosting flag of the repository at `path`, read from its config file alone: no

@@ -40,12 +40,20 @@ enum Shard {
 #[derive(Debug)]
 struct Inner {
     inotify: Inotify,
-    /// Which tenant each watch belongs to, and whether it watches the repository folder (where
-    /// only `packed-refs` matters) rather than `refs/heads`.
-    watches: HashMap<WatchDescriptor, (TenantId, bool), RandomState>,
+    /// Which tenants each watch belongs to, and whether it watches the repository folder
+    /// (where only `packed-refs` matters) rather than `refs/heads`. Several tenant ids can
+    /// name one folder (ids that differ in case on a case-insensitive volume): the kernel
+    /// then gives one watch, and an event concerns all of them.
+    watches: HashMap<WatchDescriptor, Vec<(TenantId, bool)>, RandomState>,
     /// Tenants whose `main` is known to be at this commit. Tenant ids come from verified
     /// tokens and existing repositories, so a fast hasher is safe from chosen collisions.
     known: HashMap<TenantId, CommitId, RandomState>,
+    /// Counts drained events; `changed` and `unknown` say when a tenant's refs, or a folder
+    /// not yet mapped to a tenant, last changed, so that a head read without the lock is only
+    /// recorded when nothing changed since the read began.
+    epoch: u64,
+    changed: HashMap<TenantId, u64, RandomState>,
+    unknown: u64,
     /// Where events are read into, kept so that a request does not zero a fresh buffer.
     buffer: Vec<u8>,
 }
@@ -114,8 +122,9 @@ impl HeadWatch {
         inner.known.get(tenant).copied()
     }
 
-    /// Records that `main` of `tenant` (repository at `repo`) is at `commit`, if the loose ref
-    /// file still says so once the watches are in place. Blocking: reads the ref file.
+    /// Records that `main` of `tenant` (repository at `repo`) is at `commit`, if the ref still
+    /// says so once the watches are in place. Blocking: adds watches and reads the ref, but
+    /// never while it holds a shard's lock, so a slow volume does not stall cached GETs.
     pub fn note(
         &self,
         tenant: &TenantId,
@@ -123,27 +132,58 @@ impl HeadWatch {
         commit: CommitId,
         read_head: impl Fn() -> Option<CommitId>,
     ) {
-        // Every shard stays locked (always in the same order) from its watches to the check of
-        // the ref: a change in between is either seen by that check or queued in each shard,
-        // where the next lookup drains it after the insert below.
-        let mut guards: Vec<_> = self.shards.iter().map(lock).collect();
-        let mut watching = Vec::with_capacity(guards.len());
-        for guard in guards.iter_mut() {
-            if matches!(**guard, Shard::Unused) {
+        // 1. Under each shard's lock: where its event count stands, and a handle to add watches.
+        let mut pending = Vec::with_capacity(self.shards.len());
+        for (i, shard) in self.shards.iter().enumerate() {
+            let mut guard = lock(shard);
+            if matches!(*guard, Shard::Unused) {
                 if let Some(inner) = Inner::new() {
-                    **guard = Shard::Ready(inner);
+                    *guard = Shard::Ready(inner);
                 }
             }
-            let Shard::Ready(inner) = &mut **guard else {
+            let Shard::Ready(inner) = &mut *guard else {
                 continue;
             };
             inner.drain();
-            if inner.known.get(tenant) != Some(&commit) && inner.watch(tenant, repo) {
-                watching.push(inner);
+            if inner.known.get(tenant) != Some(&commit) {
+                pending.push((i, inner.epoch, inner.inotify.watches()));
             }
         }
-        if !watching.is_empty() && read_head() == Some(commit) {
-            for inner in watching {
+        if pending.is_empty() {
+            return;
+        }
+        // 2. Without any lock: the watches (path lookups), then the ref. A change after a
+        // watch is in place is queued; one before it shows in the ref.
+        let mut added = Vec::with_capacity(pending.len());
+        for (i, since, mut watches) in pending {
+            let mut wds = Vec::with_capacity(2);
+            for (path, is_repo) in [(repo.join("refs/heads"), false), (repo.to_owned(), true)] {
+                match watches.add(&path, MASK) {
+                    Ok(wd) => wds.push((wd, is_repo)),
+                    Err(_) => break,
+                }
+            }
+            added.push((i, since, wds));
+        }
+        let at_commit = read_head() == Some(commit);
+        // 3. Under each shard's lock again: map the watches, and record the head unless an
+        // event for this tenant (or for a folder not mapped yet) came in since step 1.
+        for (i, since, wds) in added {
+            let mut guard = lock(&self.shards[i]);
+            let Shard::Ready(inner) = &mut *guard else {
+                continue;
+            };
+            let complete = wds.len() == 2;
+            for (wd, is_repo) in wds {
+                let owners = inner.watches.entry(wd).or_default();
+                if !owners.iter().any(|(t, _)| t == tenant) {
+                    owners.push((tenant.clone(), is_repo));
+                }
+            }
+            inner.drain();
+            let quiet =
+                inner.unknown <= since && inner.changed.get(tenant).is_none_or(|&at| at <= since);
+            if complete && at_commit && quiet {
                 inner.known.insert(tenant.clone(), commit);
             }
         }
@@ -162,21 +202,11 @@ impl Inner {
             inotify: Inotify::init().ok()?,
             watches: HashMap::default(),
             known: HashMap::default(),
+            epoch: 0,
+            changed: HashMap::default(),
+            unknown: 0,
             buffer: vec![0; 16 * 1024],
         })
-    }
-
-    /// Watches the tenant's `refs/heads` and repository folder; false when the kernel refused.
-    fn watch(&mut self, tenant: &TenantId, repo: &Path) -> bool {
-        for (path, is_repo) in [(repo.join("refs/heads"), false), (repo.to_owned(), true)] {
-            match self.inotify.watches().add(&path, MASK) {
-                Ok(wd) => {
-                    self.watches.insert(wd, (tenant.clone(), is_repo));
-                }
-                Err(_) => return false,
-            }
-        }
-        true
     }
 
     /// Applies every queued event: the tenants concerned are no longer known.
@@ -186,35 +216,46 @@ impl Inner {
                 Ok(events) => events,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(_) => {
-                    self.known.clear();
+                    self.forget_all();
                     return;
                 }
             };
             let mut any = false;
             for event in events {
                 any = true;
+                self.epoch += 1;
                 if event.mask.contains(EventMask::Q_OVERFLOW) {
                     self.known.clear();
+                    self.unknown = self.epoch;
                     continue;
                 }
-                let Some((tenant, is_repo)) = self.watches.get(&event.wd).cloned() else {
+                let Some(owners) = self.watches.get(&event.wd) else {
+                    self.unknown = self.epoch;
                     continue;
                 };
-                let relevant = !is_repo
-                    || event.name.is_none()
-                    || event.name.is_some_and(|n| n == "packed-refs");
-                if relevant {
-                    self.known.remove(&tenant);
+                let ignored = event.mask.contains(EventMask::IGNORED);
+                for (tenant, is_repo) in owners {
+                    let relevant = !is_repo
+                        || event.name.is_none()
+                        || event.name.is_some_and(|n| n == "packed-refs");
+                    if relevant || ignored {
+                        self.known.remove(tenant);
+                        self.changed.insert(tenant.clone(), self.epoch);
+                    }
                 }
-                if event.mask.contains(EventMask::IGNORED) {
+                if ignored {
                     self.watches.remove(&event.wd);
-                    self.known.remove(&tenant);
                 }
             }
             if !any {
                 return;
             }
         }
+    }
+
+    fn forget_all(&mut self) {
+        self.known.clear();
+        self.unknown = self.epoch;
     }
 }
 
@@ -278,5 +319,78 @@ mod tests {
         for r in readers {
             r.join().unwrap();
         }
+    }
+
+    fn commit(n: u8) -> CommitId {
+        CommitId(crate::domain::ObjectId::parse(&format!("{n:02x}").repeat(20)).unwrap())
+    }
+
+    fn move_ref(repo: &Path) {
+        std::fs::write(repo.join("refs/heads/main.lock"), "x").unwrap();
+        std::fs::rename(
+            repo.join("refs/heads/main.lock"),
+            repo.join("refs/heads/main"),
+        )
+        .unwrap();
+    }
+
+    /// Two tenant ids that name one folder (letter case on a case-insensitive volume; here a
+    /// symlink) share the kernel's watch: a change must make both unknown.
+    #[test]
+    fn every_alias_of_a_repository_is_invalidated() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("acme.git");
+        std::fs::create_dir_all(repo.join("refs/heads")).unwrap();
+        let alias = dir.path().join("Acme.git");
+        std::os::unix::fs::symlink(&repo, &alias).unwrap();
+        let (lower, upper) = (
+            TenantId::parse("acme").unwrap(),
+            TenantId::parse("Acme").unwrap(),
+        );
+        let watch = HeadWatch::with_shards(1, || Shard::Unused);
+        watch.note(&lower, &repo, commit(1), || Some(commit(1)));
+        watch.note(&upper, &alias, commit(1), || Some(commit(1)));
+        assert_eq!(watch.known_head(&lower), Some(commit(1)));
+        assert_eq!(watch.known_head(&upper), Some(commit(1)));
+        move_ref(&repo);
+        assert_eq!(watch.known_head(&lower), None, "the first alias");
+        assert_eq!(watch.known_head(&upper), None, "the second alias");
+    }
+
+    /// A note that waits on the disk (here: a ref read that takes 600 ms) holds no lock that
+    /// a cached lookup needs, and a change during that read keeps the head unknown.
+    #[test]
+    fn a_slow_ref_read_does_not_stall_lookups_and_a_change_during_it_is_not_missed() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("t.git");
+        std::fs::create_dir_all(repo.join("refs/heads")).unwrap();
+        let (slow, other) = (TenantId::parse("t").unwrap(), TenantId::parse("u").unwrap());
+        let watch = std::sync::Arc::new(HeadWatch::with_shards(1, || Shard::Unused));
+        watch.note(&other, &repo, commit(2), || Some(commit(2)));
+        let noter = {
+            let (watch, repo, slow) = (watch.clone(), repo.clone(), slow.clone());
+            std::thread::spawn(move || {
+                watch.note(&slow, &repo, commit(1), || {
+                    std::thread::sleep(std::time::Duration::from_millis(600));
+                    Some(commit(1))
+                })
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let t = std::time::Instant::now();
+        assert_eq!(watch.known_head(&other), Some(commit(2)));
+        assert!(
+            t.elapsed() < std::time::Duration::from_millis(300),
+            "a lookup waited {:?} for a note's disk read",
+            t.elapsed()
+        );
+        // The ref moves while the slow read is under way (after its watches were added).
+        move_ref(&repo);
+        noter.join().unwrap();
+        assert_eq!(
+            watch.known_head(&slow),
+            None,
+            "a head read before a change must not be recorded after it"
+        );
     }
 }
