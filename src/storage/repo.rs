@@ -67,23 +67,6 @@ pub(super) fn init_libgit2() {
     }
 }
 
-#[cfg(test)]
-mod file_head_tests {
-    #[test]
-    fn packed_refs_name_main_on_its_own_line() {
-        let a = "a".repeat(40);
-        let b = "b".repeat(40);
-        let text = format!(
-            "# pack-refs with: peeled fully-peeled sorted \n{b} refs/heads/mainline\n{a} refs/heads/main\n^{b}\n"
-        );
-        assert_eq!(
-            super::packed_head(text.as_bytes()).map(|c| c.to_string()),
-            Some(a)
-        );
-        assert_eq!(super::packed_head(b"# nothing\n"), None);
-    }
-}
-
 #[allow(non_camel_case_types)]
 type libc_int = std::os::raw::c_int;
 
@@ -655,5 +638,22 @@ fn git_err<'t>(
             code: e.raw_code(),
             class: e.raw_class(),
         }
+    }
+}
+
+#[cfg(test)]
+mod file_head_tests {
+    #[test]
+    fn packed_refs_name_main_on_its_own_line() {
+        let a = "a".repeat(40);
+        let b = "b".repeat(40);
+        let text = format!(
+            "# pack-refs with: peeled fully-peeled sorted \n{b} refs/heads/mainline\n{a} refs/heads/main\n^{b}\n"
+        );
+        assert_eq!(
+            super::packed_head(text.as_bytes()).map(|c| c.to_string()),
+            Some(a)
+        );
+        assert_eq!(super::packed_head(b"# nothing\n"), None);
     }
 }
