@@ -344,3 +344,41 @@ async fn a_rarely_changed_file_pages_through_a_long_history_in_bounded_steps() {
         .await;
     assert_eq!(problem(res).await.0, 400);
 }
+
+/// A cursor names where a page of `main`'s history ended, and nothing else: a commit that is
+/// in the object store but not in that history (a refused or undone write, a side branch) is
+/// refused, even with the tag of a real cursor, so its author and message never show.
+#[tokio::test]
+async fn a_cursor_cannot_start_a_page_at_a_commit_outside_the_history() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    for i in 0..3 {
+        let res = app
+            .put_integration(&t, &serde_json::json!({"content": {"n": i}}))
+            .await;
+        assert_eq!(res.status(), 200);
+    }
+    let res = app.history(&t, "integration-file", "limit=1").await;
+    let page: Value = res.json().await.unwrap();
+    let cursor = page["next_cursor"].as_str().unwrap().to_owned();
+    // The real cursor works.
+    let res = app
+        .history(&t, "integration-file", &format!("limit=1&cursor={cursor}"))
+        .await;
+    assert_eq!(res.status(), 200);
+    // A dangling commit made with plain git, with the real cursor's tag.
+    let repo = app.repo("acme");
+    let tree = common::git_in(&repo, &["rev-parse", "main^{tree}"]);
+    let dangling = common::git_in(&repo, &["commit-tree", &tree, "-p", "main", "-m", "secret"]);
+    let (_, tag) = cursor.split_once('.').unwrap();
+    for forged in [format!("{dangling}.{tag}"), dangling.clone()] {
+        let res = app
+            .history(&t, "integration-file", &format!("cursor={forged}"))
+            .await;
+        let (status, body) = problem(res).await;
+        assert_eq!(
+            (status, body["code"].as_str().unwrap()),
+            (400, "invalid_query")
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! Domain types: values that can only be valid once constructed (parse, don't validate).
 pub mod configuration;
+pub mod cursor;
 pub mod file;
 pub mod identity;
 pub mod integration;
@@ -10,6 +11,7 @@ pub mod tenant;
 pub mod yaml;
 
 pub use configuration::ConfigurationDoc;
+pub use cursor::Cursor;
 pub use file::PlanFile;
 pub use identity::Identity;
 pub use integration::IntegrationDoc;

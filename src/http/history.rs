@@ -68,7 +68,7 @@ async fn history(
     let (storage, tenant) = (state.storage.clone(), who.tenant().clone());
     let page = blocking(
         move || match storage.history(&tenant, file, query.limit, query.cursor) {
-            // A cursor is only ever a commit of this history; anything else is a bad query.
+            // A cursor is only ever one that a page of this history made; else a bad query.
             Err(StorageError::UnknownRef { .. }) => Ok(Err(ApiError::InvalidQuery(
                 "cursor is not a cursor of this history".into(),
             ))),

@@ -1,6 +1,6 @@
 //! Query strings, parsed into what the handlers need: `ref`, `limit` and `cursor`.
 use super::problem::ApiError;
-use crate::domain::{CommitId, ObjectId};
+use crate::domain::{CommitId, Cursor, ObjectId};
 use actix_web::web;
 
 /// Default and largest page size of the history endpoints.
@@ -17,7 +17,7 @@ pub struct ReadQuery {
 #[derive(Debug)]
 pub struct HistoryQuery {
     pub limit: usize,
-    pub cursor: Option<CommitId>,
+    pub cursor: Option<Cursor>,
 }
 
 fn pairs(query: &str) -> Result<Vec<(String, String)>, ApiError> {
@@ -76,7 +76,7 @@ impl HistoryQuery {
             },
         };
         let cursor = single(&pairs, "cursor")?
-            .map(|c| commit("cursor", c))
+            .map(|c| Cursor::parse(c).map_err(|e| ApiError::InvalidQuery(format!("cursor {e}"))))
             .transpose()?;
         Ok(Self { limit, cursor })
     }

@@ -1,4 +1,5 @@
 //! Storage: each tenant's two files in its bare git repository. No git type crosses this API.
+mod cursor_key;
 mod durable;
 mod error;
 mod repo;
@@ -11,7 +12,7 @@ pub use error::StorageError;
 pub use seed::seed_if_empty;
 pub use upload_pack::UploadPack;
 
-use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, RequestId, TenantId};
+use crate::domain::{BlobId, CommitId, Cursor, Identity, ObjectId, PlanFile, RequestId, TenantId};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -66,7 +67,7 @@ pub struct HistoryEntry {
 #[derive(Debug, Clone)]
 pub struct HistoryPage {
     pub entries: Vec<HistoryEntry>,
-    pub next: Option<CommitId>,
+    pub next: Option<Cursor>,
 }
 
 /// What one repack did.
@@ -150,6 +151,8 @@ pub struct Storage {
     watch: Arc<watch::HeadWatch>,
     /// Turns to run `git upload-pack` for clones and fetches.
     upload_packs: Arc<tokio::sync::Semaphore>,
+    /// Signs history cursors, so that a page starts only where an earlier page ended.
+    cursors: Arc<cursor_key::CursorKey>,
 }
 
 impl Storage {
@@ -177,6 +180,7 @@ impl Storage {
             sync,
             watch: Arc::default(),
             upload_packs: Arc::new(tokio::sync::Semaphore::new(upload_pack::MAX_UPLOAD_PACKS)),
+            cursors: Arc::new(cursor_key::CursorKey::new(data_dir)),
         })
     }
 
@@ -261,15 +265,35 @@ impl Storage {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.read_at(file, commit)
     }
 
-    /// Up to `limit` commits that changed `file`, newest first, from `from` or the head.
+    /// Up to `limit` commits that changed `file`, newest first, from the head or where the
+    /// page of `from` ended. A cursor that this data dir did not make for this tenant is
+    /// `UnknownRef`: a page never starts at a commit that `main`'s history did not lead to
+    /// (such as a refused or undone write), and checking that walks nothing.
     pub fn history(
         &self,
         tenant: &TenantId,
         file: PlanFile,
         limit: usize,
-        from: Option<CommitId>,
+        from: Option<Cursor>,
     ) -> Result<HistoryPage, StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.history(file, limit, from)
+        let from = match from {
+            None => None,
+            Some(cursor) => Some(self.cursors.open(tenant, &cursor)?.ok_or_else(|| {
+                StorageError::UnknownRef {
+                    tenant: tenant.clone(),
+                    commit: cursor.commit,
+                }
+            })?),
+        };
+        let page =
+            repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.history(file, limit, from)?;
+        Ok(HistoryPage {
+            entries: page.0,
+            next: page
+                .1
+                .map(|commit| self.cursors.mint(tenant, commit))
+                .transpose()?,
+        })
     }
 
     /// Commits a new version of one file if the preconditions hold (see [`Preconditions`]).

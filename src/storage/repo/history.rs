@@ -1,7 +1,7 @@
 //! A file's history and old versions: commits on `main`'s first-parent line that changed it.
 use super::{empty_blob_oid, git_err, to_id, to_oid, TenantRepo, MAIN};
 use crate::domain::{BlobId, CommitId, PlanFile};
-use crate::storage::{FileSnapshot, HistoryEntry, HistoryPage, StorageError};
+use crate::storage::{FileSnapshot, HistoryEntry, StorageError};
 use git2::{ObjectType, Oid};
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -41,7 +41,7 @@ impl TenantRepo<'_> {
         file: PlanFile,
         limit: usize,
         from: Option<CommitId>,
-    ) -> Result<HistoryPage, StorageError> {
+    ) -> Result<(Vec<HistoryEntry>, Option<CommitId>), StorageError> {
         let path = file.path();
         let err = |op| git_err(self.tenant, op, path);
         let start = match from {
@@ -57,10 +57,7 @@ impl TenantRepo<'_> {
         for (scanned, oid) in walk.enumerate() {
             let oid = oid.map_err(err("walk history"))?;
             if entries.len() == limit || scanned == SCAN_BUDGET {
-                return Ok(HistoryPage {
-                    entries,
-                    next: Some(CommitId(to_id(oid))),
-                });
+                return Ok((entries, Some(CommitId(to_id(oid)))));
             }
             let commit = self.repo.find_commit(oid).map_err(err("read commit"))?;
             let (blob, present) = self.blob_in(oid, file)?;
@@ -88,10 +85,7 @@ impl TenantRepo<'_> {
                 message,
             });
         }
-        Ok(HistoryPage {
-            entries,
-            next: None,
-        })
+        Ok((entries, None))
     }
 
     /// The blob id of `file` in `commit` (the empty blob when absent) and whether it is there.
