@@ -231,3 +231,47 @@ async fn stalled_bodies_of_one_tenant_hold_only_its_share_and_are_cut_off() {
         t.elapsed()
     );
 }
+
+#[path = "../benches/isolation/attacks.rs"]
+mod attacks;
+
+/// The short form of `cargo bench --bench isolation`: under each noisy-neighbour attack on
+/// other tenants, every request of the victim tenant finishes within 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn under_each_attack_the_victims_requests_finish_within_2_s() {
+    let app = TestApp::spawn().await;
+    let big_commit = attacks::make_big(&app.repo("initech"), 6);
+    let target = attacks::Target {
+        host: app.addr.trim_start_matches("http://").to_owned(),
+        hot_token: common::token("globex", common::ALL),
+        big_tenant: "initech".into(),
+        big_token: common::token(
+            "initech",
+            &["planfiles.repos.read", "jit.integrations.read"],
+        ),
+        big_commit,
+    };
+    let victim = attacks::Victim {
+        base: app.addr.clone(),
+        token: common::token("acme", common::ALL),
+        client: reqwest::Client::new(),
+    };
+    for attack in attacks::Attack::ALL {
+        let running = attacks::start(attack, &target);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        for n in 0..10 {
+            let round = tokio::time::timeout(std::time::Duration::from_secs(6), victim.round(n))
+                .await
+                .unwrap_or_else(|_| panic!("{}: a victim round hung", attack.label()))
+                .unwrap_or_else(|e| panic!("{}: {e}", attack.label()));
+            assert!(
+                round.iter().all(|d| *d < std::time::Duration::from_secs(2)),
+                "{}: victim PUT, GET miss, GET hit took {round:?}",
+                attack.label()
+            );
+        }
+        let sent = running.stop();
+        assert!(sent > 0, "{}: the attack sent nothing", attack.label());
+    }
+    app.fsck("acme");
+}
