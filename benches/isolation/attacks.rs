@@ -151,7 +151,7 @@ fn pkt(text: &str) -> String {
 /// every 100 ms.
 fn cloner(t: Arc<Target>, _: reqwest::Client, sent: Arc<AtomicU64>, i: usize) -> Task {
     Box::pin(async move {
-        let stalled = i % 2 == 0;
+        let stalled = i.is_multiple_of(2);
         let request = format!(
             "{}0000{}",
             pkt(&format!(
