@@ -93,6 +93,13 @@ pub enum CliError {
     Io(String),
     #[error("{0}")]
     Usage(String),
+    /// `serve` on an address other hosts can reach with a secret anyone may know.
+    #[error(
+        "refusing to serve on {bind} with {reason}: anyone who knows it can sign tokens for \
+         every tenant. Set PLANFILES_JWT_SECRET (or auth.secret) to a random secret of at \
+         least 32 bytes, or bind to a loopback address"
+    )]
+    WeakSecret { bind: String, reason: &'static str },
     /// Some tenants were done, others failed (each failure was printed).
     #[error("{0}")]
     Partial(String),
@@ -102,7 +109,7 @@ impl CliError {
     /// 2 for bad input on the command line, 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::TenantId { .. } | CliError::Usage(_) => 2,
+            CliError::TenantId { .. } | CliError::Usage(_) | CliError::WeakSecret { .. } => 2,
             _ => 1,
         }
     }
@@ -266,8 +273,28 @@ fn maintain(config: &Config, only: Option<&str>) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A weak HS256 secret is refused on an address other hosts can reach, and warned about on
+/// loopback.
+fn check_secret(config: &Config) -> Result<(), CliError> {
+    let Some(reason) = config.auth.weak_secret() else {
+        return Ok(());
+    };
+    if !config.server.binds_loopback() {
+        return Err(CliError::WeakSecret {
+            bind: config.server.bind.clone(),
+            reason,
+        });
+    }
+    tracing::warn!(
+        bind = %config.server.bind,
+        "serving with {reason}, on loopback only; set PLANFILES_JWT_SECRET to a random secret of at least 32 bytes before binding to another address"
+    );
+    Ok(())
+}
+
 fn serve(config: Config) -> Result<(), CliError> {
     crate::telemetry::init(&config.log);
+    check_secret(&config)?;
     auth::self_test()?;
     let storage = open_storage(&config)?.head_lookup_threads(config.server.workers);
     if let Some(fixture) = &config.storage.seed_from {
