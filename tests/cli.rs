@@ -523,3 +523,92 @@ fn a_broken_config_file_does_not_print_the_secret() {
         }
     }
 }
+
+/// Writes `<repo>/config.lock` as a killed `tenant set` or `git config` would leave it, with
+/// the given modification time.
+fn leave_config_lock(repo: &Path, modified: std::time::SystemTime) -> std::path::PathBuf {
+    let lock = repo.join("config.lock");
+    let file = std::fs::File::create(&lock).unwrap();
+    file.set_modified(modified).unwrap();
+    lock
+}
+
+/// A `config.lock` left by a killed process does not block `tenant set` for ever: an old
+/// one is removed at once, a fresh one is waited on until it goes.
+#[test]
+fn tenant_set_gets_past_a_config_lock_left_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run(dir.path(), &["tenant", "create", "alpha"]).0, 0);
+    let repo = dir.path().join("data/tenants/alpha.git");
+    let flag = || git_in(&repo, &["config", "planfiles.sourcehosting"]);
+    let set = |on: &str| {
+        run(
+            dir.path(),
+            &["tenant", "set", "alpha", "--source-hosting", on],
+        )
+    };
+
+    // Stale (a minute old): removed, and the set goes through without waiting.
+    let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    let lock = leave_config_lock(&repo, minute_ago);
+    let started = std::time::Instant::now();
+    let (code, _, err) = set("on");
+    assert_eq!(code, 0, "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    assert_eq!(flag(), "true");
+    assert!(!lock.exists());
+
+    // Fresh: another process is changing the config; the set waits for it to finish.
+    let lock = leave_config_lock(&repo, std::time::SystemTime::now());
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        std::fs::remove_file(lock).unwrap();
+    });
+    let started = std::time::Instant::now();
+    let (code, _, err) = set("off");
+    release.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(1500));
+    assert_eq!(flag(), "false");
+    git_in(&repo, &["fsck", "--strict", "--no-dangling"]);
+}
+
+/// A `config.lock` that stays fresh (its holder keeps working) is not taken away: after the
+/// deadline `tenant set` fails, naming the file, and the flag is unchanged.
+#[test]
+fn tenant_set_fails_clearly_while_config_lock_stays_fresh() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run(dir.path(), &["tenant", "create", "alpha"]).0, 0);
+    let repo = dir.path().join("data/tenants/alpha.git");
+    let lock = leave_config_lock(&repo, std::time::SystemTime::now());
+    let holding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let holder = {
+        let holding = holding.clone();
+        std::thread::spawn(move || {
+            while holding.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::File::options()
+                    .write(true)
+                    .open(&lock)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    let (code, _, err) = run(
+        dir.path(),
+        &["tenant", "set", "alpha", "--source-hosting", "on"],
+    );
+    holding.store(false, std::sync::atomic::Ordering::Relaxed);
+    holder.join().unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("config.lock") && err.contains("held by another process"),
+        "{err}"
+    );
+    assert!(started.elapsed() >= std::time::Duration::from_secs(5));
+    assert_eq!(
+        git_in(&repo, &["config", "planfiles.sourcehosting"]),
+        "false"
+    );
+}

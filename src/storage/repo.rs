@@ -138,21 +138,86 @@ impl<'a> TenantRepo<'a> {
         source_hosting_in(&config, self.tenant)
     }
 
+    /// Sets the flag in the repository's config. libgit2 writes `config.lock` and renames it
+    /// over `config`; a process killed in between leaves `config.lock` behind, which would
+    /// refuse every later change. So the same rule as for `main.lock` applies: planfiles
+    /// setters take turns on the tenant's write lock, and a `config.lock` older than
+    /// [`STALE_REF_LOCK`] found while holding it was left by a dead process and is removed.
+    /// A fresh one is waited on until [`WRITE_DEADLINE`].
     pub(super) fn set_source_hosting(
         &self,
         on: bool,
         sync: Option<&SyncGroup>,
     ) -> Result<(), StorageError> {
+        let deadline = Instant::now() + WRITE_DEADLINE;
+        let _turn = self.config_turn(deadline)?;
         let mut config = self
             .repo
             .config()
             .map_err(git_err(self.tenant, "open config", ""))?;
-        config.set_bool(SOURCE_HOSTING_KEY, on).map_err(git_err(
-            self.tenant,
-            "write config",
-            "",
-        ))?;
+        let lock = self.path.join("config.lock");
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match config.set_bool(SOURCE_HOSTING_KEY, on) {
+                Ok(()) => break,
+                Err(e) if e.code() == ErrorCode::Locked => {
+                    if let Some(age) = remove_if_stale(&lock) {
+                        tracing::warn!(tenant = %self.tenant, age_ms = age.as_millis() as u64, "removed a stale config.lock");
+                        continue;
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(StorageError::io(
+                            "change the tenant's config: config.lock is held by another \
+                             process; remove it if no git or planfiles process uses the \
+                             repository",
+                            &lock,
+                            std::io::Error::new(
+                                std::io::ErrorKind::WouldBlock,
+                                format!(
+                                    "still locked after {} s and {attempt} attempts",
+                                    WRITE_DEADLINE.as_secs()
+                                ),
+                            ),
+                        ));
+                    }
+                    backoff(attempt);
+                }
+                Err(e) => return Err(git_err(self.tenant, "write config", "")(e)),
+            }
+        }
         self.group_sync(sync, "")
+    }
+
+    /// The tenant's write lock, for a config change: while it is held no other planfiles
+    /// process changes the config (or writes), so an old `config.lock` is nobody's.
+    fn config_turn(&self, deadline: Instant) -> Result<File, StorageError> {
+        let path = self.path.join(WRITE_LOCK_FILE);
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| StorageError::io("open the write lock", &path, e))?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match file.try_lock() {
+                Ok(()) => return Ok(file),
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => backoff(attempt),
+                Err(TryLockError::WouldBlock) => {
+                    return Err(StorageError::io(
+                        "change the tenant's config: another planfiles process kept the \
+                         tenant's write lock",
+                        &path,
+                        std::io::ErrorKind::WouldBlock.into(),
+                    ))
+                }
+                Err(TryLockError::Error(e)) => {
+                    return Err(StorageError::io("take the write lock", &path, e))
+                }
+            }
+        }
     }
 
     /// In group-commit mode, waits for a shared `syncfs` of the volume.
@@ -487,6 +552,17 @@ impl<'a> TenantRepo<'a> {
 
 fn signature(who: &Identity) -> Result<Signature<'static>, git2::Error> {
     Signature::now(who.name(), who.email())
+}
+
+/// Removes the lock file at `path` when it is older than [`STALE_REF_LOCK`] and returns its
+/// age; `None` when it is fresh, gone, or its age cannot be told (a time in the future).
+fn remove_if_stale(path: &Path) -> Option<Duration> {
+    let age = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()?
+        .elapsed()
+        .ok()?;
+    (age >= STALE_REF_LOCK && std::fs::remove_file(path).is_ok()).then_some(age)
 }
 
 /// Sleeps a little longer on each attempt, with jitter so that racing writers spread out.
