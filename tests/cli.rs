@@ -612,3 +612,77 @@ fn tenant_set_fails_clearly_while_config_lock_stays_fresh() {
         "false"
     );
 }
+
+/// Tenant ids that differ only in letter case would share one repository on a
+/// case-insensitive volume: creating one next to the other is refused and changes nothing.
+#[test]
+fn tenant_create_refuses_an_id_that_differs_only_in_case() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run(dir.path(), &["tenant", "create", "acme"]).0, 0);
+    assert_eq!(run(dir.path(), &["tenant", "create", "Globex-2"]).0, 0);
+    let tenants = dir.path().join("data/tenants");
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&tenants)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    let head = git_in(&tenants.join("acme.git"), &["rev-parse", "main"]);
+    for (id, existing) in [
+        ("Acme", "acme"),
+        ("ACME", "acme"),
+        ("aCmE", "acme"),
+        ("globex-2", "Globex-2"),
+        ("GLOBEX-2", "Globex-2"),
+    ] {
+        let (code, out, err) = run(dir.path(), &["tenant", "create", id, "--source-hosting"]);
+        assert_eq!(code, 1, "{id}: {out}{err}");
+        assert!(
+            err.contains(&format!("tenant {existing} exists")) && err.contains("letter case"),
+            "{id}: {err}"
+        );
+        assert_eq!(listing(), before, "{id}");
+    }
+    assert_eq!(
+        git_in(&tenants.join("acme.git"), &["rev-parse", "main"]),
+        head
+    );
+    assert_eq!(
+        git_in(
+            &tenants.join("acme.git"),
+            &["config", "planfiles.sourcehosting"]
+        ),
+        "false"
+    );
+    // Ids that differ in more than case are still fine.
+    assert_eq!(run(dir.path(), &["tenant", "create", "acme2"]).0, 0);
+
+    // Creations that race take turns: of eight case variants started at once, one wins.
+    let variants = [
+        "race", "Race", "rAce", "raCe", "racE", "RACE", "RAce", "raCE",
+    ];
+    let children: Vec<_> = variants
+        .iter()
+        .map(|id| {
+            planfiles(dir.path())
+                .args(["tenant", "create", id])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let created = children
+        .into_iter()
+        .map(|mut c| c.wait().unwrap().success())
+        .filter(|ok| *ok)
+        .count();
+    let races: Vec<String> = listing()
+        .into_iter()
+        .filter(|n| n.to_ascii_lowercase().starts_with("race"))
+        .collect();
+    assert_eq!((created, races.len()), (1, 1), "{races:?}");
+}
