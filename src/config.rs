@@ -56,8 +56,41 @@ pub struct StorageConfig {
     /// Repack a tenant once it holds about this many loose objects; 0 turns upkeep off.
     pub repack_loose_objects: usize,
     /// Learn through inotify that a tenant's `main` has not moved, so cached GETs need no
-    /// disk read. Turn off when processes on other hosts write to the data dir.
-    pub watch_refs: bool,
+    /// disk read. `auto`: on unless the data dir is on a network, cluster or FUSE volume,
+    /// whose other hosts' changes inotify does not see.
+    pub watch_refs: WatchRefs,
+}
+
+/// `storage.watch_refs`: `"auto"`, or `true`/`false`, which are always honoured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WatchRefs {
+    /// On, unless the data dir's volume is shared with other hosts.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl<'de> Deserialize<'de> for WatchRefs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = WatchRefs;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or \"auto\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<WatchRefs, E> {
+                Ok(if on { WatchRefs::On } else { WatchRefs::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<WatchRefs, E> {
+                match text {
+                    "auto" => Ok(WatchRefs::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(text), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -240,7 +273,7 @@ impl Default for StorageConfig {
             seed_from: Some("repos-fixture".into()),
             repack_loose_objects: 2000,
             durability: Default::default(),
-            watch_refs: true,
+            watch_refs: WatchRefs::Auto,
         }
     }
 }
@@ -499,6 +532,24 @@ mod tests {
             for needle in [secret, "Zq8vK2", "918273645546372819", "9182"] {
                 assert!(!shown.contains(needle), "{text}: {shown}");
             }
+        }
+    }
+
+    #[test]
+    fn watch_refs_is_auto_true_or_false() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let parse = |value: &str| {
+            std::fs::write(&path, format!("[storage]\nwatch_refs = {value}\n")).unwrap();
+            Config::from_file(&path).map(|c| c.storage.watch_refs)
+        };
+        assert_eq!(Config::default().storage.watch_refs, WatchRefs::Auto);
+        assert_eq!(parse("\"auto\"").unwrap(), WatchRefs::Auto);
+        assert_eq!(parse("true").unwrap(), WatchRefs::On);
+        assert_eq!(parse("false").unwrap(), WatchRefs::Off);
+        for bad in ["\"yes\"", "\"Auto\"", "1", "\"\""] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains("true, false or \"auto\""), "{bad}: {err}");
         }
     }
 
