@@ -1,9 +1,9 @@
 //! The command line: `serve` (default), `token`, `maintain`, `tenant create|set|list` (clap).
 use crate::auth::{self, MintRequest, Verifier};
-use crate::config::{Config, ConfigError, Sources};
+use crate::config::{Config, ConfigError, Sources, WatchRefs};
 use crate::domain::{Identity, TenantId};
 use crate::http::{self, AppState, ServerOptions};
-use crate::storage::{self, Storage, StorageError};
+use crate::storage::{self, Storage, StorageError, VolumeKind};
 use crate::upkeep::Upkeep;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::TcpListener;
@@ -93,6 +93,13 @@ pub enum CliError {
     Io(String),
     #[error("{0}")]
     Usage(String),
+    /// `serve` on an address other hosts can reach with a secret anyone may know.
+    #[error(
+        "refusing to serve on {bind} with {reason}: anyone who knows it can sign tokens for \
+         every tenant. Set PLANFILES_JWT_SECRET (or auth.secret) to a random secret of at \
+         least 32 bytes, or bind to a loopback address"
+    )]
+    WeakSecret { bind: String, reason: &'static str },
     /// Some tenants were done, others failed (each failure was printed).
     #[error("{0}")]
     Partial(String),
@@ -102,7 +109,7 @@ impl CliError {
     /// 2 for bad input on the command line, 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::TenantId { .. } | CliError::Usage(_) => 2,
+            CliError::TenantId { .. } | CliError::Usage(_) | CliError::WeakSecret { .. } => 2,
             _ => 1,
         }
     }
@@ -169,8 +176,30 @@ fn open_storage(config: &Config) -> Result<Storage, CliError> {
         &config.storage.data_dir,
         committer,
         config.storage.durability,
-    )?
-    .watch_refs(config.storage.watch_refs))
+    )?)
+}
+
+/// Whether to watch refs with inotify, from `storage.watch_refs` and the kind of volume the
+/// tenants are on. `auto` turns the watch off, with one log line, on a volume that other
+/// hosts change (inotify would miss their commits); `true` and `false` are honoured as they
+/// are, with a warning when `true` is set on such a volume.
+fn watch_refs(setting: WatchRefs, volume: std::io::Result<VolumeKind>) -> bool {
+    match (setting, volume) {
+        (WatchRefs::Off, _) => false,
+        (WatchRefs::On, Ok(VolumeKind::Shared(fs))) => {
+            tracing::warn!(filesystem = fs, "storage.watch_refs = true on a network or FUSE volume: commits made on other hosts are not seen by inotify, and cached GETs may answer an old version");
+            true
+        }
+        (WatchRefs::On, _) | (WatchRefs::Auto, Ok(VolumeKind::Local)) => true,
+        (WatchRefs::Auto, Ok(VolumeKind::Shared(fs))) => {
+            tracing::info!(filesystem = fs, "the data dir is on a network or FUSE volume, where inotify misses other hosts' commits: watch_refs off, every GET reads the ref file (set storage.watch_refs = true to override)");
+            false
+        }
+        (WatchRefs::Auto, Err(e)) => {
+            tracing::warn!(error = %e, "cannot tell the data dir's volume type: watch_refs off, every GET reads the ref file (set storage.watch_refs = true to override)");
+            false
+        }
+    }
 }
 
 fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
@@ -266,10 +295,37 @@ fn maintain(config: &Config, only: Option<&str>) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A weak HS256 secret is refused on an address other hosts can reach, and warned about on
+/// loopback.
+fn check_secret(config: &Config) -> Result<(), CliError> {
+    let Some(reason) = config.auth.weak_secret() else {
+        return Ok(());
+    };
+    if !config.server.binds_loopback() {
+        return Err(CliError::WeakSecret {
+            bind: config.server.bind.clone(),
+            reason,
+        });
+    }
+    tracing::warn!(
+        bind = %config.server.bind,
+        "serving with {reason}, on loopback only; set PLANFILES_JWT_SECRET to a random secret of at least 32 bytes before binding to another address"
+    );
+    Ok(())
+}
+
 fn serve(config: Config) -> Result<(), CliError> {
     crate::telemetry::init(&config.log);
+    check_secret(&config)?;
     auth::self_test()?;
-    let storage = open_storage(&config)?.head_lookup_threads(config.server.workers);
+    let storage = open_storage(&config)?;
+    let watch = watch_refs(
+        config.storage.watch_refs,
+        storage::volume_kind(storage.tenants_dir()),
+    );
+    let storage = storage
+        .watch_refs(watch)
+        .head_lookup_threads(config.server.workers);
     if let Some(fixture) = &config.storage.seed_from {
         if fixture.is_dir() {
             let n = storage::seed_if_empty(fixture, storage.tenants_dir())?;
@@ -308,4 +364,29 @@ fn serve(config: Config) -> Result<(), CliError> {
         .map_err(|e| CliError::Io(format!("server: {e}")))?;
     tracing::info!("planfiles stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_refs_auto_follows_the_volume_and_explicit_settings_win() {
+        let local = || Ok(VolumeKind::Local);
+        let nfs = || Ok(VolumeKind::Shared("nfs"));
+        let unknown = || Err(std::io::Error::other("statfs failed"));
+        for (setting, volume, on) in [
+            (WatchRefs::Auto, local(), true),
+            (WatchRefs::Auto, nfs(), false),
+            (WatchRefs::Auto, unknown(), false),
+            (WatchRefs::On, local(), true),
+            (WatchRefs::On, nfs(), true),
+            (WatchRefs::On, unknown(), true),
+            (WatchRefs::Off, local(), false),
+            (WatchRefs::Off, nfs(), false),
+        ] {
+            let label = format!("{setting:?} {volume:?}");
+            assert_eq!(watch_refs(setting, volume), on, "{label}");
+        }
+    }
 }

@@ -63,8 +63,41 @@ pub struct StorageConfig {
     /// Repack a tenant once it holds about this many loose objects; 0 turns upkeep off.
     pub repack_loose_objects: usize,
     /// Learn through inotify that a tenant's `main` has not moved, so cached GETs need no
-    /// disk read. Turn off when processes on other hosts write to the data dir.
-    pub watch_refs: bool,
+    /// disk read. `auto`: on unless the data dir is on a network, cluster or FUSE volume,
+    /// whose other hosts' changes inotify does not see.
+    pub watch_refs: WatchRefs,
+}
+
+/// `storage.watch_refs`: `"auto"`, or `true`/`false`, which are always honoured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WatchRefs {
+    /// On, unless the data dir's volume is shared with other hosts.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl<'de> Deserialize<'de> for WatchRefs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = WatchRefs;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or \"auto\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<WatchRefs, E> {
+                Ok(if on { WatchRefs::On } else { WatchRefs::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<WatchRefs, E> {
+                match text {
+                    "auto" => Ok(WatchRefs::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(text), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -122,6 +155,109 @@ pub struct LogConfig {
     pub format: String,
 }
 
+/// The secret that ships in `config.toml` and the README: anyone can sign tokens with it.
+pub const DEMO_SECRET: &str = "planfiles-demo-secret-change-me";
+/// The shortest HS256 secret `serve` accepts on an address other hosts can reach.
+pub const MIN_SERVING_SECRET_LEN: usize = 32;
+
+impl AuthConfig {
+    /// Why the HS256 secret must not be used on an address other hosts can reach, if it must
+    /// not: the demo value, or fewer than [`MIN_SERVING_SECRET_LEN`] bytes. RS256 and ES256
+    /// use no secret.
+    pub fn weak_secret(&self) -> Option<&'static str> {
+        if self.algorithm != Algorithm::HS256 {
+            None
+        } else if self.secret == DEMO_SECRET {
+            Some("the demo HS256 secret")
+        } else if self.secret.len() < MIN_SERVING_SECRET_LEN {
+            Some("an HS256 secret shorter than 32 bytes")
+        } else {
+            None
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Whether `bind` names a loopback address (127.0.0.0/8, `::1`, `localhost`), which only
+    /// this host can reach. Any other host, name or form counts as reachable.
+    pub fn binds_loopback(&self) -> bool {
+        let Some((host, _port)) = self.bind.rsplit_once(':') else {
+            return false;
+        };
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if host.eq_ignore_ascii_case("localhost") {
+            return true;
+        }
+        match host.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
+            Ok(std::net::IpAddr::V6(ip)) => {
+                ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+/// A parse error with its line, column and message only. toml's own `Display` quotes the
+/// source line, and serde's messages quote the value at fault (`invalid type: integer `…``):
+/// either could print the secret into a terminal or a log, so values are cut out. A key at
+/// fault (`unknown field`) is kept: it is no secret and says what to fix.
+fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
+    let span = e.span().unwrap_or(0..0);
+    let start = span.start.min(text.len());
+    let before = &text[..start];
+    let line = before.matches('\n').count() + 1;
+    let column = before[before.rfind('\n').map_or(0, |i| i + 1)..]
+        .chars()
+        .count()
+        + 1;
+    let message = e.message().trim();
+    let spanned = text.get(span.clone()).unwrap_or("");
+    let is_key = text
+        .get(span.end..)
+        .is_some_and(|rest| rest.trim_start_matches([' ', '\t']).starts_with('='));
+    let message = if is_key {
+        message.to_owned()
+    } else {
+        let (found, expected) = message
+            .split_once(", expected")
+            .map_or((message, ""), |(f, x)| (f, x));
+        let mut found = redact_quoted(found);
+        let value = spanned.trim().trim_matches(['"', '\'']);
+        if !value.is_empty() {
+            found = found.replace(value, "…");
+        }
+        if expected.is_empty() {
+            found
+        } else {
+            format!("{found}, expected{expected}")
+        }
+    };
+    ConfigError::Parse {
+        path: path.into(),
+        line,
+        column,
+        message,
+    }
+}
+
+/// Replaces each `` `quoted` `` part of a message with `` `…` ``.
+fn redact_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut parts = message.split('`');
+    out.push_str(parts.next().unwrap_or(""));
+    let mut inside = true;
+    for part in parts {
+        out.push('`');
+        out.push_str(if inside { "…" } else { part });
+        inside = !inside;
+    }
+    out
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         Self {
@@ -147,7 +283,7 @@ impl Default for StorageConfig {
             seed_from: Some("repos-fixture".into()),
             repack_loose_objects: 2000,
             durability: Default::default(),
-            watch_refs: true,
+            watch_refs: WatchRefs::Auto,
         }
     }
 }
@@ -156,7 +292,7 @@ impl Default for AuthConfig {
     fn default() -> Self {
         Self {
             algorithm: Algorithm::HS256,
-            secret: "planfiles-demo-secret-change-me".into(),
+            secret: DEMO_SECRET.into(),
             public_key_file: None,
             issuer: None,
             audience: None,
@@ -190,10 +326,13 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("config file {}: {source}", path.display())]
+    /// The file's own text is never part of the error: the line may hold the secret.
+    #[error("config file {}: line {line}, column {column}: {message}", path.display())]
     Parse {
         path: PathBuf,
-        source: Box<toml::de::Error>,
+        line: usize,
+        column: usize,
+        message: String,
     },
     #[error("{name}: {message}")]
     Env { name: &'static str, message: String },
@@ -241,10 +380,7 @@ impl Config {
             path: path.into(),
             source,
         })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse {
-            path: path.into(),
-            source: Box::new(source),
-        })
+        toml::from_str(&text).map_err(|e| parse_error(path, &text, &e))
     }
 
     fn apply_env(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
@@ -392,6 +528,107 @@ mod tests {
             load("[storage]\nseed_from = \"/x\"\n"),
             Some(PathBuf::from("/x"))
         );
+    }
+
+    /// Whatever is broken on the secret's line, the error names the line and column and
+    /// never prints the value.
+    #[test]
+    fn a_parse_error_does_not_echo_the_secret() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let secret = "Zq8vK2pL9xR4tW7mN3bH6cJ1";
+        let cases = [
+            format!("[auth]\nsecret = \"{secret}\n"),
+            format!("[auth]\nsecret = {secret}\n"),
+            format!("[auth]\nsecret = \"{secret}\" trailing\n"),
+            format!("[auth]\nsecret = '{secret}' '{secret}'\n"),
+            format!("[auth]\nsecret = \"\"\"{secret}\n"),
+            format!("[auth]\nsecret = [\"{secret}\"]\n"),
+            format!("[auth]\nsecret = {{ v = \"{secret}\" }}\n"),
+            format!("[auth]\nsecret = \"{secret}\"\nsecret = \"{secret}\"\n"),
+            format!("[auth]\nsecrett = \"{secret}\"\n"),
+            format!("[auth]\n{secret}\n"),
+            format!("[auth]\nsecret =\n{secret}\n"),
+            format!("[auth]\nalgorithm = \"{secret}\"\n"),
+            "[auth]\nsecret = 918273645546372819\n".to_owned(),
+            "[auth]\nsecret = 9182.73645546372819\n".to_owned(),
+        ];
+        for text in &cases {
+            std::fs::write(&path, text).unwrap();
+            let err = Config::from_file(&path).unwrap_err();
+            let shown = err.to_string();
+            assert!(
+                matches!(err, ConfigError::Parse { line: 2 | 3, .. }),
+                "{text}: {shown}"
+            );
+            for needle in [secret, "Zq8vK2", "918273645546372819", "9182"] {
+                assert!(!shown.contains(needle), "{text}: {shown}");
+            }
+        }
+    }
+
+    #[test]
+    fn watch_refs_is_auto_true_or_false() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let parse = |value: &str| {
+            std::fs::write(&path, format!("[storage]\nwatch_refs = {value}\n")).unwrap();
+            Config::from_file(&path).map(|c| c.storage.watch_refs)
+        };
+        assert_eq!(Config::default().storage.watch_refs, WatchRefs::Auto);
+        assert_eq!(parse("\"auto\"").unwrap(), WatchRefs::Auto);
+        assert_eq!(parse("true").unwrap(), WatchRefs::On);
+        assert_eq!(parse("false").unwrap(), WatchRefs::Off);
+        for bad in ["\"yes\"", "\"Auto\"", "1", "\"\""] {
+            let err = parse(bad).unwrap_err().to_string();
+            assert!(err.contains("true, false or \"auto\""), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn loopback_binds() {
+        for (bind, loopback) in [
+            ("127.0.0.1:8080", true),
+            ("127.3.4.5:1", true),
+            ("[::1]:8080", true),
+            ("localhost:8080", true),
+            ("LOCALHOST:0", true),
+            ("[::ffff:127.0.0.1]:80", true),
+            ("0.0.0.0:8080", false),
+            ("[::]:8080", false),
+            ("10.0.0.1:8080", false),
+            ("128.0.0.1:8080", false),
+            (":8080", false),
+            ("example.com:8080", false),
+            ("localhost.example.com:80", false),
+            ("8080", false),
+        ] {
+            let server = ServerConfig {
+                bind: bind.into(),
+                ..ServerConfig::default()
+            };
+            assert_eq!(server.binds_loopback(), loopback, "{bind}");
+        }
+    }
+
+    #[test]
+    fn weak_secrets() {
+        let auth = |algorithm, secret: &str| AuthConfig {
+            algorithm,
+            secret: secret.into(),
+            public_key_file: Some("/k.pem".into()),
+            ..AuthConfig::default()
+        };
+        assert!(AuthConfig::default().weak_secret().is_some());
+        assert!(auth(Algorithm::HS256, DEMO_SECRET).weak_secret().is_some());
+        assert!(auth(Algorithm::HS256, &"x".repeat(31))
+            .weak_secret()
+            .is_some());
+        assert!(auth(Algorithm::HS256, &"x".repeat(32))
+            .weak_secret()
+            .is_none());
+        assert!(auth(Algorithm::RS256, DEMO_SECRET).weak_secret().is_none());
+        assert!(auth(Algorithm::ES256, "").weak_secret().is_none());
     }
 
     #[test]

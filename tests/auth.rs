@@ -196,6 +196,153 @@ async fn leeway_edges_and_ignored_key_headers_are_accepted() {
     }
 }
 
+/// An HS256 token over a payload given as JSON text, so that number forms serde_json would
+/// not print (`1.7e9`) can be sent.
+fn hs256_raw(payload: &str) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+    use base64::Engine;
+    use hmac::{Hmac, Mac};
+    let input = format!(
+        "{}.{}",
+        B64.encode(r#"{"alg":"HS256","typ":"JWT"}"#),
+        B64.encode(payload)
+    );
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(input.as_bytes());
+    format!("{input}.{}", B64.encode(mac.finalize().into_bytes()))
+}
+
+/// RFC 7519 NumericDates may be fractional, and `"permissions": null` grants nothing: such
+/// tokens are valid, and the times are still checked with the leeway.
+#[tokio::test]
+async fn fractional_dates_and_null_permissions_are_valid_tokens() {
+    let app = TestApp::spawn().await;
+    let now = now() as f64;
+    let exp_in_e_notation = format!(
+        r#"{{"tenant_id":"acme","permissions":["jit.integrations.write"],"exp":{:e}}}"#,
+        now + 600.0
+    );
+    assert!(exp_in_e_notation.contains("e9"), "{exp_in_e_notation}");
+    // (name, token, status of a GET of the integration file)
+    let cases: Vec<(&str, String, u16)> = vec![
+        ("fractional exp", hs256(json!({"exp": now + 600.5})), 200),
+        ("exp in e notation", hs256_raw(&exp_in_e_notation), 200),
+        (
+            "fractional exp inside the leeway",
+            hs256(json!({"exp": now - 10.5})),
+            200,
+        ),
+        ("fractional iat", hs256(json!({"iat": now - 0.25})), 200),
+        (
+            "fractional iat inside the leeway",
+            hs256(json!({"iat": now + 10.5})),
+            200,
+        ),
+        ("fractional nbf", hs256(json!({"nbf": now - 0.75})), 200),
+        (
+            "all three fractional",
+            hs256(json!({"iat": now - 1.5, "nbf": now - 1.5, "exp": now + 60.5})),
+            200,
+        ),
+        (
+            "null iat",
+            hs256_raw(&format!(
+                r#"{{"tenant_id":"acme","permissions":["jit.integrations.write"],"iat":null,"exp":{}}}"#,
+                now + 600.0
+            )),
+            200,
+        ),
+        (
+            "null permissions: valid, but grants nothing",
+            hs256_raw(&format!(
+                r#"{{"tenant_id":"acme","permissions":null,"exp":{}}}"#,
+                now + 600.0
+            )),
+            403,
+        ),
+        // Still checked: past the leeway, fractional or not.
+        (
+            "fractional exp past the leeway",
+            hs256(json!({"exp": now - 45.5})),
+            401,
+        ),
+        (
+            "fractional iat past the leeway",
+            hs256(json!({"iat": now + 45.5})),
+            401,
+        ),
+        (
+            "fractional nbf past the leeway",
+            hs256(json!({"nbf": now + 45.5})),
+            401,
+        ),
+        ("negative iat", hs256(json!({"iat": -1.5})), 401),
+        ("iat a string", hs256(json!({"iat": "1700000000"})), 401),
+        ("exp a string", hs256(json!({"exp": "9999999999"})), 401),
+        (
+            "exp null",
+            hs256_raw(r#"{"tenant_id":"acme","permissions":[],"exp":null}"#),
+            401,
+        ),
+    ];
+    for (name, token, expected) in cases {
+        let res = app.get_integration(&token).await;
+        assert_eq!(res.status().as_u16(), expected, "{name}");
+    }
+}
+
+/// A token whose bytes are not UTF-8 was still sent: 401 with `error="invalid_token"`, not
+/// the bare challenge of a request without a token.
+#[tokio::test]
+async fn a_non_utf8_token_is_an_invalid_token() {
+    let app = TestApp::spawn().await;
+    let head = app.head("acme");
+    let valid = token("acme", ALL);
+    let cases: Vec<(&str, Vec<u8>, &str, &str)> = vec![
+        (
+            "Latin-1 bytes",
+            b"Bearer \xff\xfe".to_vec(),
+            "Bearer error=\"invalid_token\"",
+            "invalid_token",
+        ),
+        (
+            "a valid token with a stray byte",
+            [b"Bearer ".as_slice(), valid.as_bytes(), b"\xe9"].concat(),
+            "Bearer error=\"invalid_token\"",
+            "invalid_token",
+        ),
+        (
+            "lower-case scheme",
+            b"bearer caf\xe9".to_vec(),
+            "Bearer error=\"invalid_token\"",
+            "invalid_token",
+        ),
+        (
+            "not the bearer scheme",
+            b"B\xe9arer abc".to_vec(),
+            "Bearer",
+            "unauthorized",
+        ),
+    ];
+    for (name, header, challenge, code) in cases {
+        let res = app
+            .client
+            .put(app.url("/plans/integration-file"))
+            .header(
+                "authorization",
+                reqwest::header::HeaderValue::from_bytes(&header).unwrap(),
+            )
+            .json(&json!({"content": {"x": 1}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.headers()["www-authenticate"], challenge, "{name}");
+        let (status, body) = problem(res).await;
+        assert_eq!((status, body["code"].as_str()), (401, Some(code)), "{name}");
+        assert_eq!(app.head("acme"), head, "{name} changed the repository");
+    }
+}
+
 /// A token in the query string does not authenticate a write either.
 #[tokio::test]
 async fn a_token_in_the_query_string_does_not_write() {

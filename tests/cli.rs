@@ -339,3 +339,350 @@ fn list_and_maintain_go_on_past_a_broken_repository() {
     assert_eq!(run(dir.path(), &["maintain", "alpha"]).0, 0);
     assert_ne!(run(dir.path(), &["maintain", "beta"]).0, 0);
 }
+
+/// Runs `planfiles serve` with `env` and returns its exit code and stderr, or `None` if it
+/// was still running (serving) after a few seconds, when it is killed.
+fn serve_exit(dir: &Path, env: &[(&str, &str)]) -> Option<(i32, String)> {
+    use std::io::Read;
+    let mut cmd = planfiles(dir);
+    cmd.env("PLANFILES_LOG_FORMAT", "json")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.arg("serve").spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    Some((code.unwrap_or(-1), err))
+}
+
+/// The lines of a JSON log that are warnings mentioning `needle`.
+fn warnings_about(log: &[String], needle: &str) -> usize {
+    log.iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["level"] == "WARN" && v.to_string().contains(needle))
+        .count()
+}
+
+/// On an address other hosts can reach, `serve` refuses the demo secret and any HS256
+/// secret shorter than 32 bytes: exit 2, naming the variable to set. Nothing listens.
+#[test]
+fn serve_refuses_a_weak_secret_on_a_reachable_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("reachable.toml");
+    std::fs::write(&config, "[server]\nbind = \"0.0.0.0:0\"\n").unwrap();
+    let config = config.to_str().unwrap();
+    let demo = "planfiles-demo-secret-change-me";
+    let short = "k".repeat(31);
+    let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
+        (
+            "demo secret on 0.0.0.0",
+            vec![
+                ("PLANFILES_BIND", "0.0.0.0:0"),
+                ("PLANFILES_JWT_SECRET", demo),
+            ],
+        ),
+        (
+            "31-byte secret on 0.0.0.0",
+            vec![
+                ("PLANFILES_BIND", "0.0.0.0:0"),
+                ("PLANFILES_JWT_SECRET", &short),
+            ],
+        ),
+        (
+            "the test suite's 28-byte secret on [::]",
+            vec![("PLANFILES_BIND", "[::]:0")],
+        ),
+        (
+            "demo secret on a LAN address",
+            vec![
+                ("PLANFILES_BIND", "192.0.2.1:0"),
+                ("PLANFILES_JWT_SECRET", demo),
+            ],
+        ),
+        (
+            "bind from the config file",
+            vec![("PLANFILES_CONFIG", config), ("PLANFILES_JWT_SECRET", demo)],
+        ),
+    ];
+    for (name, env) in cases {
+        let (code, err) = serve_exit(dir.path(), &env).unwrap_or_else(|| panic!("{name}: served"));
+        assert_eq!(code, 2, "{name}: {err}");
+        assert!(err.contains("PLANFILES_JWT_SECRET"), "{name}: {err}");
+        assert!(!err.contains("planfiles listening"), "{name}: {err}");
+    }
+}
+
+/// On loopback a weak secret serves, with one warning line; a 32-byte secret, or RS256
+/// (which has no secret), serves on any address without that warning.
+#[test]
+fn serve_warns_about_a_weak_secret_on_loopback_and_accepts_strong_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = "planfiles-demo-secret-change-me";
+    for bind in ["127.0.0.1:0", "localhost:0"] {
+        let server = serve(
+            dir.path(),
+            &[("PLANFILES_BIND", bind), ("PLANFILES_JWT_SECRET", demo)],
+        );
+        let log = server.log.lock().unwrap().clone();
+        assert_eq!(
+            warnings_about(&log, "PLANFILES_JWT_SECRET"),
+            1,
+            "{bind}: {log:?}"
+        );
+    }
+    let strong = "s".repeat(32);
+    let rs256 = dir.path().join("rs256.toml");
+    std::fs::write(
+        &rs256,
+        format!(
+            "[auth]\nalgorithm = \"RS256\"\npublic_key_file = {:?}\n",
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/keys/rs256-public.pem")
+                .display()
+                .to_string()
+        ),
+    )
+    .unwrap();
+    let rs256 = rs256.to_str().unwrap();
+    for (name, env) in [
+        (
+            "32-byte secret",
+            vec![
+                ("PLANFILES_BIND", "0.0.0.0:0"),
+                ("PLANFILES_JWT_SECRET", &strong),
+            ],
+        ),
+        (
+            "RS256",
+            vec![("PLANFILES_BIND", "0.0.0.0:0"), ("PLANFILES_CONFIG", rs256)],
+        ),
+    ] {
+        let server = serve(dir.path(), &env);
+        let log = server.log.lock().unwrap().clone();
+        assert_eq!(
+            warnings_about(&log, "PLANFILES_JWT_SECRET"),
+            0,
+            "{name}: {log:?}"
+        );
+    }
+}
+
+/// A config file that does not parse is reported by line and column, without the text of
+/// the line that holds the secret.
+#[test]
+fn a_broken_config_file_does_not_print_the_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "Hq7wZ3nV8pT2rK6yL4mB9cX1dF5gJ0sA";
+    let path = dir.path().join("broken.toml");
+    for text in [
+        format!("[server]\nbind = \"127.0.0.1:0\"\n[auth]\nsecret = \"{secret}\n"),
+        format!("[auth]\nsecret = {secret}\n"),
+        format!("[auth]\nsecret = \"{secret}\" ops\n"),
+        "[auth]\nsecret = 83746592018273645\n".to_owned(),
+    ] {
+        std::fs::write(&path, &text).unwrap();
+        let config = [("PLANFILES_CONFIG", path.to_str().unwrap())];
+        let out = planfiles(dir.path())
+            .envs(config)
+            .args(["tenant", "list"])
+            .output()
+            .unwrap();
+        let listed = (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        let served = serve_exit(dir.path(), &config).expect("served with a broken config");
+        for (code, err) in [listed, served] {
+            assert_ne!(code, 0, "{text}");
+            assert!(
+                err.contains("broken.toml") && err.contains("line "),
+                "{err}"
+            );
+            for needle in [secret, "83746592018273645", "Hq7wZ3"] {
+                assert!(!err.contains(needle), "{text}: {err}");
+            }
+        }
+    }
+}
+
+/// Writes `<repo>/config.lock` as a killed `tenant set` or `git config` would leave it, with
+/// the given modification time.
+fn leave_config_lock(repo: &Path, modified: std::time::SystemTime) -> std::path::PathBuf {
+    let lock = repo.join("config.lock");
+    let file = std::fs::File::create(&lock).unwrap();
+    file.set_modified(modified).unwrap();
+    lock
+}
+
+/// A `config.lock` left by a killed process does not block `tenant set` for ever: an old
+/// one is removed at once, a fresh one is waited on until it goes.
+#[test]
+fn tenant_set_gets_past_a_config_lock_left_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run(dir.path(), &["tenant", "create", "alpha"]).0, 0);
+    let repo = dir.path().join("data/tenants/alpha.git");
+    let flag = || git_in(&repo, &["config", "planfiles.sourcehosting"]);
+    let set = |on: &str| {
+        run(
+            dir.path(),
+            &["tenant", "set", "alpha", "--source-hosting", on],
+        )
+    };
+
+    // Stale (a minute old): removed, and the set goes through without waiting.
+    let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    let lock = leave_config_lock(&repo, minute_ago);
+    let started = std::time::Instant::now();
+    let (code, _, err) = set("on");
+    assert_eq!(code, 0, "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
+    assert_eq!(flag(), "true");
+    assert!(!lock.exists());
+
+    // Fresh: another process is changing the config; the set waits for it to finish.
+    let lock = leave_config_lock(&repo, std::time::SystemTime::now());
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        std::fs::remove_file(lock).unwrap();
+    });
+    let started = std::time::Instant::now();
+    let (code, _, err) = set("off");
+    release.join().unwrap();
+    assert_eq!(code, 0, "{err}");
+    assert!(started.elapsed() >= std::time::Duration::from_millis(1500));
+    assert_eq!(flag(), "false");
+    git_in(&repo, &["fsck", "--strict", "--no-dangling"]);
+}
+
+/// A `config.lock` that stays fresh (its holder keeps working) is not taken away: after the
+/// deadline `tenant set` fails, naming the file, and the flag is unchanged.
+#[test]
+fn tenant_set_fails_clearly_while_config_lock_stays_fresh() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run(dir.path(), &["tenant", "create", "alpha"]).0, 0);
+    let repo = dir.path().join("data/tenants/alpha.git");
+    let lock = leave_config_lock(&repo, std::time::SystemTime::now());
+    let holding = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let holder = {
+        let holding = holding.clone();
+        std::thread::spawn(move || {
+            while holding.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::fs::File::options()
+                    .write(true)
+                    .open(&lock)
+                    .and_then(|f| f.set_modified(std::time::SystemTime::now()));
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    let (code, _, err) = run(
+        dir.path(),
+        &["tenant", "set", "alpha", "--source-hosting", "on"],
+    );
+    holding.store(false, std::sync::atomic::Ordering::Relaxed);
+    holder.join().unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("config.lock") && err.contains("held by another process"),
+        "{err}"
+    );
+    assert!(started.elapsed() >= std::time::Duration::from_secs(5));
+    assert_eq!(
+        git_in(&repo, &["config", "planfiles.sourcehosting"]),
+        "false"
+    );
+}
+
+/// Tenant ids that differ only in letter case would share one repository on a
+/// case-insensitive volume: creating one next to the other is refused and changes nothing.
+#[test]
+fn tenant_create_refuses_an_id_that_differs_only_in_case() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run(dir.path(), &["tenant", "create", "acme"]).0, 0);
+    assert_eq!(run(dir.path(), &["tenant", "create", "Globex-2"]).0, 0);
+    let tenants = dir.path().join("data/tenants");
+    let listing = || {
+        let mut names: Vec<String> = std::fs::read_dir(&tenants)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing();
+    let head = git_in(&tenants.join("acme.git"), &["rev-parse", "main"]);
+    for (id, existing) in [
+        ("Acme", "acme"),
+        ("ACME", "acme"),
+        ("aCmE", "acme"),
+        ("globex-2", "Globex-2"),
+        ("GLOBEX-2", "Globex-2"),
+    ] {
+        let (code, out, err) = run(dir.path(), &["tenant", "create", id, "--source-hosting"]);
+        assert_eq!(code, 1, "{id}: {out}{err}");
+        assert!(
+            err.contains(&format!("tenant {existing} exists")) && err.contains("letter case"),
+            "{id}: {err}"
+        );
+        assert_eq!(listing(), before, "{id}");
+    }
+    assert_eq!(
+        git_in(&tenants.join("acme.git"), &["rev-parse", "main"]),
+        head
+    );
+    assert_eq!(
+        git_in(
+            &tenants.join("acme.git"),
+            &["config", "planfiles.sourcehosting"]
+        ),
+        "false"
+    );
+    // Ids that differ in more than case are still fine.
+    assert_eq!(run(dir.path(), &["tenant", "create", "acme2"]).0, 0);
+
+    // Creations that race take turns: of eight case variants started at once, one wins.
+    let variants = [
+        "race", "Race", "rAce", "raCe", "racE", "RACE", "RAce", "raCE",
+    ];
+    let children: Vec<_> = variants
+        .iter()
+        .map(|id| {
+            planfiles(dir.path())
+                .args(["tenant", "create", id])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let created = children
+        .into_iter()
+        .map(|mut c| c.wait().unwrap().success())
+        .filter(|ok| *ok)
+        .count();
+    let races: Vec<String> = listing()
+        .into_iter()
+        .filter(|n| n.to_ascii_lowercase().starts_with("race"))
+        .collect();
+    assert_eq!((created, races.len()), (1, 1), "{races:?}");
+}

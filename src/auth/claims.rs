@@ -7,13 +7,43 @@ use serde::{Deserialize, Serialize};
 pub(super) struct Claims {
     /// Checked by jsonwebtoken's validation; required here too.
     exp: serde_json::Number,
-    pub(super) iat: Option<u64>,
+    /// A NumericDate (RFC 7519): seconds since the epoch, possibly with a fraction.
+    pub(super) iat: Option<NumericDate>,
     tenant_id: String,
-    #[serde(default)]
+    /// Absent and `null` both grant nothing.
+    #[serde(default, deserialize_with = "list_or_null")]
     permissions: Vec<String>,
     sub: Option<String>,
     email: Option<String>,
     name: Option<String>,
+}
+
+/// An RFC 7519 NumericDate: a non-negative, finite JSON number of seconds since the epoch,
+/// whole or fractional (`1700000000`, `1.7e9`, `1700000000.25`).
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub(super) struct NumericDate(f64);
+
+impl NumericDate {
+    /// Whether this instant lies after `secs` (whole seconds since the epoch).
+    pub(super) fn is_after(self, secs: u64) -> bool {
+        self.0 > secs as f64
+    }
+}
+
+impl<'de> Deserialize<'de> for NumericDate {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let n = serde_json::Number::deserialize(d)?;
+        match n.as_f64() {
+            Some(secs) if secs.is_finite() && secs >= 0.0 => Ok(Self(secs)),
+            _ => Err(serde::de::Error::custom(
+                "a NumericDate must be a non-negative number of seconds",
+            )),
+        }
+    }
+}
+
+fn list_or_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(Option::<Vec<String>>::deserialize(d)?.unwrap_or_default())
 }
 
 #[derive(Debug, Serialize)]

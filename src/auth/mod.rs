@@ -121,18 +121,20 @@ impl Verifier {
     }
 
     /// [`Verifier::verify`] on a token's bytes: a remembered token (valid UTF-8 when it was
-    /// verified) is found by comparing bytes; bytes that are not UTF-8 are no token at all.
+    /// verified) is found by comparing bytes; bytes that are not UTF-8 are a token that was
+    /// sent and is not valid.
     fn verify_bytes(&self, token: &[u8]) -> Result<Principal, AuthError> {
         let now = now();
         if let Some(principal) = self.verified.get(token, now, self.leeway) {
             return Ok(principal);
         }
-        let token = std::str::from_utf8(token).map_err(|_| AuthError::Missing)?;
+        let token = std::str::from_utf8(token)
+            .map_err(|_| AuthError::Invalid("the token is not UTF-8".into()))?;
         let data = jsonwebtoken::decode::<claims::Claims>(token, &self.key, &self.validation)
             .map_err(|e| AuthError::Invalid(e.to_string()))?;
         let claims = data.claims;
         if let Some(iat) = claims.iat {
-            if iat > now + self.leeway {
+            if iat.is_after(now + self.leeway) {
                 return Err(AuthError::Invalid("issued in the future".into()));
             }
         }
@@ -307,11 +309,11 @@ mod tests {
             v.verify_header(Some(&header(&spliced))),
             Err(AuthError::Invalid(_))
         ));
-        // Bytes that are not UTF-8 are no bearer token at all.
-        assert_eq!(
-            v.verify_header(Some(b"Bearer \xff\xfe")).unwrap_err(),
-            AuthError::Missing
-        );
+        // Bytes that are not UTF-8 are a token sent and refused.
+        assert!(matches!(
+            v.verify_header(Some(b"Bearer \xff\xfe")),
+            Err(AuthError::Invalid(_))
+        ));
     }
 
     #[test]

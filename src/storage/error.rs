@@ -8,6 +8,11 @@ pub enum StorageError {
     TenantNotFound(TenantId),
     #[error("tenant {0} already exists")]
     TenantExists(TenantId),
+    #[error(
+        "tenant {tenant}: tenant {existing} exists, and ids that differ only in letter case \
+         would share one repository on a case-insensitive volume"
+    )]
+    TenantCaseClash { tenant: TenantId, existing: String },
     #[error("tenant {tenant}: commit {commit} is not in the history of main")]
     UnknownRef { tenant: TenantId, commit: CommitId },
     #[error("tenant {tenant}: {file} has changed; its current blob is {current}")]

@@ -5,12 +5,14 @@ mod error;
 mod repo;
 mod seed;
 mod upload_pack;
+mod volume;
 mod watch;
 
 pub use durable::Durability;
 pub use error::StorageError;
 pub use seed::seed_if_empty;
 pub use upload_pack::UploadPack;
+pub use volume::{volume_kind, VolumeKind};
 
 use crate::domain::{BlobId, CommitId, Cursor, Identity, ObjectId, PlanFile, RequestId, TenantId};
 use std::path::{Path, PathBuf};

@@ -157,21 +157,71 @@ impl<'a> TenantRepo<'a> {
         source_hosting_in(&config, self.tenant)
     }
 
+    /// Sets the flag in the repository's config. libgit2 writes `config.lock` and renames it
+    /// over `config`; a process killed in between leaves `config.lock` behind, which would
+    /// refuse every later change. So the same rule as for `main.lock` applies: planfiles
+    /// setters take turns on the tenant's write lock, and a `config.lock` older than
+    /// [`STALE_REF_LOCK`] found while holding it was left by a dead process and is removed.
+    /// A fresh one is waited on until [`WRITE_DEADLINE`].
     pub(super) fn set_source_hosting(
         &self,
         on: bool,
         sync: Option<&SyncGroup>,
     ) -> Result<(), StorageError> {
+        let deadline = Instant::now() + WRITE_DEADLINE;
+        let _turn = self.config_turn(deadline)?;
         let mut config = self
             .repo
             .config()
             .map_err(git_err(self.tenant, "open config", ""))?;
-        config.set_bool(SOURCE_HOSTING_KEY, on).map_err(git_err(
-            self.tenant,
-            "write config",
-            "",
-        ))?;
+        let lock = self.path.join("config.lock");
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match config.set_bool(SOURCE_HOSTING_KEY, on) {
+                Ok(()) => break,
+                Err(e) if e.code() == ErrorCode::Locked => {
+                    if let Some(age) = remove_if_stale(&lock) {
+                        tracing::warn!(tenant = %self.tenant, age_ms = age.as_millis() as u64, "removed a stale config.lock");
+                        continue;
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(StorageError::io(
+                            "change the tenant's config: config.lock is held by another \
+                             process; remove it if no git or planfiles process uses the \
+                             repository",
+                            &lock,
+                            std::io::Error::new(
+                                std::io::ErrorKind::WouldBlock,
+                                format!(
+                                    "still locked after {} s and {attempt} attempts",
+                                    WRITE_DEADLINE.as_secs()
+                                ),
+                            ),
+                        ));
+                    }
+                    backoff(attempt);
+                }
+                Err(e) => return Err(git_err(self.tenant, "write config", "")(e)),
+            }
+        }
         self.group_sync(sync, "")
+    }
+
+    /// The tenant's write lock, for a config change: while it is held no other planfiles
+    /// process changes the config (or writes), so an old `config.lock` is nobody's.
+    fn config_turn(&self, deadline: Instant) -> Result<File, StorageError> {
+        let path = self.path.join(WRITE_LOCK_FILE);
+        lock_file_until(&path, deadline)
+            .map_err(|e| StorageError::io("take the write lock", &path, e))?
+            .ok_or_else(|| {
+                StorageError::io(
+                    "change the tenant's config: another planfiles process kept the tenant's \
+                     write lock",
+                    &path,
+                    std::io::ErrorKind::WouldBlock.into(),
+                )
+            })
     }
 
     /// In group-commit mode, waits for a shared `syncfs` of the volume.
@@ -508,6 +558,37 @@ fn signature(who: &Identity) -> Result<Signature<'static>, git2::Error> {
     Signature::now(who.name(), who.email())
 }
 
+/// An OS lock on the file at `path` (created if missing), waiting until `deadline` at most;
+/// `None` when another holder kept it that long.
+fn lock_file_until(path: &Path, deadline: Instant) -> std::io::Result<Option<File>> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)?;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match file.try_lock() {
+            Ok(()) => return Ok(Some(file)),
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => backoff(attempt),
+            Err(TryLockError::WouldBlock) => return Ok(None),
+            Err(TryLockError::Error(e)) => return Err(e),
+        }
+    }
+}
+
+/// Removes the lock file at `path` when it is older than [`STALE_REF_LOCK`] and returns its
+/// age; `None` when it is fresh, gone, or its age cannot be told (a time in the future).
+fn remove_if_stale(path: &Path) -> Option<Duration> {
+    let age = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()?
+        .elapsed()
+        .ok()?;
+    (age >= STALE_REF_LOCK && std::fs::remove_file(path).is_ok()).then_some(age)
+}
+
 /// Sleeps a little longer on each attempt, with jitter so that racing writers spread out.
 fn backoff(attempt: u32) {
     let cap_us = 500u64 * u64::from(attempt.min(20));
@@ -515,7 +596,13 @@ fn backoff(attempt: u32) {
     std::thread::sleep(Duration::from_micros(us));
 }
 
+/// The lock file that tenant creations of every planfiles process take turns on, in the
+/// data dir (not in `tenants/`, whose emptiness means "seed me").
+const CREATE_LOCK_FILE: &str = ".planfiles-create.lock";
+
 /// Creates a tenant repository: init in a temporary directory, first commit, then rename.
+/// Creations take turns, and an id that equals an existing tenant's in another letter case is
+/// refused: on a case-insensitive volume both would be one repository.
 pub(super) fn create(
     tenant: &TenantId,
     tenants_dir: &Path,
@@ -524,6 +611,25 @@ pub(super) fn create(
     committer: &Identity,
     sync: Option<&SyncGroup>,
 ) -> Result<CommitId, StorageError> {
+    let lock_path = tenants_dir
+        .parent()
+        .unwrap_or(tenants_dir)
+        .join(CREATE_LOCK_FILE);
+    let _turn = lock_file_until(&lock_path, Instant::now() + WRITE_DEADLINE)
+        .map_err(|e| StorageError::io("take the tenant creation lock", &lock_path, e))?
+        .ok_or_else(|| {
+            StorageError::io(
+                "another process kept the tenant creation lock",
+                &lock_path,
+                std::io::ErrorKind::WouldBlock.into(),
+            )
+        })?;
+    if let Some(existing) = same_id_in_other_case(tenant, tenants_dir)? {
+        return Err(StorageError::TenantCaseClash {
+            tenant: tenant.clone(),
+            existing,
+        });
+    }
     if path.exists() {
         return Err(StorageError::TenantExists(tenant.clone()));
     }
@@ -550,6 +656,26 @@ pub(super) fn create(
     }
     sync_dir(tenants_dir)?;
     Ok(CommitId(to_id(commit)))
+}
+
+/// The name of an existing tenant repository whose id equals `tenant` in another letter case.
+fn same_id_in_other_case(
+    tenant: &TenantId,
+    tenants_dir: &Path,
+) -> Result<Option<String>, StorageError> {
+    let wanted = format!("{tenant}.git");
+    let entries = std::fs::read_dir(tenants_dir)
+        .map_err(|e| StorageError::io("list tenants", tenants_dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StorageError::io("list tenants", tenants_dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name != wanted && name.eq_ignore_ascii_case(&wanted) {
+            let id = &name[..name.len() - ".git".len()];
+            return Ok(Some(id.to_owned()));
+        }
+    }
+    Ok(None)
 }
 
 /// Initialises a bare repository at `path` with branch `main` and the tenant's first commit.
