@@ -269,7 +269,13 @@ fn maintain(config: &Config, only: Option<&str>) -> Result<(), CliError> {
 fn serve(config: Config) -> Result<(), CliError> {
     crate::telemetry::init(&config.log);
     auth::self_test()?;
-    let storage = open_storage(&config)?.head_lookup_threads(config.server.workers);
+    let storage = open_storage(&config)?
+        .head_lookup_threads(config.server.workers)
+        .clone_limits(
+            storage::CLONE_TURNS,
+            Duration::from_secs(config.server.clone_stall_secs),
+            Duration::from_secs(config.server.queue_timeout_secs),
+        );
     if let Some(fixture) = &config.storage.seed_from {
         if fixture.is_dir() {
             let n = storage::seed_if_empty(fixture, storage.tenants_dir())?;

@@ -41,6 +41,9 @@ pub struct ServerConfig {
     /// Seconds a request waits for a turn (its tenant's writer, the body budget, a clone
     /// slot) before it is answered 503 `busy` with `Retry-After`.
     pub queue_timeout_secs: u64,
+    /// Seconds a clone or fetch may go without the client accepting a byte; then its
+    /// `git upload-pack` is stopped and its turn given to the next.
+    pub clone_stall_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -126,6 +129,7 @@ impl Default for ServerConfig {
             bodies_in_flight_bytes: 16 * 1024 * 1024,
             body_timeout_secs: 30,
             queue_timeout_secs: 10,
+            clone_stall_secs: 30,
         }
     }
 }
@@ -261,6 +265,11 @@ impl Config {
                 "server.bodies_in_flight_bytes must be at least server.body_limit".into(),
             ));
         }
+        if self.server.clone_stall_secs == 0 {
+            return Err(ConfigError::Invalid(
+                "server.clone_stall_secs must be positive".into(),
+            ));
+        }
         if self.server.body_limit == 0 {
             return Err(ConfigError::Invalid(
                 "server.body_limit must be positive".into(),
@@ -332,6 +341,14 @@ mod tests {
         assert!(matches!(
             Config::from_file(&path),
             Err(ConfigError::Parse { .. })
+        ));
+        std::fs::write(&path, "[server]\nclone_stall_secs = 0\n").unwrap();
+        assert!(matches!(
+            Config::load(&Sources {
+                explicit_file: Some(path.clone()),
+                env: vec![],
+            }),
+            Err(ConfigError::Invalid(_))
         ));
         let short = Sources {
             explicit_file: None,

@@ -9,7 +9,7 @@ mod watch;
 pub use durable::Durability;
 pub use error::StorageError;
 pub use seed::seed_if_empty;
-pub use upload_pack::UploadPack;
+pub use upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
 
 use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, RequestId, TenantId};
 use std::path::{Path, PathBuf};
@@ -149,7 +149,7 @@ pub struct Storage {
     /// Which tenants' `main` is known not to have moved since it was read.
     watch: Arc<watch::HeadWatch>,
     /// Turns to run `git upload-pack` for clones and fetches.
-    upload_packs: Arc<tokio::sync::Semaphore>,
+    upload_packs: Arc<upload_pack::CloneTurns>,
 }
 
 impl Storage {
@@ -176,7 +176,11 @@ impl Storage {
             committer,
             sync,
             watch: Arc::default(),
-            upload_packs: Arc::new(tokio::sync::Semaphore::new(upload_pack::MAX_UPLOAD_PACKS)),
+            upload_packs: Arc::new(upload_pack::CloneTurns::new(
+                CLONE_TURNS,
+                std::time::Duration::from_secs(30),
+                std::time::Duration::from_secs(10),
+            )),
         })
     }
 
@@ -197,6 +201,19 @@ impl Storage {
         if self.watch.enabled() {
             self.watch = Arc::new(watch::HeadWatch::new(threads));
         }
+        self
+    }
+
+    /// How many `git upload-pack` run at once (one tenant gets at most half), how long a
+    /// client may accept no bytes before its clone is stopped, and how long a clone or fetch
+    /// waits for a turn before it is answered busy.
+    pub fn clone_limits(
+        mut self,
+        turns: usize,
+        stall: std::time::Duration,
+        queue_timeout: std::time::Duration,
+    ) -> Self {
+        self.upload_packs = Arc::new(upload_pack::CloneTurns::new(turns, stall, queue_timeout));
         self
     }
 
