@@ -157,8 +157,8 @@ pub(super) async fn info_refs(
     ),
     request_body(content = GitBytes, content_type = "application/x-git-upload-pack-request"),
     responses(
-        (status = 200, description = "git upload-pack's answer. The pack stops, and the response ends in an error, when the client accepts no bytes for server.clone_stall_secs", body = GitBytes, content_type = "application/x-git-upload-pack-result"),
-        (status = 400, description = "invalid_body: a gzip body that cannot be read", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "git upload-pack's answer. A want that is neither a ref tip nor reachable from one (protocol v0 or v2) is answered with the packet `ERR upload-pack: not our ref <id>`. The pack stops, and the response ends in an error, when the client accepts no bytes for server.clone_stall_secs", body = GitBytes, content_type = "application/x-git-upload-pack-result"),
+        (status = 400, description = "invalid_body: a gzip body that cannot be read, or not a sequence of pkt-lines", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "insufficient_scope (planfiles.repos.read) or wrong_tenant", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not_found: not <tenant_id>.git; tenant_not_found", body = Problem, content_type = "application/problem+json"),
@@ -242,7 +242,9 @@ async fn open(
     .await
 }
 
-/// Busy is 503 with `Retry-After` (text for a git client).
+/// Busy is 503 with `Retry-After` (text for a git client); a want that is not served is git's
+/// own answer to it, an `ERR upload-pack: not our ref <id>` packet, which git shows as
+/// `remote error: ...`.
 fn upload_pack_error(req: &HttpRequest, e: UploadPackError) -> Reply {
     match e {
         UploadPackError::Busy { waited, .. } => refuse(
@@ -252,6 +254,17 @@ fn upload_pack_error(req: &HttpRequest, e: UploadPackError) -> Reply {
                 waited.as_secs(),
             ),
         ),
+        UploadPackError::NotOurRef { tenant, oid } => {
+            tracing::info!(%tenant, want = %oid, "refused an upload-pack want that is not reachable from a ref");
+            Ok(HttpResponse::Ok()
+                .content_type(RESULT)
+                .insert_header((
+                    header::CACHE_CONTROL,
+                    "no-cache, max-age=0, must-revalidate",
+                ))
+                .body(pkt_line(&format!("ERR upload-pack: not our ref {oid}\n"))))
+        }
+        UploadPackError::Malformed { source, .. } => Err(ApiError::InvalidBody(source.to_string())),
         UploadPackError::Storage(e) => Err(ApiError::from_storage(e, PlanFile::Integration)),
     }
 }

@@ -1,11 +1,13 @@
 //! Read-only git access for clone and fetch: `git upload-pack --stateless-rpc` over a tenant's
 //! repository, the same program `git http-backend` runs, in a bounded turn and environment.
 mod turns;
+mod wants;
 
 pub use turns::CloneTurns;
+pub use wants::Malformed;
 
 use super::StorageError;
-use crate::domain::TenantId;
+use crate::domain::{ObjectId, TenantId};
 use futures_util::Stream;
 use std::io;
 use std::path::PathBuf;
@@ -30,6 +32,16 @@ const STDERR_LIMIT: usize = 4096;
 pub enum UploadPackError {
     #[error("tenant {tenant}: no clone turn within {}s", waited.as_secs())]
     Busy { tenant: TenantId, waited: Duration },
+    /// A `want` that is neither a ref tip nor reachable from one; git's own words for it
+    /// are `upload-pack: not our ref <id>`.
+    #[error("tenant {tenant}: want {oid} is not a ref tip nor reachable from one")]
+    NotOurRef { tenant: TenantId, oid: ObjectId },
+    #[error("tenant {tenant}: {source}")]
+    Malformed {
+        tenant: TenantId,
+        #[source]
+        source: Malformed,
+    },
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -137,7 +149,7 @@ impl UploadPack {
         Ok(out.stdout)
     }
 
-    /// Answers one `git-upload-pack` request: feeds it to git and streams
+    /// Answers one `git-upload-pack` request: checks its wants, feeds it to git and streams
     /// the pack back. A task owns the turn and the process; it ends both when the client has
     /// accepted no bytes for the stall time, and the stream then ends in an error.
     pub async fn respond(
@@ -145,6 +157,7 @@ impl UploadPack {
         request: Vec<u8>,
     ) -> Result<impl Stream<Item = io::Result<Vec<u8>>>, UploadPackError> {
         let turn = self.turn().await?;
+        self.check_wants(&request).await?;
         let mut child = self
             .command(false)
             .spawn()
@@ -179,6 +192,39 @@ impl UploadPack {
                 tenant: self.tenant.clone(),
                 waited: no.waited,
             })
+    }
+
+    /// Every `want` must be a ref tip or reachable from one; looked up on the blocking pool.
+    async fn check_wants(&self, request: &[u8]) -> Result<(), UploadPackError> {
+        let wants = wants::parse(request).map_err(|source| UploadPackError::Malformed {
+            tenant: self.tenant.clone(),
+            source,
+        })?;
+        if wants.is_empty() {
+            return Ok(());
+        }
+        let repo = self.repo.clone();
+        let found = tokio::task::spawn_blocking(move || wants::first_unreachable(&repo, &wants))
+            .await
+            .map_err(|e| self.git_error(e.to_string()))?
+            .map_err(|e| self.git_error(e.message().to_owned()))?;
+        match found {
+            None => Ok(()),
+            Some(oid) => Err(UploadPackError::NotOurRef {
+                tenant: self.tenant.clone(),
+                oid,
+            }),
+        }
+    }
+
+    fn git_error(&self, message: String) -> StorageError {
+        StorageError::Git {
+            tenant: self.tenant.clone(),
+            op: "check the wants of an upload-pack request",
+            message,
+            code: 0,
+            class: 0,
+        }
     }
 
     fn failed(&self, status: std::process::ExitStatus, stderr: &[u8]) -> StorageError {
