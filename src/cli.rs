@@ -325,7 +325,12 @@ fn serve(config: Config) -> Result<(), CliError> {
     );
     let storage = storage
         .watch_refs(watch)
-        .head_lookup_threads(config.server.workers);
+        .head_lookup_threads(config.server.workers)
+        .clone_limits(
+            storage::CLONE_TURNS,
+            Duration::from_secs(config.server.clone_stall_secs),
+            Duration::from_secs(config.server.queue_timeout_secs),
+        );
     if let Some(fixture) = &config.storage.seed_from {
         if fixture.is_dir() {
             let n = storage::seed_if_empty(fixture, storage.tenants_dir())?;

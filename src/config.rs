@@ -48,6 +48,9 @@ pub struct ServerConfig {
     pub body_min_bytes_per_sec: u64,
     /// Writes of one tenant queued or running at most; more are answered 503 `busy`.
     pub write_queue_depth: usize,
+    /// Seconds a clone or fetch may go without the client accepting a byte; then its
+    /// `git upload-pack` is stopped and its turn given to the next.
+    pub clone_stall_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -272,6 +275,7 @@ impl Default for ServerConfig {
             bodies_per_tenant_bytes: 4 * 1024 * 1024,
             body_min_bytes_per_sec: 8 * 1024,
             write_queue_depth: 16,
+            clone_stall_secs: 30,
         }
     }
 }
@@ -420,6 +424,7 @@ impl Config {
                 "server.body_min_bytes_per_sec",
                 self.server.body_min_bytes_per_sec,
             ),
+            ("server.clone_stall_secs", self.server.clone_stall_secs),
             (
                 "server.write_queue_depth",
                 self.server.write_queue_depth as u64,
@@ -500,6 +505,14 @@ mod tests {
         assert!(matches!(
             Config::from_file(&path),
             Err(ConfigError::Parse { .. })
+        ));
+        std::fs::write(&path, "[server]\nclone_stall_secs = 0\n").unwrap();
+        assert!(matches!(
+            Config::load(&Sources {
+                explicit_file: Some(path.clone()),
+                env: vec![],
+            }),
+            Err(ConfigError::Invalid(_))
         ));
         let short = Sources {
             explicit_file: None,

@@ -1,7 +1,7 @@
 //! Clone and fetch over git smart HTTP with the real git client; push is refused.
 mod common;
 
-use common::{git_in, problem, token, TestApp, ALL};
+use common::{git_in, git_succeeds, problem, token, TestApp, ALL};
 use serde_json::json;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -303,6 +303,140 @@ async fn more_concurrent_clones_than_upload_pack_turns_all_succeed() {
         assert_eq!(
             log(&work.path().join(format!("c{i}"))),
             log(&app.repo("acme"))
+        );
+    }
+}
+
+fn pkt(text: &str) -> String {
+    format!("{:04x}{text}", text.len() + 4)
+}
+
+/// git upload-pack in protocol v2 would serve any object it holds; only ref tips and commits
+/// reachable from them are served, in v0 (git's own check) and v2 alike.
+#[tokio::test]
+async fn a_want_that_no_ref_reaches_is_refused_in_v0_and_v2() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", &[REPOS_READ]);
+    let repo = app.repo("acme");
+    let main = app.head("acme");
+    let parent = app.git("acme", &["rev-parse", "main~1"]);
+    let blob = app.blob("acme", "integrations.yml");
+    // A commit that main does not reach, as a refused or undone write leaves one.
+    let tree = app.git("acme", &["rev-parse", "main^{tree}"]);
+    let hidden = git_in(&repo, &["commit-tree", &tree, "-p", "main", "-m", "secret"]);
+    assert_eq!(app.head("acme"), main);
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+
+    let post = |body: String, v2: bool| {
+        let mut req = app
+            .client
+            .post(app.url("/git/acme.git/git-upload-pack"))
+            .bearer_auth(&t)
+            .header("content-type", "application/x-git-upload-pack-request")
+            .body(body);
+        if v2 {
+            req = req.header("git-protocol", "version=2");
+        }
+        async move {
+            let res = req.send().await.unwrap();
+            assert_eq!(res.status(), 200);
+            res.bytes().await.unwrap().to_vec()
+        }
+    };
+    let v2 = |want: &str| {
+        format!(
+            "{}0001{}{}{}0000",
+            pkt("command=fetch\n"),
+            pkt(&format!("want {main}\n")),
+            pkt(&format!("want {want}\n")),
+            pkt("done\n")
+        )
+    };
+    let v0 = |want: &str| {
+        format!(
+            "{}{}0000{}",
+            pkt(&format!("want {main} side-band-64k\n")),
+            pkt(&format!("want {want}\n")),
+            pkt("done\n")
+        )
+    };
+    let has_pack = |b: &[u8]| b.windows(4).any(|w| w == b"PACK");
+    let cases: Vec<(&str, &str, bool, bool)> = vec![
+        // (what, want, v2, served)
+        ("unreachable commit", &hidden, true, false),
+        ("unreachable commit", &hidden, false, false),
+        ("blob of main", &blob, true, false),
+        ("missing object", missing, true, false),
+        ("missing object", missing, false, false),
+        ("ancestor of main", &parent, true, true),
+        ("main", &main, true, true),
+        ("main", &main, false, true),
+    ];
+    for (what, want, is_v2, served) in cases {
+        let body = post(if is_v2 { v2(want) } else { v0(want) }, is_v2).await;
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(has_pack(&body), served, "{what} v2={is_v2}: {text}");
+        if !served {
+            assert!(
+                text.contains(&format!("ERR upload-pack: not our ref {want}")),
+                "{what} v2={is_v2}: {text}"
+            );
+        }
+    }
+
+    // A body that is not pkt-lines is not handed to git.
+    let res = app
+        .client
+        .post(app.url("/git/acme.git/git-upload-pack"))
+        .bearer_auth(&t)
+        .header("content-type", "application/x-git-upload-pack-request")
+        .body(format!("want {hidden}\n"))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = problem(res).await;
+    assert_eq!(
+        (status, body["code"].as_str().unwrap()),
+        (400, "invalid_body")
+    );
+
+    // The real client: a normal clone and fetch work, a fetch of the hidden commit fails
+    // with git's words (in v0 the client does not even ask: nothing allows unadvertised wants).
+    let work = tempfile::tempdir().unwrap();
+    let url = app.url("/git/acme.git");
+    for protocol in ["2", "0"] {
+        let dir = work.path().join(format!("v{protocol}"));
+        let version = format!("protocol.version={protocol}");
+        ok(git(
+            work.path(),
+            &t,
+            &[
+                "-c",
+                &version,
+                "clone",
+                "-q",
+                "--bare",
+                &url,
+                dir.to_str().unwrap(),
+            ],
+        ));
+        ok(git(&dir, &t, &["-c", &version, "fetch", "-q", "origin"]));
+        let out = git(
+            &dir,
+            &t,
+            &["-c", &version, "fetch", "-q", "origin", &hidden],
+        );
+        assert!(!out.status.success(), "protocol {protocol}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let words = if protocol == "2" {
+            format!("remote error: upload-pack: not our ref {hidden}")
+        } else {
+            format!("Server does not allow request for unadvertised object {hidden}")
+        };
+        assert!(stderr.contains(&words), "protocol {protocol}: {stderr}");
+        assert!(
+            !git_succeeds(&dir, &["cat-file", "-e", &hidden]),
+            "protocol {protocol}"
         );
     }
 }

@@ -6,7 +6,7 @@ use super::schema::GitBytes;
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{PlanFile, TenantId};
-use crate::storage::UploadPack;
+use crate::storage::{UploadPack, UploadPackError};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
@@ -68,7 +68,14 @@ fn refuse(req: &HttpRequest, err: ApiError) -> Reply {
         return Err(err);
     }
     use actix_web::ResponseError;
-    Ok(HttpResponse::build(err.status_code())
+    let mut res = HttpResponse::build(err.status_code());
+    // Retry-After and the like, as the problem would carry them.
+    for (name, value) in err.error_response().headers() {
+        if name != header::CONTENT_TYPE {
+            res.append_header((name.clone(), value.clone()));
+        }
+    }
+    Ok(res
         .content_type("text/plain; charset=utf-8")
         .body(format!("planfiles: {err}\n")))
 }
@@ -91,6 +98,7 @@ fn refuse(req: &HttpRequest, err: ApiError) -> Reply {
         (status = 403, description = "insufficient_scope (planfiles.repos.read), wrong_tenant, or push_not_allowed", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not_found: not <tenant_id>.git; tenant_not_found", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: no clone turn within server.queue_timeout_secs (8 per process, 4 per tenant); see Retry-After", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -117,7 +125,10 @@ pub(super) async fn info_refs(
         }
     }
     let pack = open(&state, &who, &req, &repo).await?;
-    let refs = pack.advertise().await.map_err(storage_error)?;
+    let refs = match pack.advertise().await {
+        Ok(refs) => refs,
+        Err(e) => return upload_pack_error(&req, e),
+    };
     let mut body = Vec::with_capacity(refs.len() + 64);
     // Protocol v2 starts with its capability list; v0 and v1 want the service line first.
     if !pack.is_v2() {
@@ -146,8 +157,8 @@ pub(super) async fn info_refs(
     ),
     request_body(content = GitBytes, content_type = "application/x-git-upload-pack-request"),
     responses(
-        (status = 200, description = "git upload-pack's answer", body = GitBytes, content_type = "application/x-git-upload-pack-result"),
-        (status = 400, description = "invalid_body: a gzip body that cannot be read", body = Problem, content_type = "application/problem+json"),
+        (status = 200, description = "git upload-pack's answer. A want that is neither a ref tip nor reachable from one (protocol v0 or v2) is answered with the packet `ERR upload-pack: not our ref <id>`. The pack stops, and the response ends in an error, when the client accepts no bytes for server.clone_stall_secs", body = GitBytes, content_type = "application/x-git-upload-pack-result"),
+        (status = 400, description = "invalid_body: a gzip body that cannot be read, or not a sequence of pkt-lines", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "insufficient_scope (planfiles.repos.read) or wrong_tenant", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not_found: not <tenant_id>.git; tenant_not_found", body = Problem, content_type = "application/problem+json"),
@@ -155,6 +166,7 @@ pub(super) async fn info_refs(
         (status = 413, description = "payload_too_large: over 8 MiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported_media_type: not application/x-git-upload-pack-request", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: no clone turn within server.queue_timeout_secs (8 per process, 4 per tenant); see Retry-After", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -173,8 +185,10 @@ pub(super) async fn upload_pack(
     if content_type != Some(REQUEST) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let _turn = state.admit(&req, who.tenant(), REQUEST_LIMIT).await?;
+    let admitted = state.admit(&req, who.tenant(), REQUEST_LIMIT).await?;
     let body = read_limited(&req, payload, REQUEST_LIMIT, state.body_pace).await?;
+    // The body is read: waiting for a clone turn must not hold the body budget.
+    drop(admitted);
     let body = match req
         .headers()
         .get(header::CONTENT_ENCODING)
@@ -184,7 +198,10 @@ pub(super) async fn upload_pack(
         Some(b"gzip") | Some(b"x-gzip") => gunzip(&body)?,
         Some(_) => return Err(ApiError::UnsupportedMediaType),
     };
-    let stream = pack.respond(body).await.map_err(storage_error)?;
+    let stream = match pack.respond(body).await {
+        Ok(stream) => stream,
+        Err(e) => return upload_pack_error(&req, e),
+    };
     Ok(HttpResponse::Ok()
         .content_type(RESULT)
         .insert_header((
@@ -225,8 +242,31 @@ async fn open(
     .await
 }
 
-fn storage_error(e: crate::storage::StorageError) -> ApiError {
-    ApiError::from_storage(e, PlanFile::Integration)
+/// Busy is 503 with `Retry-After` (text for a git client); a want that is not served is git's
+/// own answer to it, an `ERR upload-pack: not our ref <id>` packet, which git shows as
+/// `remote error: ...`.
+fn upload_pack_error(req: &HttpRequest, e: UploadPackError) -> Reply {
+    match e {
+        UploadPackError::Busy { waited, .. } => refuse(
+            req,
+            ApiError::busy(
+                format!("no clone turn within {}s", waited.as_secs()),
+                waited.as_secs(),
+            ),
+        ),
+        UploadPackError::NotOurRef { tenant, oid } => {
+            tracing::info!(%tenant, want = %oid, "refused an upload-pack want that is not reachable from a ref");
+            Ok(HttpResponse::Ok()
+                .content_type(RESULT)
+                .insert_header((
+                    header::CACHE_CONTROL,
+                    "no-cache, max-age=0, must-revalidate",
+                ))
+                .body(pkt_line(&format!("ERR upload-pack: not our ref {oid}\n"))))
+        }
+        UploadPackError::Malformed { source, .. } => Err(ApiError::InvalidBody(source.to_string())),
+        UploadPackError::Storage(e) => Err(ApiError::from_storage(e, PlanFile::Integration)),
+    }
 }
 
 fn gunzip(body: &[u8]) -> Result<Vec<u8>, ApiError> {

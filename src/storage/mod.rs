@@ -11,7 +11,7 @@ mod watch;
 pub use durable::Durability;
 pub use error::StorageError;
 pub use seed::seed_if_empty;
-pub use upload_pack::UploadPack;
+pub use upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
 pub use volume::{volume_kind, VolumeKind};
 
 use crate::domain::{BlobId, CommitId, Cursor, Identity, ObjectId, PlanFile, RequestId, TenantId};
@@ -152,7 +152,7 @@ pub struct Storage {
     /// Which tenants' `main` is known not to have moved since it was read.
     watch: Arc<watch::HeadWatch>,
     /// Turns to run `git upload-pack` for clones and fetches.
-    upload_packs: Arc<tokio::sync::Semaphore>,
+    upload_packs: Arc<upload_pack::CloneTurns>,
     /// Signs history cursors, so that a page starts only where an earlier page ended.
     cursors: Arc<cursor_key::CursorKey>,
 }
@@ -181,7 +181,11 @@ impl Storage {
             committer,
             sync,
             watch: Arc::default(),
-            upload_packs: Arc::new(tokio::sync::Semaphore::new(upload_pack::MAX_UPLOAD_PACKS)),
+            upload_packs: Arc::new(upload_pack::CloneTurns::new(
+                CLONE_TURNS,
+                std::time::Duration::from_secs(30),
+                std::time::Duration::from_secs(10),
+            )),
             cursors: Arc::new(cursor_key::CursorKey::new(data_dir)),
         })
     }
@@ -203,6 +207,19 @@ impl Storage {
         if self.watch.enabled() {
             self.watch = Arc::new(watch::HeadWatch::new(threads));
         }
+        self
+    }
+
+    /// How many `git upload-pack` run at once (one tenant gets at most half), how long a
+    /// client may accept no bytes before its clone is stopped, and how long a clone or fetch
+    /// waits for a turn before it is answered busy.
+    pub fn clone_limits(
+        mut self,
+        turns: usize,
+        stall: std::time::Duration,
+        queue_timeout: std::time::Duration,
+    ) -> Self {
+        self.upload_packs = Arc::new(upload_pack::CloneTurns::new(turns, stall, queue_timeout));
         self
     }
 

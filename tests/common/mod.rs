@@ -138,6 +138,11 @@ impl TestApp {
         storage::init_git();
         let committer = Identity::new("planfiles", "planfiles@test", "test");
         let storage = Storage::open(data_dir.path(), committer, Default::default()).unwrap();
+        let storage = storage.clone_limits(
+            storage::CLONE_TURNS,
+            Duration::from_secs(30),
+            Duration::from_secs(10),
+        );
         let state = AppState::new(
             storage,
             Verifier::from_config(&auth).unwrap(),
