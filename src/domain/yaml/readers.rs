@@ -2,7 +2,7 @@
 //! and the YAML 1.2.2 core schema, each as its implicit-resolver table copied from its source
 //! (`yaml/resolver.py`; `ruamel/yaml/resolver.py`, `implicit_resolvers`; spec §10.3.2), and
 //! the predicate: a scalar is ambiguous unless they, and the service, read the same data.
-use regex_lite::Regex;
+use regex::Regex;
 use serde_json::Value;
 use std::sync::LazyLock;
 
