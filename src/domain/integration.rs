@@ -21,8 +21,13 @@ impl IntegrationDoc {
                 Ok(Self { content: map, raw })
             }
             Value::String(text) => {
-                let content =
-                    yaml::parse_mapping(&text).map_err(|e| ContentError::new(AT, e.to_string()))?;
+                let content = yaml::parse_client_text(&text).map_err(|e| match e {
+                    // The pointer of the scalar within `content`, then what to write instead.
+                    yaml::YamlError::Ambiguous(found) => {
+                        ContentError::new(format!("{AT}{}", found.pointer), found.to_string())
+                    }
+                    other => ContentError::new(AT, other.to_string()),
+                })?;
                 Ok(Self { content, raw: text })
             }
             other => Err(ContentError::new(

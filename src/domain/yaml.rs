@@ -3,6 +3,10 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use std::fmt;
 
+pub mod ambiguity;
+pub mod readers;
+pub use ambiguity::Ambiguity;
+
 /// Deepest nesting of mappings and sequences a document may have (the top mapping is level 1).
 pub const MAX_DEPTH: usize = 64;
 /// Most nodes (mappings, sequences and scalars, keys included) a document may have.
@@ -11,7 +15,7 @@ pub const MAX_NODES: usize = 100_000;
 /// A JSON-shaped mapping with the key order kept.
 pub type Mapping = Map<String, Value>;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum YamlError {
     #[error("not valid YAML: {0}")]
     Syntax(String),
@@ -25,6 +29,9 @@ pub enum YamlError {
     NotRepresentable,
     #[error("an integer does not fit in 64 bits")]
     IntegerTooLarge,
+    /// A plain scalar that YAML 1.1 and YAML 1.2 readers read as different data.
+    #[error("{}: {}", .0.pointer, .0)]
+    Ambiguous(Box<Ambiguity>),
 }
 
 fn options() -> serde_saphyr::Options {
@@ -61,6 +68,17 @@ pub fn parse_mapping(text: &str) -> Result<Mapping, YamlError> {
         return Err(YamlError::IntegerTooLarge);
     }
     Ok(map)
+}
+
+/// Parses YAML text sent by a client, as `parse_mapping`, and refuses any plain scalar that
+/// YAML 1.1 and YAML 1.2 readers read differently (so `raw_content` reads the same everywhere).
+/// Files already stored are read with `parse_mapping`, whatever they hold.
+pub fn parse_client_text(text: &str) -> Result<Mapping, YamlError> {
+    let map = parse_mapping(text)?;
+    match ambiguity::find(text, &map) {
+        Some(found) => Err(YamlError::Ambiguous(Box::new(found))),
+        None => Ok(map),
+    }
 }
 
 /// Whether a value holds a whole float outside the 64-bit integer range.
@@ -117,14 +135,14 @@ fn has_wide_integer_literal(text: &str) -> bool {
 }
 
 /// Emits a mapping as YAML that every YAML 1.1 or 1.2 reader reads back as the same data.
-/// The result is verified by parsing it again.
+/// The result is verified by parsing it again, with the same check as text from a client.
 pub fn emit(map: &Mapping) -> Result<String, YamlError> {
     check_limits(map)?;
     if map.is_empty() {
         return Ok("{}\n".to_owned());
     }
     let text = serde_saphyr::to_string(map).map_err(|_| YamlError::NotRepresentable)?;
-    match parse_mapping(&text) {
+    match parse_client_text(&text) {
         Ok(back) if &back == map => Ok(text),
         _ => Err(YamlError::NotRepresentable),
     }
