@@ -1,5 +1,5 @@
 //! The git2 side of storage: one tenant's bare repository, read and written with libgit2.
-use super::durable::SyncGroup;
+use super::durable::{SyncGroup, SyncMark};
 use super::{
     FileSnapshot, IfMatch, ShaCheck, StorageError, TenantSummary, WriteOutcome, WriteRequest,
 };
@@ -165,6 +165,22 @@ impl<'a> TenantRepo<'a> {
         }
     }
 
+    /// In group-commit mode, waits for a shared `syncfs` that covers everything written since
+    /// `mark` (taken from the same group before writing).
+    fn group_sync_since(
+        &self,
+        sync: Option<&SyncGroup>,
+        mark: Option<SyncMark>,
+        file: &'static str,
+    ) -> Result<(), StorageError> {
+        match (sync, mark) {
+            (Some(group), Some(mark)) => group
+                .sync_from(mark)
+                .map_err(|e| self.io_err("sync the data volume", &self.path, e, file)),
+            _ => self.group_sync(sync, file),
+        }
+    }
+
     pub(super) fn summary(&self) -> Result<TenantSummary, StorageError> {
         let head = self.repo.refname_to_id(MAIN).ok();
         let last_change = match head {
@@ -303,6 +319,9 @@ impl<'a> TenantRepo<'a> {
                     forced,
                 });
             }
+            // A syncfs round that runs while the objects are written may flush them and fail:
+            // the syncs below count every round from here on.
+            let objects_mark = sync.map(SyncGroup::mark);
             let commit = self
                 .commit_on(&head, &req, committer, forced)
                 .map_err(|e| self.explain_write_failure(e, path))?;
@@ -310,9 +329,10 @@ impl<'a> TenantRepo<'a> {
             // each object and its fan-out folder, but not `objects/` when it had to create
             // that folder.
             match sync {
-                Some(_) => self.group_sync(sync, path)?,
+                Some(_) => self.group_sync_since(sync, objects_mark, path)?,
                 None => sync_dir(&self.path.join("objects"))?,
             }
+            let ref_mark = sync.map(SyncGroup::mark);
             match self.repo.reference_matching(
                 MAIN,
                 commit,
@@ -323,7 +343,7 @@ impl<'a> TenantRepo<'a> {
                 Ok(_) => {
                     // And the ref is on disk before the 200. A write that fails changes
                     // nothing: when that sync fails, main goes back, unless it moved again.
-                    if let Err(e) = self.group_sync(sync, path) {
+                    if let Err(e) = self.group_sync_since(sync, ref_mark, path) {
                         let _ = self.repo.reference_matching(
                             MAIN,
                             head.id(),
