@@ -15,6 +15,8 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 mod history;
 mod upkeep;
+#[cfg(test)]
+mod write_tests;
 
 const MAIN: &str = "refs/heads/main";
 const SOURCE_HOSTING_KEY: &str = "planfiles.sourcehosting";
@@ -344,13 +346,7 @@ impl<'a> TenantRepo<'a> {
                     // And the ref is on disk before the 200. A write that fails changes
                     // nothing: when that sync fails, main goes back, unless it moved again.
                     if let Err(e) = self.group_sync_since(sync, ref_mark, path) {
-                        let _ = self.repo.reference_matching(
-                            MAIN,
-                            head.id(),
-                            true,
-                            commit,
-                            &format!("planfiles: undo an update of {path} that was not synced"),
-                        );
+                        self.undo_unsynced(head.id(), commit, sync, path, &e);
                         return Err(e);
                     }
                     return Ok(WriteOutcome {
@@ -385,6 +381,59 @@ impl<'a> TenantRepo<'a> {
                     return Err(self
                         .explain_write_failure(git_err(self.tenant, "move main", path)(e), path))
                 }
+            }
+        }
+    }
+
+    /// Puts `main` back from `commit` to `head` after the sync that was to make `commit`
+    /// durable failed, and syncs that. Only if `main` is still at `commit`: when it moved
+    /// again meanwhile (plain git), the new head builds on `commit`, which then stays.
+    fn undo_unsynced(
+        &self,
+        head: Oid,
+        commit: Oid,
+        sync: Option<&SyncGroup>,
+        file: &'static str,
+        cause: &StorageError,
+    ) {
+        let tenant = self.tenant.as_str();
+        let undo_mark = sync.map(SyncGroup::mark);
+        let undone = self.repo.reference_matching(
+            MAIN,
+            head,
+            true,
+            commit,
+            &format!("planfiles: undo an update of {file} that was not synced"),
+        );
+        match undone {
+            Ok(_) => match self.group_sync_since(sync, undo_mark, file) {
+                Ok(()) => {
+                    tracing::warn!(
+                        tenant, file, %commit, %head, error = %cause,
+                        "main put back after its update could not be synced"
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(
+                        tenant, file, %commit, %head, error = %cause, undo_error = %e,
+                        "main put back after its update could not be synced, but the undo \
+                         could not be synced either: after a crash main may be at either"
+                    );
+                }
+            },
+            Err(e) if e.code() == ErrorCode::Modified => {
+                tracing::error!(
+                    tenant, file, %commit, error = %cause,
+                    "main could not be put back after its update could not be synced: it moved \
+                     again meanwhile, so the unsynced commit stays in its history"
+                );
+            }
+            Err(e) => {
+                tracing::error!(
+                    tenant, file, %commit, %head, error = %cause, undo_error = e.message(),
+                    "main could not be put back after its update could not be synced: it \
+                     stays at the unsynced commit"
+                );
             }
         }
     }
