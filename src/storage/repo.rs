@@ -648,7 +648,7 @@ fn init_repo(
 
 /// Syncs every directory below `dir` (and `dir`), so that a new repository's entries are on
 /// disk before it is renamed into place.
-fn sync_tree(dir: &Path) -> Result<(), StorageError> {
+pub(super) fn sync_tree(dir: &Path) -> Result<(), StorageError> {
     for entry in std::fs::read_dir(dir).map_err(|e| StorageError::io("read directory", dir, e))? {
         let entry = entry.map_err(|e| StorageError::io("read directory", dir, e))?;
         if entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -658,7 +658,7 @@ fn sync_tree(dir: &Path) -> Result<(), StorageError> {
     sync_dir(dir)
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+pub(super) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     std::fs::File::open(dir)
         .and_then(|f| f.sync_all())
         .map_err(|e| StorageError::io("sync directory", dir, e))
