@@ -200,3 +200,33 @@ fn an_undo_that_cannot_move_main_is_logged_as_an_error() {
     std::fs::remove_file(path.join("refs/heads/main.lock")).unwrap();
     git(&path, &["fsck", "--strict"]);
 }
+
+#[test]
+fn the_new_tree_id_is_foreseen_as_git_writes_it() {
+    use super::{tree_id_with, FILE_MODE};
+    crate::storage::init_git();
+    let dir = tempfile::tempdir().unwrap();
+    let repo = git2::Repository::init_bare(dir.path()).unwrap();
+    let blob = repo.blob(b"x: 1\n").unwrap();
+    let other = repo.blob(b"y: 2\n").unwrap();
+    let mut sub = repo.treebuilder(None).unwrap();
+    sub.insert("inner.yml", other, FILE_MODE).unwrap();
+    let sub = sub.write().unwrap();
+    // Names that sort differently as files and as folders ("a" < "a.yml" < "a/"), another
+    // mode, and the entry replaced or added.
+    let mut base = repo.treebuilder(None).unwrap();
+    base.insert("a.yml", other, FILE_MODE).unwrap();
+    base.insert("a", sub, 0o040000).unwrap();
+    base.insert("run.sh", other, 0o100755).unwrap();
+    base.insert("integrations.yml", other, FILE_MODE).unwrap();
+    let base = repo.find_tree(base.write().unwrap()).unwrap();
+    for name in ["integrations.yml", "configuration.yml", "a.yml", "zz.yml"] {
+        let mut builder = repo.treebuilder(Some(&base)).unwrap();
+        builder.insert(name, blob, FILE_MODE).unwrap();
+        assert_eq!(
+            tree_id_with(&base, name, blob),
+            Some(builder.write().unwrap()),
+            "{name}"
+        );
+    }
+}
