@@ -261,3 +261,147 @@ async fn two_processes_on_one_data_dir_lose_no_write() {
     }
     git_in(&repo, &["fsck", "--strict", "--no-dangling"]);
 }
+
+/// Whether strace can trace here; the reason when it cannot.
+fn strace_missing() -> Option<String> {
+    match std::process::Command::new("strace").arg("-V").output() {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "strace -V failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )),
+        Err(e) => Some(format!("strace not found ({e})")),
+    }
+}
+
+#[tokio::test]
+async fn fsync_mode_syncs_objects_that_were_already_there_before_main_moves() {
+    if let Some(reason) = strace_missing() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    let dir = data_dir_with_fixture();
+    let acme = repo(dir.path(), "acme");
+    // Plain git wrote the blob (without fsync, as a `group` instance before its syncfs
+    // would): libgit2 finds it there and only touches it.
+    let text = "written: before\n";
+    use std::io::Write;
+    let mut hash = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&acme)
+        .args(["hash-object", "-w", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    hash.stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = hash.wait_with_output().unwrap();
+    let blob = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    // And the tree the PUT will make (head's, with integrations.yml replaced).
+    let entries = git_in(&acme, &["ls-tree", "main"])
+        .lines()
+        .map(|l| match l.strip_suffix("\tintegrations.yml") {
+            Some(_) => format!("100644 blob {blob}\tintegrations.yml\n"),
+            None => format!("{l}\n"),
+        })
+        .collect::<String>();
+    let mut mktree = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&acme)
+        .arg("mktree")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    mktree
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(entries.as_bytes())
+        .unwrap();
+    let out = mktree.wait_with_output().unwrap();
+    let tree = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let loose = |id: &str| format!("objects/{}/{}", &id[..2], &id[2..]);
+    for id in [&blob, &tree] {
+        assert!(acme.join(loose(id)).is_file());
+    }
+
+    let config = dir.path().join("fsync.toml");
+    std::fs::write(&config, "[storage]\ndurability = \"fsync\"\n").unwrap();
+    let server = serve(
+        dir.path(),
+        &[("PLANFILES_CONFIG", config.to_str().unwrap())],
+    );
+    let trace = dir.path().join("trace");
+    let mut strace = std::process::Command::new("strace")
+        .args([
+            "-f",
+            "-y",
+            "-e",
+            "trace=fsync,fdatasync,rename,renameat,renameat2",
+            "-o",
+        ])
+        .arg(&trace)
+        .args(["-p", &server.pid().to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // strace says "Process N attached" once it traces, or why it cannot.
+    let mut stderr = std::io::BufReader::new(strace.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        use std::io::BufRead;
+        if stderr.read_line(&mut line).unwrap() == 0 || line.contains("ptrace") {
+            let _ = strace.kill();
+            let _ = strace.wait();
+            eprintln!("SKIPPED: strace cannot attach here: {}", line.trim());
+            return;
+        }
+        if line.contains("attached") {
+            break;
+        }
+    }
+    let res = reqwest::Client::new()
+        .put(server.url("/plans/integration-file"))
+        .bearer_auth(token("acme", ALL))
+        .json(&json!({ "content": text }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(
+        body["file_sha"],
+        blob.as_str(),
+        "the PUT stored other bytes"
+    );
+    // SIGTERM: strace detaches from the server and flushes its output.
+    std::process::Command::new("kill")
+        .args(["-TERM", &strace.id().to_string()])
+        .status()
+        .unwrap();
+    strace.wait().unwrap();
+    let trace = std::fs::read_to_string(&trace).unwrap();
+    assert_eq!(git_in(&acme, &["rev-parse", "main^{tree}"]), tree);
+    let lines: Vec<&str> = trace.lines().collect();
+    let moved = lines
+        .iter()
+        .position(|l| l.contains("rename") && l.contains("refs/heads/main.lock"))
+        .unwrap_or_else(|| panic!("main never moved:\n{trace}"));
+    for id in [&blob, &tree] {
+        let object = loose(id);
+        let synced = lines
+            .iter()
+            .position(|l| l.contains("fsync(") && l.contains(&object));
+        assert!(
+            synced.is_some_and(|s| s < moved),
+            "{object} was not fsynced before main moved:\n{trace}"
+        );
+    }
+    git_in(&acme, &["fsck", "--strict", "--no-dangling"]);
+}

@@ -1,6 +1,7 @@
 //! Durability: how a write reaches the disk before its 200. Either libgit2 fsyncs every file
 //! and folder it writes (`fsync`), or writers share `syncfs` calls (`group`, group commit).
 use serde::Deserialize;
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
@@ -22,62 +23,143 @@ pub enum Durability {
 }
 
 /// Rounds of `syncfs` on one volume, shared by the writers that wait for them.
-#[derive(Debug)]
 pub struct SyncGroup {
-    volume: File,
+    /// One `syncfs` of the volume (or, in unit tests, whatever stands in for it).
+    sync_fn: Box<dyn Fn() -> io::Result<()> + Send + Sync>,
     state: Mutex<Rounds>,
     done: Condvar,
 }
+
+impl std::fmt::Debug for SyncGroup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SyncGroup")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How many failed rounds are remembered. A writer whose window began before the oldest one
+/// kept is failed without looking (failures are rare; this only bounds memory).
+const FAILURES_KEPT: usize = 64;
 
 #[derive(Debug, Default)]
 struct Rounds {
     started: u64,
     finished: u64,
     running: bool,
-    /// The last round whose `syncfs` failed, and how.
-    failed: Option<(u64, io::ErrorKind)>,
+    /// The most recent failed rounds, oldest first, and how each failed.
+    failed: VecDeque<(u64, io::ErrorKind)>,
+    /// The newest failed round dropped from `failed`.
+    forgotten: u64,
+    /// Callers waiting for a round to finish.
+    waiting: usize,
 }
+
+impl Rounds {
+    /// The first round that may flush pages written from now on: the one running, whose
+    /// `syncfs` may not have reached them yet, or else the next one.
+    fn first_covering(&self) -> u64 {
+        if self.running {
+            self.started
+        } else {
+            self.started + 1
+        }
+    }
+
+    /// How a round in `from..=to` failed, if one did. With `syncfs`, an error is reported
+    /// once per descriptor: the round that met it returns it and later rounds return 0, so
+    /// every writer whose pages that round may have flushed has to fail.
+    fn failure_in(&self, from: u64, to: u64) -> Option<io::ErrorKind> {
+        if from <= self.forgotten {
+            return Some(io::ErrorKind::Other);
+        }
+        self.failed
+            .iter()
+            .find(|(round, _)| (from..=to).contains(round))
+            .map(|(_, kind)| *kind)
+    }
+
+    fn record_failure(&mut self, round: u64, kind: io::ErrorKind) {
+        if self.failed.len() == FAILURES_KEPT {
+            if let Some((old, _)) = self.failed.pop_front() {
+                self.forgotten = old;
+            }
+        }
+        self.failed.push_back((round, kind));
+    }
+}
+
+/// Where a writer's window of rounds begins: taken before it writes (see [`SyncGroup::mark`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SyncMark(u64);
 
 impl SyncGroup {
     /// A group for the volume that holds `dir`.
     pub fn new(dir: &Path) -> io::Result<Self> {
-        Ok(Self {
-            volume: File::open(dir)?,
+        let volume = File::open(dir)?;
+        if let Some(release) = kernel_release().filter(|r| !syncfs_reports_errors(r)) {
+            tracing::warn!(
+                kernel = %release,
+                "syncfs reports no writeback errors before Linux 5.8: a write the disk lost \
+                 would not be detected; set storage.durability = \"fsync\" on this kernel"
+            );
+        }
+        Ok(Self::with_sync_fn(move || syncfs(&volume)))
+    }
+
+    /// A group whose rounds call `sync_fn` instead of `syncfs` (tests inject failures so).
+    pub fn with_sync_fn(sync_fn: impl Fn() -> io::Result<()> + Send + Sync + 'static) -> Self {
+        Self {
+            sync_fn: Box::new(sync_fn),
             state: Mutex::default(),
             done: Condvar::new(),
-        })
+        }
+    }
+
+    /// Marks the start of a writer's writes: every round from the one running now (which may
+    /// flush some of them) counts for its [`SyncGroup::sync_from`].
+    pub fn mark(&self) -> SyncMark {
+        SyncMark(self.state.lock().expect("not poisoned").first_covering())
     }
 
     /// Returns once a `syncfs` that started after this call has finished, so everything
     /// written before the call is on disk. Callers arriving while a round runs share the
-    /// next round.
+    /// next round. Fails when that round failed, or any round running at the call or after.
     pub fn sync(&self) -> io::Result<()> {
+        self.sync_from(self.mark())
+    }
+
+    /// Like [`SyncGroup::sync`], and fails as well when any round from `mark` on failed: one
+    /// of them may have flushed (and lost) pages written after the mark.
+    pub fn sync_from(&self, mark: SyncMark) -> io::Result<()> {
         let mut s = self.state.lock().expect("not poisoned");
         // Rounds up to `started` may have begun before our writes: we need a later one.
         let target = s.started + 1;
+        let from = mark.0.min(s.first_covering());
         loop {
             if s.finished >= target {
-                return match s.failed {
-                    Some((round, kind)) if round >= target => {
-                        Err(io::Error::new(kind, "syncfs of the data volume failed"))
-                    }
-                    _ => Ok(()),
+                return match s.failure_in(from, target) {
+                    Some(kind) => Err(io::Error::new(kind, "syncfs of the data volume failed")),
+                    None => Ok(()),
                 };
             }
             if s.running {
+                s.waiting += 1;
                 s = self.done.wait(s).expect("not poisoned");
+                s.waiting -= 1;
                 continue;
             }
             s.running = true;
             s.started += 1;
             let round = s.started;
             drop(s);
-            let result = syncfs(&self.volume);
+            let result = (self.sync_fn)();
             s = self.state.lock().expect("not poisoned");
             s.running = false;
             s.finished = round;
             if let Err(e) = result {
-                s.failed = Some((round, e.kind()));
+                tracing::error!(round, error = %e, "syncfs of the data volume failed");
+                s.record_failure(round, e.kind());
             }
             self.done.notify_all();
         }
@@ -87,6 +169,35 @@ impl SyncGroup {
     #[cfg(test)]
     fn rounds(&self) -> u64 {
         self.state.lock().expect("not poisoned").finished
+    }
+
+    /// How many callers wait for a running round.
+    #[cfg(test)]
+    fn waiting(&self) -> usize {
+        self.state.lock().expect("not poisoned").waiting
+    }
+}
+
+/// The running kernel's release (`uname -r`).
+fn kernel_release() -> Option<String> {
+    // SAFETY: uname fills the zeroed struct it is given; its fields are NUL-terminated.
+    let mut name: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut name) } != 0 {
+        return None;
+    }
+    let release = unsafe { std::ffi::CStr::from_ptr(name.release.as_ptr()) };
+    Some(release.to_string_lossy().into_owned())
+}
+
+/// Whether `syncfs` returns writeback errors on a kernel of this release (Linux 5.8 and
+/// later). A release that does not parse is taken to be recent.
+fn syncfs_reports_errors(release: &str) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor) >= (5, 8),
+        _ => true,
     }
 }
 
@@ -135,5 +246,112 @@ mod tests {
             rounds < 32 * 20,
             "{rounds} rounds for 640 calls: nothing was shared"
         );
+    }
+
+    /// A sync function whose calls each wait for a result sent by the test.
+    fn scripted() -> (
+        SyncGroup,
+        std::sync::mpsc::Receiver<()>,
+        std::sync::mpsc::Sender<io::Result<()>>,
+    ) {
+        let (entered_tx, entered) = std::sync::mpsc::channel();
+        let (results, results_rx) = std::sync::mpsc::channel::<io::Result<()>>();
+        let results_rx = Mutex::new(results_rx);
+        let group = SyncGroup::with_sync_fn(move || {
+            entered_tx.send(()).unwrap();
+            results_rx.lock().unwrap().recv().unwrap()
+        });
+        (group, entered, results)
+    }
+
+    fn eio() -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EIO))
+    }
+
+    #[test]
+    fn syncfs_reports_errors_from_linux_5_8() {
+        for (release, reports) in [
+            ("6.18.44-fc-v657", true),
+            ("5.8.0", true),
+            ("5.10.0-28-amd64", true),
+            ("5.7.19", false),
+            ("4.19.0-generic", false),
+            ("3.10.0-1160.el7.x86_64", false),
+            ("weird", true),
+        ] {
+            assert_eq!(syncfs_reports_errors(release), reports, "{release}");
+        }
+        assert!(kernel_release().is_some());
+    }
+
+    #[test]
+    fn a_failed_round_that_was_running_at_the_call_fails_the_caller_too() {
+        let (group, entered, results) = scripted();
+        let group = Arc::new(group);
+        // Round 1 runs (it may flush the writer's pages, and lose them).
+        let first = std::thread::spawn({
+            let g = group.clone();
+            move || g.sync()
+        });
+        entered.recv().unwrap();
+        // The writer calls sync() while round 1 runs, and waits for round 2.
+        let writer = std::thread::spawn({
+            let g = group.clone();
+            move || g.sync()
+        });
+        while group.waiting() == 0 {
+            std::thread::yield_now();
+        }
+        results.send(eio()).unwrap();
+        assert!(first.join().unwrap().is_err());
+        // Round 2 succeeds, as syncfs does once the descriptor has reported the error.
+        entered.recv().unwrap();
+        results.send(Ok(())).unwrap();
+        let err = writer
+            .join()
+            .unwrap()
+            .expect_err("the writer's pages may have been lost by round 1");
+        assert_eq!(err.kind(), io::Error::from_raw_os_error(libc::EIO).kind());
+        assert_eq!(group.rounds(), 2);
+        // A caller that arrives after the failure, with nothing running, is not affected.
+        let later = std::thread::spawn({
+            let g = group.clone();
+            move || g.sync()
+        });
+        entered.recv().unwrap();
+        results.send(Ok(())).unwrap();
+        later.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn a_round_that_failed_between_mark_and_sync_fails_the_writer() {
+        let (group, entered, results) = scripted();
+        let group = Arc::new(group);
+        let mark = group.mark();
+        // The writer writes; meanwhile another writer's round flushes and fails.
+        let other = std::thread::spawn({
+            let g = group.clone();
+            move || g.sync()
+        });
+        entered.recv().unwrap();
+        results.send(eio()).unwrap();
+        assert!(other.join().unwrap().is_err());
+        // The writer's own round succeeds.
+        let writer = std::thread::spawn({
+            let g = group.clone();
+            move || g.sync_from(mark)
+        });
+        entered.recv().unwrap();
+        results.send(Ok(())).unwrap();
+        assert!(writer.join().unwrap().is_err());
+        // A mark taken after the failure is clean.
+        let mark = group.mark();
+        let clean = std::thread::spawn({
+            let g = group.clone();
+            move || g.sync_from(mark)
+        });
+        entered.recv().unwrap();
+        results.send(Ok(())).unwrap();
+        clean.join().unwrap().unwrap();
     }
 }

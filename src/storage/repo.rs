@@ -1,5 +1,5 @@
 //! The git2 side of storage: one tenant's bare repository, read and written with libgit2.
-use super::durable::SyncGroup;
+use super::durable::{SyncGroup, SyncMark};
 use super::{
     FileSnapshot, IfMatch, ShaCheck, StorageError, TenantSummary, WriteOutcome, WriteRequest,
 };
@@ -15,6 +15,8 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 mod history;
 mod upkeep;
+#[cfg(test)]
+mod write_tests;
 
 const MAIN: &str = "refs/heads/main";
 const SOURCE_HOSTING_KEY: &str = "planfiles.sourcehosting";
@@ -234,6 +236,22 @@ impl<'a> TenantRepo<'a> {
         }
     }
 
+    /// In group-commit mode, waits for a shared `syncfs` that covers everything written since
+    /// `mark` (taken from the same group before writing).
+    fn group_sync_since(
+        &self,
+        sync: Option<&SyncGroup>,
+        mark: Option<SyncMark>,
+        file: &'static str,
+    ) -> Result<(), StorageError> {
+        match (sync, mark) {
+            (Some(group), Some(mark)) => group
+                .sync_from(mark)
+                .map_err(|e| self.io_err("sync the data volume", &self.path, e, file)),
+            _ => self.group_sync(sync, file),
+        }
+    }
+
     pub(super) fn summary(&self) -> Result<TenantSummary, StorageError> {
         let head = self.repo.refname_to_id(MAIN).ok();
         let last_change = match head {
@@ -372,16 +390,18 @@ impl<'a> TenantRepo<'a> {
                     forced,
                 });
             }
-            let commit = self
-                .commit_on(&head, &req, committer, forced)
+            // A syncfs round that runs while the objects are written may flush them and fail:
+            // the syncs below count every round from here on.
+            let objects_mark = sync.map(SyncGroup::mark);
+            let NewCommit { id: commit, found } = self
+                .commit_on(&head, &req, committer, forced, new_blob, sync.is_none())
                 .map_err(|e| self.explain_write_failure(e, path))?;
-            // The objects are on disk before main points at them. In fsync mode libgit2 synced
-            // each object and its fan-out folder, but not `objects/` when it had to create
-            // that folder.
+            // The objects are on disk before main points at them.
             match sync {
-                Some(_) => self.group_sync(sync, path)?,
-                None => sync_dir(&self.path.join("objects"))?,
+                Some(_) => self.group_sync_since(sync, objects_mark, path)?,
+                None => self.sync_objects(&found, path)?,
             }
+            let ref_mark = sync.map(SyncGroup::mark);
             match self.repo.reference_matching(
                 MAIN,
                 commit,
@@ -392,14 +412,8 @@ impl<'a> TenantRepo<'a> {
                 Ok(_) => {
                     // And the ref is on disk before the 200. A write that fails changes
                     // nothing: when that sync fails, main goes back, unless it moved again.
-                    if let Err(e) = self.group_sync(sync, path) {
-                        let _ = self.repo.reference_matching(
-                            MAIN,
-                            head.id(),
-                            true,
-                            commit,
-                            &format!("planfiles: undo an update of {path} that was not synced"),
-                        );
+                    if let Err(e) = self.group_sync_since(sync, ref_mark, path) {
+                        self.undo_unsynced(head.id(), commit, sync, path, &e);
                         return Err(e);
                     }
                     return Ok(WriteOutcome {
@@ -434,6 +448,84 @@ impl<'a> TenantRepo<'a> {
                     return Err(self
                         .explain_write_failure(git_err(self.tenant, "move main", path)(e), path))
                 }
+            }
+        }
+    }
+
+    /// In fsync mode, syncs the loose files of `objects` (see [`TenantRepo::commit_on`]),
+    /// their fan-out folders and `objects/`: libgit2 fsyncs each object it writes, but an
+    /// object that is there already (written by plain git, or by a `group` instance before its
+    /// `syncfs`) it only touches, and it does not sync `objects/` when it creates a fan-out
+    /// folder.
+    fn sync_objects(&self, objects: &[Oid], file: &'static str) -> Result<(), StorageError> {
+        let mut fanouts: Vec<PathBuf> = Vec::new();
+        for oid in objects {
+            let object = self.loose_path(*oid);
+            match File::open(&object).and_then(|f| f.sync_all()) {
+                Ok(()) => {}
+                // Packed (packs are synced when written), or not an object (a gitlink).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(self.io_err("sync an object", &object, e, file)),
+            }
+            if let Some(fanout) = object.parent().filter(|f| !fanouts.iter().any(|k| k == f)) {
+                fanouts.push(fanout.to_owned());
+            }
+        }
+        for fanout in &fanouts {
+            sync_dir(fanout)?;
+        }
+        sync_dir(&self.path.join("objects"))
+    }
+
+    /// Puts `main` back from `commit` to `head` after the sync that was to make `commit`
+    /// durable failed, and syncs that. Only if `main` is still at `commit`: when it moved
+    /// again meanwhile (plain git), the new head builds on `commit`, which then stays.
+    fn undo_unsynced(
+        &self,
+        head: Oid,
+        commit: Oid,
+        sync: Option<&SyncGroup>,
+        file: &'static str,
+        cause: &StorageError,
+    ) {
+        let tenant = self.tenant.as_str();
+        let undo_mark = sync.map(SyncGroup::mark);
+        let undone = self.repo.reference_matching(
+            MAIN,
+            head,
+            true,
+            commit,
+            &format!("planfiles: undo an update of {file} that was not synced"),
+        );
+        match undone {
+            Ok(_) => match self.group_sync_since(sync, undo_mark, file) {
+                Ok(()) => {
+                    tracing::warn!(
+                        tenant, file, %commit, %head, error = %cause,
+                        "main put back after its update could not be synced"
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(
+                        tenant, file, %commit, %head, error = %cause, undo_error = %e,
+                        "main put back after its update could not be synced, but the undo \
+                         could not be synced either: after a crash main may be at either"
+                    );
+                }
+            },
+            Err(e) if e.code() == ErrorCode::Modified => {
+                tracing::error!(
+                    tenant, file, %commit, error = %cause,
+                    "main could not be put back after its update could not be synced: it moved \
+                     again meanwhile, so the unsynced commit stays in its history"
+                );
+            }
+            Err(e) => {
+                tracing::error!(
+                    tenant, file, %commit, %head, error = %cause, undo_error = e.message(),
+                    "main could not be put back after its update could not be synced: it \
+                     stays at the unsynced commit"
+                );
             }
         }
     }
@@ -519,17 +611,35 @@ impl<'a> TenantRepo<'a> {
     }
 
     /// Writes the blob, the tree with that one entry replaced, and a commit on top of `head`.
+    /// `new_blob` is the id of `req.bytes`. With `track` (fsync mode) it also lists the objects the commit depends on that libgit2
+    /// did not write here, and so did not fsync: those it found already there (it only touches
+    /// them), and the tree's other entries.
     fn commit_on(
         &self,
         head: &git2::Commit<'_>,
         req: &WriteRequest,
         committer: &Identity,
         forced: bool,
-    ) -> Result<Oid, StorageError> {
+        new_blob: Oid,
+        track: bool,
+    ) -> Result<NewCommit, StorageError> {
         let path = req.file.path();
         let err = |op| git_err(self.tenant, op, path);
-        let blob = self.repo.blob(&req.bytes).map_err(err("write blob"))?;
+        let mut found = Vec::new();
         let base = head.tree().map_err(err("read head tree"))?;
+        if track && self.is_loose(new_blob) {
+            found.push(new_blob);
+        }
+        let blob = self.repo.blob(&req.bytes).map_err(err("write blob"))?;
+        let expected_tree = track.then(|| tree_id_with(&base, path, blob)).flatten();
+        if track {
+            found.extend(
+                base.iter()
+                    .filter(|e| e.name_bytes() != path.as_bytes())
+                    .map(|e| e.id()),
+            );
+            found.extend(expected_tree.filter(|t| self.is_loose(*t)));
+        }
         let mut builder = self
             .repo
             .treebuilder(Some(&base))
@@ -538,6 +648,10 @@ impl<'a> TenantRepo<'a> {
             .insert(path, blob, FILE_MODE)
             .map_err(err("build tree"))?;
         let tree_oid = builder.write().map_err(err("write tree"))?;
+        if track && expected_tree != Some(tree_oid) {
+            // Not foreseen (an unusual entry in the old tree): sync it to be sure.
+            found.push(tree_oid);
+        }
         let tree = self
             .repo
             .find_tree(tree_oid)
@@ -548,10 +662,67 @@ impl<'a> TenantRepo<'a> {
         if forced {
             message.push_str("Forced: true\n");
         }
-        self.repo
-            .commit(None, &author, &committer, &message, &tree, &[head])
-            .map_err(err("write commit"))
+        let buffer = self
+            .repo
+            .commit_create_buffer(&author, &committer, &message, &tree, &[head])
+            .map_err(err("write commit"))?;
+        if track {
+            let id = Oid::hash_object(ObjectType::Commit, &buffer).map_err(err("hash commit"))?;
+            if self.is_loose(id) {
+                found.push(id);
+            }
+        }
+        let id = self
+            .repo
+            .odb()
+            .and_then(|odb| odb.write(ObjectType::Commit, &buffer))
+            .map_err(err("write commit"))?;
+        Ok(NewCommit { id, found })
     }
+
+    /// The file of the loose object `oid`.
+    fn loose_path(&self, oid: Oid) -> PathBuf {
+        let hex = oid.to_string();
+        self.path.join("objects").join(&hex[..2]).join(&hex[2..])
+    }
+
+    fn is_loose(&self, oid: Oid) -> bool {
+        self.loose_path(oid).exists()
+    }
+}
+
+/// A commit [`TenantRepo::commit_on`] wrote, and the objects it depends on that libgit2 did
+/// not write (and fsync) for it.
+struct NewCommit {
+    id: Oid,
+    found: Vec<Oid>,
+}
+
+/// The id of `base` with the blob entry `name` set to `blob`, as git would write it, computed
+/// without writing it (entries sorted as git sorts them: a folder as if its name ended in `/`).
+fn tree_id_with(base: &git2::Tree<'_>, name: &str, blob: Oid) -> Option<Oid> {
+    let mut entries: Vec<(Vec<u8>, i32, Oid)> = base
+        .iter()
+        .filter(|e| e.name_bytes() != name.as_bytes())
+        .map(|e| (e.name_bytes().to_vec(), e.filemode(), e.id()))
+        .collect();
+    entries.push((name.as_bytes().to_vec(), FILE_MODE, blob));
+    let key = |(name, mode, _): &(Vec<u8>, i32, Oid)| {
+        let mut key = name.clone();
+        if *mode == 0o040000 {
+            key.push(b'/');
+        }
+        key
+    };
+    entries.sort_by_cached_key(key);
+    let mut bytes = Vec::with_capacity(entries.len() * 48);
+    for (name, mode, id) in &entries {
+        bytes.extend_from_slice(format!("{mode:o} ").as_bytes());
+        bytes.extend_from_slice(name);
+        bytes.push(0);
+        bytes.extend_from_slice(id.as_bytes());
+    }
+    Oid::hash_object(ObjectType::Tree, &bytes).ok()
 }
 
 fn signature(who: &Identity) -> Result<Signature<'static>, git2::Error> {
@@ -724,7 +895,7 @@ fn init_repo(
 
 /// Syncs every directory below `dir` (and `dir`), so that a new repository's entries are on
 /// disk before it is renamed into place.
-fn sync_tree(dir: &Path) -> Result<(), StorageError> {
+pub(super) fn sync_tree(dir: &Path) -> Result<(), StorageError> {
     for entry in std::fs::read_dir(dir).map_err(|e| StorageError::io("read directory", dir, e))? {
         let entry = entry.map_err(|e| StorageError::io("read directory", dir, e))?;
         if entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -734,7 +905,7 @@ fn sync_tree(dir: &Path) -> Result<(), StorageError> {
     sync_dir(dir)
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+pub(super) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     std::fs::File::open(dir)
         .and_then(|f| f.sync_all())
         .map_err(|e| StorageError::io("sync directory", dir, e))

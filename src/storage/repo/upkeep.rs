@@ -99,14 +99,15 @@ impl TenantRepo<'_> {
         std::fs::create_dir_all(&pack_dir)
             .map_err(|e| StorageError::io("create the pack folder", &pack_dir, e))?;
         // In fsync mode libgit2 syncs the pack, its index and the folder; in group mode the
-        // shared syncfs below does.
+        // shared syncfs below does, failing if any round that ran meanwhile failed.
+        let mark = sync.map(SyncGroup::mark);
         builder.write(&pack_dir, 0).map_err(err("write the pack"))?;
         let new_pack = builder
             .name()
             .map_err(err("name the pack"))?
             .map(|n| format!("pack-{n}"));
         sync_dir(&pack_dir)?;
-        self.group_sync(sync, "")?;
+        self.group_sync_since(sync, mark, "")?;
 
         // Everything below only deletes what the new, synced pack holds.
         for (_, path) in &loose {

@@ -1,0 +1,232 @@
+//! Tests of the write path's failure handling, with `syncfs` results injected.
+use super::{create, TenantRepo};
+use crate::domain::{Identity, PlanFile, RequestId, TenantId};
+use crate::storage::durable::SyncGroup;
+use crate::storage::{Preconditions, WriteRequest};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+fn git(repo: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@t")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@t")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A log sink for one test's `tracing` output.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Log {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Asserts that a line of `log` at `level` holds `message`.
+fn assert_logged(log: &str, level: &str, message: &str) {
+    assert!(
+        log.lines()
+            .any(|l| l.contains(message) && l.contains(&format!(" {level} "))),
+        "no {level} line with {message:?} in:\n{log}"
+    );
+}
+
+fn eio() -> io::Result<()> {
+    Err(io::Error::from_raw_os_error(libc::EIO))
+}
+
+/// What the injected sync function does on its n-th call (1-based), in the repository.
+type Script = fn(usize, &Path) -> io::Result<()>;
+
+/// Creates a tenant, then writes its integration file once with `script` standing in for
+/// `syncfs`. Returns the repository, the head before the write, the result, the number of
+/// sync calls and the log.
+fn write_with(script: Script) -> (tempfile::TempDir, PathBuf, String, bool, usize, String) {
+    crate::storage::init_git();
+    let dir = tempfile::tempdir().unwrap();
+    let tenant = TenantId::parse("acme").unwrap();
+    let path = dir.path().join("acme.git");
+    let committer = Identity::new("planfiles", "p@localhost", "localhost");
+    create(&tenant, dir.path(), &path, false, &committer, None).unwrap();
+    let head = git(&path, &["rev-parse", "main"]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let group = SyncGroup::with_sync_fn({
+        let calls = calls.clone();
+        let path = path.clone();
+        move || script(calls.fetch_add(1, Ordering::SeqCst) + 1, &path)
+    });
+    let log = Log::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer({
+            let log = log.clone();
+            move || log.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    let result = tracing::subscriber::with_default(subscriber, || {
+        TenantRepo::open(&tenant, &path).unwrap().write(
+            WriteRequest {
+                file: PlanFile::Integration,
+                bytes: b"changed: true\n".to_vec(),
+                preconditions: Preconditions::default(),
+                author: committer.clone(),
+                request_id: RequestId::parse("undo-test").unwrap(),
+            },
+            &committer,
+            Some(&group),
+        )
+    });
+    let calls = calls.load(Ordering::SeqCst);
+    (dir, path, head, result.is_ok(), calls, log.text())
+}
+
+/// The commit `main` had after the write (its first parent is the head before it).
+fn written_commit(path: &Path) -> String {
+    git(
+        path,
+        &["log", "--all", "--reflog", "--format=%H %s", "-n", "20"],
+    )
+    .lines()
+    .find(|l| l.ends_with("Update integrations.yml"))
+    .expect("the write made a commit")
+    .split(' ')
+    .next()
+    .unwrap()
+    .to_owned()
+}
+
+#[test]
+fn a_failed_sync_after_moving_main_puts_main_back_and_syncs_that() {
+    let (_dir, path, head, ok, calls, log) = write_with(|n, _| match n {
+        2 => eio(),
+        _ => Ok(()),
+    });
+    assert!(!ok, "the write must fail");
+    assert_eq!(git(&path, &["rev-parse", "main"]), head, "main is back");
+    assert_eq!(calls, 3, "objects, ref, and the undo are synced");
+    assert_logged(
+        &log,
+        "WARN",
+        "main put back after its update could not be synced",
+    );
+    git(&path, &["fsck", "--strict"]);
+}
+
+#[test]
+fn an_undo_whose_sync_fails_too_is_logged_as_an_error() {
+    let (_dir, path, head, ok, calls, log) = write_with(|n, _| match n {
+        2 | 3 => eio(),
+        _ => Ok(()),
+    });
+    assert!(!ok);
+    assert_eq!(git(&path, &["rev-parse", "main"]), head);
+    assert_eq!(calls, 3);
+    assert_logged(&log, "ERROR", "could not be synced either");
+    git(&path, &["fsck", "--strict"]);
+}
+
+#[test]
+fn main_moved_again_meanwhile_is_left_where_it_is() {
+    // During the ref's sync, plain git commits on top of the write's commit.
+    let (_dir, path, head, ok, _, log) = write_with(|n, path| {
+        if n == 2 {
+            let tree = git(path, &["rev-parse", "main^{tree}"]);
+            let ours = git(path, &["rev-parse", "main"]);
+            let next = git(
+                path,
+                &["commit-tree", &tree, "-p", &ours, "-m", "plain git"],
+            );
+            git(path, &["update-ref", "refs/heads/main", &next, &ours]);
+            return eio();
+        }
+        Ok(())
+    });
+    assert!(!ok);
+    let main = git(&path, &["rev-parse", "main"]);
+    assert_ne!(main, head, "plain git's commit is not undone");
+    assert_eq!(
+        git(&path, &["log", "-1", "--format=%s", "main"]),
+        "plain git"
+    );
+    assert_eq!(git(&path, &["rev-parse", "main~1"]), written_commit(&path));
+    assert_logged(&log, "ERROR", "moved again meanwhile");
+    git(&path, &["fsck", "--strict"]);
+}
+
+#[test]
+fn an_undo_that_cannot_move_main_is_logged_as_an_error() {
+    // During the ref's sync, someone takes main's lock: the undo cannot move main.
+    let (_dir, path, head, ok, calls, log) = write_with(|n, path| {
+        if n == 2 {
+            std::fs::write(path.join("refs/heads/main.lock"), "").unwrap();
+            return eio();
+        }
+        Ok(())
+    });
+    assert!(!ok);
+    assert_eq!(calls, 2, "nothing to sync when main did not move back");
+    let main = git(&path, &["rev-parse", "main"]);
+    assert_ne!(main, head);
+    assert_eq!(main, written_commit(&path));
+    assert_logged(&log, "ERROR", "stays at the unsynced commit");
+    std::fs::remove_file(path.join("refs/heads/main.lock")).unwrap();
+    git(&path, &["fsck", "--strict"]);
+}
+
+#[test]
+fn the_new_tree_id_is_foreseen_as_git_writes_it() {
+    use super::{tree_id_with, FILE_MODE};
+    crate::storage::init_git();
+    let dir = tempfile::tempdir().unwrap();
+    let repo = git2::Repository::init_bare(dir.path()).unwrap();
+    let blob = repo.blob(b"x: 1\n").unwrap();
+    let other = repo.blob(b"y: 2\n").unwrap();
+    let mut sub = repo.treebuilder(None).unwrap();
+    sub.insert("inner.yml", other, FILE_MODE).unwrap();
+    let sub = sub.write().unwrap();
+    // Names that sort differently as files and as folders ("a" < "a.yml" < "a/"), another
+    // mode, and the entry replaced or added.
+    let mut base = repo.treebuilder(None).unwrap();
+    base.insert("a.yml", other, FILE_MODE).unwrap();
+    base.insert("a", sub, 0o040000).unwrap();
+    base.insert("run.sh", other, 0o100755).unwrap();
+    base.insert("integrations.yml", other, FILE_MODE).unwrap();
+    let base = repo.find_tree(base.write().unwrap()).unwrap();
+    for name in ["integrations.yml", "configuration.yml", "a.yml", "zz.yml"] {
+        let mut builder = repo.treebuilder(Some(&base)).unwrap();
+        builder.insert(name, blob, FILE_MODE).unwrap();
+        assert_eq!(
+            tree_id_with(&base, name, blob),
+            Some(builder.write().unwrap()),
+            "{name}"
+        );
+    }
+}
