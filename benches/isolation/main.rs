@@ -112,7 +112,6 @@ async fn main() {
         .env("PLANFILES_BIND", "127.0.0.1:0")
         .env("PLANFILES_JWT_SECRET", SECRET)
         .env("PLANFILES_LOG_FORMAT", "json")
-        .env("PLANFILES_LOG", "warn,planfiles=warn")
         .current_dir(dir.path())
         .arg("serve")
         .stderr(std::process::Stdio::piped())
@@ -120,7 +119,6 @@ async fn main() {
         .unwrap();
     let pid = child.id();
     let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    // The listening line is at info: read it before the filter hides the rest.
     let mut host = String::new();
     for line in lines.by_ref() {
         let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap_or_default();
