@@ -69,6 +69,12 @@ impl Gates {
         }
     }
 
+    /// Leases of `tenant` out now (holding or waiting).
+    pub fn users(&self, tenant: &TenantId) -> usize {
+        let map = self.inner.map.lock().expect("not poisoned");
+        map.get(tenant).map_or(0, |e| e.users)
+    }
+
     /// How many tenants have a gate now (requests in flight or waiting).
     pub fn tenants(&self) -> usize {
         self.inner.map.lock().expect("not poisoned").len()
@@ -93,6 +99,57 @@ impl Drop for Lease {
     }
 }
 
+/// Turns for work that costs much memory or CPU (rendering a large stored file): a number for
+/// the process, fewer for one tenant, each waited for no longer than a deadline.
+#[derive(Debug, Clone)]
+pub struct Turns {
+    global: Arc<Semaphore>,
+    tenants: Gates,
+    wait: std::time::Duration,
+}
+
+/// A turn, given back on drop.
+#[derive(Debug)]
+pub struct Turn {
+    _global: tokio::sync::OwnedSemaphorePermit,
+    _tenant: tokio::sync::OwnedSemaphorePermit,
+    _lease: Lease,
+}
+
+impl Turns {
+    pub fn new(global: usize, per_tenant: usize, wait: std::time::Duration) -> Self {
+        Self {
+            global: Arc::new(Semaphore::new(global.max(1))),
+            tenants: Gates::new(per_tenant.clamp(1, global.max(1))),
+            wait,
+        }
+    }
+
+    /// The tenant's turn, or `None` when it did not come within the wait.
+    pub async fn take(&self, tenant: &TenantId) -> Option<Turn> {
+        let deadline = tokio::time::Instant::now() + self.wait;
+        let lease = self.tenants.lease(tenant);
+        let tenant_turn =
+            tokio::time::timeout_at(deadline, lease.semaphore().clone().acquire_owned())
+                .await
+                .ok()?
+                .ok()?;
+        let global = tokio::time::timeout_at(deadline, self.global.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()?;
+        Some(Turn {
+            _global: global,
+            _tenant: tenant_turn,
+            _lease: lease,
+        })
+    }
+
+    pub fn wait(&self) -> std::time::Duration {
+        self.wait
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +169,23 @@ mod tests {
         drop((held, first, second, other));
         assert_eq!(gates.tenants(), 0, "gates without users are dropped");
         assert_eq!(gates.lease(&a).users, 1);
+    }
+
+    #[tokio::test]
+    async fn one_tenant_takes_at_most_its_turns_and_waits_end() {
+        let turns = Turns::new(4, 2, std::time::Duration::from_millis(50));
+        let (hot, other) = (
+            TenantId::parse("hot").unwrap(),
+            TenantId::parse("o").unwrap(),
+        );
+        let a = turns.take(&hot).await.unwrap();
+        let b = turns.take(&hot).await.unwrap();
+        assert!(
+            turns.take(&hot).await.is_none(),
+            "a third turn of one tenant"
+        );
+        let c = turns.take(&other).await.unwrap();
+        drop((a, b, c));
+        assert!(turns.take(&hot).await.is_some());
     }
 }

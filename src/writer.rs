@@ -51,6 +51,12 @@ impl Writers {
         }
     }
 
+    /// True when `tenant`'s queue is full now, so that a write can be refused before its
+    /// body is read and parsed (load shedding); [`Writers::write`] checks again.
+    pub fn queue_full(&self, tenant: &TenantId) -> bool {
+        self.turns.users(tenant) >= self.depth
+    }
+
     /// Writes once it is this tenant's turn, then schedules upkeep when it is due.
     pub async fn write(
         &self,

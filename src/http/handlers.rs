@@ -109,6 +109,7 @@ pub async fn put_integration(
     let file = PlanFile::Integration;
     let tenant = state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
+    state.shed_write(&who, file)?;
     let turn = state.admit(&req, who.tenant(), state.body_limit).await?;
     let bytes = state.read_body(&req, payload).await?;
     let source_hosting = tenant.source_hosting;
@@ -187,6 +188,7 @@ pub async fn put_configuration(
     let file = PlanFile::Configuration;
     state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
+    state.shed_write(&who, file)?;
     let turn = state.admit(&req, who.tenant(), state.body_limit).await?;
     let bytes = state.read_body(&req, payload).await?;
     let (file_sha, doc) = cpu(bytes.len(), move || {
@@ -256,9 +258,11 @@ impl AppState {
             self.tenant(who, file).await?;
             require(who.can_read(file), file.read_permission())?;
             let (storage, tenant) = (self.storage.clone(), tenant.clone());
+            let turn = self.render_turn(&tenant).await?;
             // Parsing up to a megabyte of YAML and rendering it is CPU work: off the worker.
             let (body, blob) = blocking(
                 move || {
+                    let _turn = turn;
                     let snap = storage.read_at(&tenant, file, at)?;
                     let body = views::stored_body(file, &snap.bytes, snap.blob, Some(at));
                     Ok((body, snap.blob))
@@ -279,9 +283,11 @@ impl AppState {
         }
         let known = cached.as_ref().map(|c| c.commit);
         let (storage, owned) = (self.storage.clone(), tenant.clone());
+        let turn = self.render_turn(tenant).await?;
         // A changed file is parsed and rendered where it was read, off the worker.
         let outcome = blocking(
             move || {
+                let _turn = turn;
                 Ok(match storage.read_unless_at(&owned, file, known)? {
                     ReadOutcome::Unchanged => None,
                     ReadOutcome::Changed(snap) => Some(Rendered {
@@ -307,6 +313,34 @@ impl AppState {
             }
         };
         Ok(views::respond(rendered.body, rendered.etag))
+    }
+
+    /// 503 `busy` at once, before the body is read, when the tenant's write queue is full.
+    fn shed_write(&self, who: &Principal, file: PlanFile) -> Result<(), ApiError> {
+        if self.writers.queue_full(who.tenant()) {
+            return Err(ApiError::from_write(
+                crate::writer::WriteError::QueueFull {
+                    tenant: who.tenant().clone(),
+                    waiting: 0,
+                },
+                file,
+            ));
+        }
+        Ok(())
+    }
+
+    /// A turn to parse and render a stored file of `tenant`; 503 `busy` when it does not come
+    /// in time.
+    async fn render_turn(
+        &self,
+        tenant: &crate::domain::TenantId,
+    ) -> Result<crate::gates::Turn, ApiError> {
+        self.renders.take(tenant).await.ok_or_else(|| {
+            ApiError::busy(
+                "too many stored files of this tenant are being read at once",
+                self.renders.wait().as_secs().clamp(1, 5),
+            )
+        })
     }
 
     pub(super) async fn tenant(

@@ -47,7 +47,14 @@ pub struct AppState {
     pub responses: ResponseCache,
     /// Bounds the bytes of request bodies read and processed at once (memory), per tenant too.
     pub bodies: BodyBudget,
+    /// Turns to parse and render a stored file (`?ref=`, a GET after a change): up to a
+    /// megabyte of YAML costs tens of megabytes while it is rendered.
+    pub renders: crate::gates::Turns,
 }
+
+/// Stored files parsed and rendered at once, in all and for one tenant.
+const RENDERS: usize = 8;
+const RENDERS_PER_TENANT: usize = 2;
 
 /// The limits that keep one client or tenant from holding what others need.
 #[derive(Debug, Clone)]
@@ -116,6 +123,7 @@ impl AppState {
                 limits.bodies_per_tenant,
                 limits.queue_timeout,
             ),
+            renders: crate::gates::Turns::new(RENDERS, RENDERS_PER_TENANT, limits.queue_timeout),
         }
     }
 
