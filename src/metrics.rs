@@ -93,6 +93,21 @@ impl Metrics {
         ] {
             registry.register(c).expect("metric names are unique");
         }
+        // Series that exist from the start, so that their count never changes while the
+        // service runs: every file, conflict status and repack kind and result.
+        for file in ["integration", "configuration"] {
+            commits.with_label_values(&[file]);
+            forced_writes.with_label_values(&[file]);
+            for status in ["409", "412"] {
+                conflicts.with_label_values(&[file, status]);
+            }
+        }
+        for kind in ["incremental", "merge", "full", "unknown"] {
+            repack_duration.with_label_values(&[kind]);
+            for result in ["ok", "error"] {
+                repacks.with_label_values(&[kind, result]);
+            }
+        }
         Self {
             registry,
             http_requests,

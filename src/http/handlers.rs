@@ -107,9 +107,11 @@ pub async fn put_integration(
     payload: web::Payload,
 ) -> Reply {
     let file = PlanFile::Integration;
+    // Load shedding first: a tenant with queued writes exists, so refusing here keeps the
+    // order of checks for everyone else, and a flood of writes costs no disk read each.
+    state.shed_write(&who, file)?;
     let tenant = state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
-    state.shed_write(&who, file)?;
     let turn = state.admit(&req, who.tenant(), state.body_limit).await?;
     let bytes = state.read_body(&req, payload).await?;
     let source_hosting = tenant.source_hosting;
@@ -186,9 +188,11 @@ pub async fn put_configuration(
     payload: web::Payload,
 ) -> Reply {
     let file = PlanFile::Configuration;
+    // Load shedding first: a tenant with queued writes exists, so refusing here keeps the
+    // order of checks for everyone else, and a flood of writes costs no disk read each.
+    state.shed_write(&who, file)?;
     state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
-    state.shed_write(&who, file)?;
     let turn = state.admit(&req, who.tenant(), state.body_limit).await?;
     let bytes = state.read_body(&req, payload).await?;
     let (file_sha, doc) = cpu(bytes.len(), move || {
@@ -317,7 +321,7 @@ impl AppState {
 
     /// 503 `busy` at once, before the body is read, when the tenant's write queue is full.
     fn shed_write(&self, who: &Principal, file: PlanFile) -> Result<(), ApiError> {
-        if self.writers.queue_full(who.tenant()) {
+        if who.can_write(file) && self.writers.queue_full(who.tenant()) {
             return Err(ApiError::from_write(
                 crate::writer::WriteError::QueueFull {
                     tenant: who.tenant().clone(),
