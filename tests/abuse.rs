@@ -193,10 +193,18 @@ async fn two_hundred_concurrent_1_mib_puts_stay_within_bounded_memory() {
             })
         })
         .collect();
+    // One tenant gets its share of the body budget (4 MiB): what does not get a turn within
+    // the queue timeout is 503 busy; every other body is parsed in full, then 409.
+    let mut parsed = 0;
     for task in tasks {
         let (status, code) = task.await.unwrap();
-        assert_eq!((status, code.as_str()), (409, "sha_mismatch"));
+        assert!(
+            [(409, "sha_mismatch"), (503, "busy")].contains(&(status, code.as_str())),
+            "{status} {code}"
+        );
+        parsed += usize::from(status == 409);
     }
+    assert!(parsed >= 3, "only {parsed} bodies were parsed");
     let peak = peak_rss_mib(server.pid());
     eprintln!("200 concurrent 1 MiB PUTs: peak RSS {before:.0} MiB before, {peak:.0} MiB after");
     // Without the bound on bodies in flight this was 450 MiB.

@@ -117,6 +117,20 @@ pub(super) async fn read_limited(
     Ok(body)
 }
 
+/// Reads and drops a body of up to `limit` bytes at the given pace (for an answer given before
+/// the body was needed); stops at the first error, the limit or the deadline.
+pub(super) async fn discard(mut payload: web::Payload, limit: usize, pace: BodyPace) {
+    let start = tokio::time::Instant::now();
+    let mut received = 0;
+    while received <= limit {
+        let (deadline, _) = pace.next_deadline(start, received);
+        match tokio::time::timeout_at(deadline, payload.next()).await {
+            Ok(Some(Ok(chunk))) => received += chunk.len(),
+            _ => return,
+        }
+    }
+}
+
 /// Parses a complete body: JSON syntax, then a JSON object within the document limits
 /// (public for the fuzz targets).
 pub fn parse_put_body(body: &[u8]) -> Result<PutBody, ApiError> {

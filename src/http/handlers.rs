@@ -109,10 +109,15 @@ pub async fn put_integration(
     let file = PlanFile::Integration;
     // Load shedding first: a tenant with queued writes exists, so refusing here keeps the
     // order of checks for everyone else, and a flood of writes costs no disk read each.
-    state.shed_write(&who, file)?;
+    if let Err(e) = state.shed_write(&who, file) {
+        return Err(state.unread(payload, e).await);
+    }
     let tenant = state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
-    let turn = state.admit(&req, who.tenant(), state.body_limit).await?;
+    let turn = match state.admit(&req, who.tenant(), state.body_limit).await {
+        Ok(turn) => turn,
+        Err(e) => return Err(state.unread(payload, e).await),
+    };
     let bytes = state.read_body(&req, payload).await?;
     let source_hosting = tenant.source_hosting;
     let (file_sha, doc) = cpu(bytes.len(), move || {
@@ -190,10 +195,15 @@ pub async fn put_configuration(
     let file = PlanFile::Configuration;
     // Load shedding first: a tenant with queued writes exists, so refusing here keeps the
     // order of checks for everyone else, and a flood of writes costs no disk read each.
-    state.shed_write(&who, file)?;
+    if let Err(e) = state.shed_write(&who, file) {
+        return Err(state.unread(payload, e).await);
+    }
     state.tenant(&who, file).await?;
     require(who.can_write(file), file.write_permission())?;
-    let turn = state.admit(&req, who.tenant(), state.body_limit).await?;
+    let turn = match state.admit(&req, who.tenant(), state.body_limit).await {
+        Ok(turn) => turn,
+        Err(e) => return Err(state.unread(payload, e).await),
+    };
     let bytes = state.read_body(&req, payload).await?;
     let (file_sha, doc) = cpu(bytes.len(), move || {
         let mut body = body::parse_put_body(&bytes)?;
@@ -317,6 +327,13 @@ impl AppState {
             }
         };
         Ok(views::respond(rendered.body, rendered.etag))
+    }
+
+    /// `err`, once the body is read and thrown away: a server that answers and closes with
+    /// unread data makes the client's kernel drop the answer. Holds no memory or budget.
+    async fn unread(&self, payload: web::Payload, err: ApiError) -> ApiError {
+        body::discard(payload, self.body_limit, self.body_pace).await;
+        err
     }
 
     /// 503 `busy` at once, before the body is read, when the tenant's write queue is full.
