@@ -275,3 +275,46 @@ async fn under_each_attack_the_victims_requests_finish_within_2_s() {
     }
     app.fsck("acme");
 }
+
+/// Parsing and rendering a large stored file (a `?ref=` read) happens off the async workers:
+/// while two such reads run, requests on the same workers are answered at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn large_ref_reads_do_not_stall_the_workers() {
+    let app = TestApp::spawn().await;
+    let commit = attacks::make_big(&app.repo("initech"), 0);
+    let t = common::token("initech", &["jit.integrations.read"]);
+    let read = || {
+        let client = reqwest::Client::new();
+        let url = app.url(&format!("/plans/integration-file?ref={commit}"));
+        let t = t.clone();
+        async move {
+            let started = std::time::Instant::now();
+            let res = client.get(url).bearer_auth(t).send().await.unwrap();
+            assert_eq!(res.status(), 200);
+            res.bytes().await.unwrap();
+            started.elapsed()
+        }
+    };
+    let alone = read().await;
+    let readers = [tokio::spawn(read()), tokio::spawn(read())];
+    tokio::time::sleep(alone / 4).await;
+    // New connections, spread over the server's two workers.
+    let mut slowest = std::time::Duration::ZERO;
+    for _ in 0..4 {
+        let started = std::time::Instant::now();
+        let res = reqwest::Client::new()
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        slowest = slowest.max(started.elapsed());
+    }
+    for r in readers {
+        r.await.unwrap();
+    }
+    assert!(
+        slowest < alone / 3,
+        "/healthz took {slowest:?} while reads of {alone:?} each ran"
+    );
+}
