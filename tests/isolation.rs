@@ -6,15 +6,7 @@ use futures_util::StreamExt;
 
 /// The number of series (sample lines) in `/metrics`.
 async fn series(app: &TestApp) -> usize {
-    let text = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = app.metrics().await;
     text.lines().filter(|l| !l.starts_with('#')).count()
 }
 

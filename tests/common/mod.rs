@@ -238,6 +238,18 @@ impl TestApp {
             .unwrap()
     }
 
+    /// The text of `/metrics` (without a token).
+    pub async fn metrics(&self) -> String {
+        self.client
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// The path of a tenant's bare repository.
     pub fn repo(&self, tenant: &str) -> PathBuf {
         self.data_dir
