@@ -10,7 +10,7 @@
 //! could keep the repository open and commit the writes queued behind it together.
 use crate::domain::TenantId;
 use crate::gates::Gates;
-use crate::storage::{Storage, StorageError, WriteOutcome, WriteRequest};
+use crate::storage::{ShaCheck, Storage, StorageError, WriteOutcome, WriteRequest};
 use crate::upkeep::Upkeep;
 use std::time::Duration;
 
@@ -61,7 +61,7 @@ impl Writers {
     pub async fn write(
         &self,
         tenant: &TenantId,
-        req: WriteRequest,
+        mut req: WriteRequest,
     ) -> Result<WriteOutcome, WriteError> {
         let lease = self.turns.lease(tenant);
         if lease.users > self.depth {
@@ -69,6 +69,20 @@ impl Writers {
                 tenant: tenant.clone(),
                 waiting: lease.users - 1,
             });
+        }
+        // A commit hash as file_sha: the history walk happens here, before the turn and the
+        // write lock; under them only the commits added since are looked at.
+        if let (Some(ShaCheck::BlobOrCommit(id)), None) =
+            (req.preconditions.file_sha, req.preconditions.ancestry)
+        {
+            let (storage, owned) = (self.storage.clone(), tenant.clone());
+            let found = tokio::task::spawn_blocking(move || storage.ancestry(&owned, id))
+                .await
+                .map_err(|e| WriteError::Task {
+                    tenant: tenant.clone(),
+                    message: e.to_string(),
+                })??;
+            req.preconditions.ancestry = Some(found);
         }
         let turn = tokio::time::timeout(self.wait, lease.semaphore().clone().acquire_owned())
             .await

@@ -136,6 +136,7 @@ pub async fn put_integration(
     let preconditions = Preconditions {
         file_sha: file_sha.map(ShaCheck::Blob),
         if_match: body::if_match(&req),
+        ancestry: None,
     };
     let outcome = state
         .write(
@@ -221,6 +222,7 @@ pub async fn put_configuration(
     let preconditions = Preconditions {
         file_sha: file_sha.map(ShaCheck::BlobOrCommit),
         if_match,
+        ancestry: None,
     };
     let outcome = state
         .write(

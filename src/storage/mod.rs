@@ -101,6 +101,16 @@ pub struct Preconditions {
     pub file_sha: Option<ShaCheck>,
     /// The `If-Match` header, if any.
     pub if_match: Option<IfMatch>,
+    /// What [`Storage::ancestry`] found about a `BlobOrCommit` id before the write lock was
+    /// taken, so that the walk of a long history happens outside it.
+    pub ancestry: Option<Ancestry>,
+}
+
+/// Whether an object id named a commit of `main`'s history when `main` was at `head`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ancestry {
+    pub head: CommitId,
+    pub in_history: bool,
 }
 
 /// How a `file_sha` is checked.
@@ -315,6 +325,13 @@ impl Storage {
         })
     }
 
+    /// Whether `id` names a commit of `main`'s history now. Walks the history (a long one
+    /// takes a while), so writes ask before they take the tenant's write lock, and check again
+    /// under it only what changed since ([`Preconditions::ancestry`]).
+    pub fn ancestry(&self, tenant: &TenantId, id: ObjectId) -> Result<Ancestry, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.ancestry(id)
+    }
+
     /// Commits a new version of one file if the preconditions hold (see [`Preconditions`]).
     pub fn write(
         &self,
@@ -480,6 +497,74 @@ mod tests {
                 .read_unless_at(&tenant, PlanFile::Integration, Some(head))
                 .unwrap(),
             ReadOutcome::Unchanged
+        ));
+    }
+
+    /// A commit-hash force checked before the lock stays right when `main` moved after the
+    /// check: commits added since are looked at, and a `main` moved elsewhere is walked again.
+    #[test]
+    fn an_ancestry_found_before_the_lock_is_checked_again_for_what_changed() {
+        init_git();
+        let dir = tempfile::tempdir().unwrap();
+        let committer = Identity::new("planfiles", "p@localhost", "localhost");
+        let storage = Storage::open(dir.path(), committer.clone(), Durability::Fsync).unwrap();
+        let tenant = TenantId::parse("acme").unwrap();
+        let first = storage.create_tenant(&tenant, false).unwrap();
+        let write = |n: usize, id: &ObjectId, ancestry| {
+            storage.write(
+                &tenant,
+                WriteRequest {
+                    file: PlanFile::Configuration,
+                    bytes: format!("folders:\n- path: p{n}\n").into_bytes(),
+                    preconditions: Preconditions {
+                        file_sha: Some(ShaCheck::BlobOrCommit(*id)),
+                        if_match: None,
+                        ancestry,
+                    },
+                    author: committer.clone(),
+                    request_id: RequestId::generate(),
+                },
+            )
+        };
+        // Found in history at the first head; two commits land before the write.
+        let found = storage.ancestry(&tenant, first.0).unwrap();
+        assert!(found.in_history);
+        let second = write(1, &first.0, None).unwrap().commit;
+        write(2, &first.0, None).unwrap();
+        assert!(write(3, &first.0, Some(found)).unwrap().forced);
+        // Not in history at the check, but among the commits added since.
+        let stale = Ancestry {
+            head: first,
+            in_history: false,
+        };
+        assert!(write(4, &second.0, Some(stale)).is_ok());
+        // A check that said yes, but main was moved elsewhere since: walked again, refused.
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(storage.repo_path(&tenant))
+                .args(args)
+                .env("GIT_AUTHOR_NAME", "x")
+                .env("GIT_AUTHOR_EMAIL", "x@x")
+                .env("GIT_COMMITTER_NAME", "x")
+                .env("GIT_COMMITTER_EMAIL", "x@x")
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        };
+        let tree = git(&["rev-parse", "main^{tree}"]);
+        let orphan = git(&["commit-tree", &tree, "-m", "new root"]);
+        git(&["update-ref", "refs/heads/main", &orphan]);
+        let said_yes = storage.ancestry(&tenant, second.0).unwrap();
+        assert!(!said_yes.in_history, "main no longer reaches it");
+        let before_reset = Ancestry {
+            head: second,
+            in_history: true,
+        };
+        assert!(matches!(
+            write(5, &second.0, Some(before_reset)),
+            Err(StorageError::ShaMismatch { .. })
         ));
     }
 }

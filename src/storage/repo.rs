@@ -1,7 +1,8 @@
 //! The git2 side of storage: one tenant's bare repository, read and written with libgit2.
 use super::durable::{SyncGroup, SyncMark};
 use super::{
-    FileSnapshot, IfMatch, ShaCheck, StorageError, TenantSummary, WriteOutcome, WriteRequest,
+    Ancestry, FileSnapshot, IfMatch, ShaCheck, StorageError, TenantSummary, WriteOutcome,
+    WriteRequest,
 };
 use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, TenantId};
 use git2::{
@@ -327,6 +328,47 @@ impl<'a> TenantRepo<'a> {
         }
     }
 
+    /// See [`crate::storage::Storage::ancestry`].
+    pub(super) fn ancestry(&self, id: ObjectId) -> Result<Ancestry, StorageError> {
+        let head =
+            self.repo
+                .refname_to_id(MAIN)
+                .map_err(git_err(self.tenant, "resolve main", ""))?;
+        Ok(Ancestry {
+            head: CommitId(to_id(head)),
+            in_history: self.in_history(head, to_oid(&id)),
+        })
+    }
+
+    /// Whether `oid` is in the history of `head`, from what `known` found at an earlier head:
+    /// when `head` reaches that head along first parents within a few commits and no merge,
+    /// only those commits are new, and the answer is `known`'s or "one of them". Otherwise
+    /// (someone moved `main` elsewhere, or merged) the whole walk again.
+    fn in_history_since(&self, head: Oid, oid: Oid, known: Option<Ancestry>) -> bool {
+        const NEW_COMMITS: usize = 1000;
+        let Some(known) = known else {
+            return self.in_history(head, oid);
+        };
+        let earlier = to_oid(&known.head.0);
+        let mut at = head;
+        for _ in 0..=NEW_COMMITS {
+            if at == earlier {
+                return known.in_history;
+            }
+            if at == oid {
+                return true;
+            }
+            let Ok(commit) = self.repo.find_commit(at) else {
+                break;
+            };
+            if commit.parent_count() != 1 {
+                break;
+            }
+            at = commit.parent_id(0).expect("one parent");
+        }
+        self.in_history(head, oid)
+    }
+
     /// Writes one file (see [`crate::storage::Storage::write`]). `sync` is the group to share
     /// `syncfs` with; `None` when libgit2 fsyncs by itself.
     pub(super) fn write(
@@ -359,7 +401,12 @@ impl<'a> TenantRepo<'a> {
                 {
                     blob_matched = true;
                 }
-                Some(ShaCheck::BlobOrCommit(id)) if self.in_history(head.id(), to_oid(&id)) => {}
+                Some(ShaCheck::BlobOrCommit(id))
+                    if self.in_history_since(
+                        head.id(),
+                        to_oid(&id),
+                        req.preconditions.ancestry,
+                    ) => {}
                 Some(_) => {
                     return Err(StorageError::ShaMismatch {
                         tenant: self.tenant.clone(),
