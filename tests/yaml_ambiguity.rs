@@ -492,3 +492,40 @@ async fn long_digit_runs_outside_plain_scalars_are_kept_beside_a_wide_float() {
     assert_eq!(body["content"]["hex"], "0x10000000000000000");
     app.fsck("globex");
 }
+
+/// Client text whose top level is `null`, `~`, empty or only comments is not a mapping: 422.
+/// A stored empty file still reads as `{}`.
+#[tokio::test]
+async fn a_document_without_a_mapping_is_refused() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let before = app.head("globex");
+    for (text, found) in [
+        ("null", "found null"),
+        ("~\n", "found null"),
+        ("--- null\n", "found null"),
+        ("", "found an empty document"),
+        ("# only a comment\n", "found an empty document"),
+    ] {
+        let (status, body) =
+            problem(app.put_integration(&t, &json!({"content": text})).await).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (422, Some("invalid_content")),
+            "{text:?}"
+        );
+        let detail = body["detail"].as_str().unwrap();
+        assert!(detail.starts_with("/content: "), "{text:?}: {detail}");
+        assert!(detail.ends_with(found), "{text:?}: {detail}");
+        assert_eq!(app.head("globex"), before, "{text:?} wrote");
+    }
+    // `{}` is an empty mapping, so it is stored.
+    let res = app.put_integration(&t, &json!({"content": "{}\n"})).await;
+    assert_eq!(res.status(), 200);
+    app.outside_commit("globex", "integrations.yml", "");
+    let got: Value = app.get_integration(&t).await.json().await.unwrap();
+    assert_eq!(
+        (&got["status"], &got["content"]),
+        (&json!("valid"), &json!({}))
+    );
+}

@@ -84,14 +84,15 @@ pub fn parse_mapping(text: &str) -> Result<Mapping, YamlError> {
     Ok(map)
 }
 
-/// Parses YAML text sent by a client, as `parse_mapping`, with no integer beyond 64 bits and
-/// no plain scalar that YAML 1.1 and YAML 1.2 readers read differently (so `raw_content`
-/// reads the same everywhere), both found in one walk.
+/// Parses YAML text sent by a client: one document whose top level is a mapping (not empty,
+/// not `null`), with no integer beyond 64 bits and no plain scalar that YAML 1.1 and YAML 1.2
+/// readers read differently (so `raw_content` reads the same everywhere), both found in one
+/// walk.
 /// Files already stored are read with `parse_mapping`, whatever they hold.
 pub fn parse_client_text(text: &str) -> Result<Mapping, YamlError> {
     let map = match parse_value(text)? {
         Value::Object(map) => map,
-        Value::Null => Map::new(),
+        Value::Null if is_blank(text) => return Err(YamlError::NotAMapping("an empty document")),
         other => return Err(YamlError::NotAMapping(kind(&other))),
     };
     let found = walk::first(text, &map, |p| {
@@ -136,6 +137,14 @@ impl YamlError {
             _ => None,
         }
     }
+}
+
+/// Whether YAML text holds nothing but whitespace and comments.
+fn is_blank(text: &str) -> bool {
+    text.lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#')
+    })
 }
 
 /// Emits a mapping as YAML that every YAML 1.1 or 1.2 reader reads back as the same data.
@@ -488,6 +497,27 @@ mod tests {
         let content = map(json!({"note": "ref 123456789012345678901", "big": 1e20}));
         let emitted = emit(&content).unwrap();
         assert_eq!(parse_client_text(&emitted).unwrap(), content);
+    }
+
+    #[test]
+    fn client_text_must_hold_a_mapping() {
+        for (text, found) in [
+            ("null", "null"),
+            ("~\n", "null"),
+            ("--- ~\n", "null"),
+            ("", "an empty document"),
+            ("\n  \n", "an empty document"),
+            ("# only a comment\n", "an empty document"),
+        ] {
+            assert_eq!(
+                parse_client_text(text),
+                Err(YamlError::NotAMapping(found)),
+                "{text:?}"
+            );
+            // A stored file like that still reads as an empty mapping.
+            assert_eq!(parse_mapping(text), Ok(Map::new()), "{text:?}");
+        }
+        assert_eq!(parse_client_text("{}\n"), Ok(Map::new()));
     }
 
     #[test]
