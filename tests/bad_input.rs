@@ -16,6 +16,15 @@ struct Case {
     body: Vec<u8>,
     status: u16,
     code: &'static str,
+    /// For a 422: the JSON pointer (into the request body) that `detail` starts with.
+    pointer: Option<&'static str>,
+}
+
+impl Case {
+    fn at(mut self, pointer: &'static str) -> Self {
+        self.pointer = Some(pointer);
+        self
+    }
 }
 
 fn json_case(
@@ -34,6 +43,7 @@ fn json_case(
         body: serde_json::to_vec(&body).unwrap(),
         status,
         code,
+        pointer: None,
     }
 }
 
@@ -53,6 +63,7 @@ fn raw_case(
         body: body.to_vec(),
         status,
         code,
+        pointer: None,
     }
 }
 
@@ -158,7 +169,8 @@ fn cases() -> Vec<Case> {
             b"[]",
             422,
             "invalid_content",
-        ),
+        )
+        .at(""),
         raw_case(
             "json nested 10k deep",
             INTEGRATION,
@@ -166,7 +178,8 @@ fn cases() -> Vec<Case> {
             deep_json.as_bytes(),
             422,
             "invalid_content",
-        ),
+        )
+        .at(""),
         raw_case(
             "integer past 64 bits",
             INTEGRATION,
@@ -174,7 +187,8 @@ fn cases() -> Vec<Case> {
             b"{\"content\": {\"n\": 18446744073709551616}}",
             422,
             "invalid_content",
-        ),
+        )
+        .at(""),
         json_case(
             "content missing",
             INTEGRATION,
@@ -182,7 +196,8 @@ fn cases() -> Vec<Case> {
             json!({"file_sha": null}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "content is a list",
             INTEGRATION,
@@ -190,7 +205,8 @@ fn cases() -> Vec<Case> {
             json!({"content": [1, 2]}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "content is a number",
             INTEGRATION,
@@ -198,7 +214,8 @@ fn cases() -> Vec<Case> {
             json!({"content": 5}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "content is null",
             INTEGRATION,
@@ -206,7 +223,8 @@ fn cases() -> Vec<Case> {
             json!({"content": null}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "content is bad yaml",
             INTEGRATION,
@@ -214,7 +232,8 @@ fn cases() -> Vec<Case> {
             json!({"content": "a: [1,"}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "content yaml is a list",
             INTEGRATION,
@@ -222,7 +241,8 @@ fn cases() -> Vec<Case> {
             json!({"content": "- a\n- b\n"}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "yaml with two documents",
             INTEGRATION,
@@ -230,7 +250,8 @@ fn cases() -> Vec<Case> {
             json!({"content": "a: 1\n---\nb: 2\n"}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "yaml duplicate keys",
             INTEGRATION,
@@ -238,7 +259,8 @@ fn cases() -> Vec<Case> {
             json!({"content": "a: 1\na: 2\n"}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "yaml non-string key",
             INTEGRATION,
@@ -246,7 +268,8 @@ fn cases() -> Vec<Case> {
             json!({"content": "1: a\n"}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "yaml custom tag",
             INTEGRATION,
@@ -254,7 +277,8 @@ fn cases() -> Vec<Case> {
             json!({"content": "a: !secret x\n"}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "yaml alias bomb",
             INTEGRATION,
@@ -262,7 +286,8 @@ fn cases() -> Vec<Case> {
             json!({"content": bomb}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "nesting past the limit",
             INTEGRATION,
@@ -270,7 +295,8 @@ fn cases() -> Vec<Case> {
             json!({"content": nested(65)}),
             422,
             "invalid_content",
-        ),
+        )
+        .at(""),
         json_case(
             "100k keys",
             INTEGRATION,
@@ -278,15 +304,17 @@ fn cases() -> Vec<Case> {
             json!({"content": many_keys}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
         json_case(
             "yaml integer past 64 bits",
             INTEGRATION,
             "acme",
-            json!({"content": "n: 18446744073709551616\n"}),
+            json!({"content": "num: 18446744073709551616\n"}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content/num"),
         json_case(
             "yaml nesting past the limit",
             INTEGRATION,
@@ -294,7 +322,80 @@ fn cases() -> Vec<Case> {
             json!({"content": yaml_nested(65)}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/content"),
+        json_case(
+            "yaml hex integer past 64 bits",
+            INTEGRATION,
+            "acme",
+            json!({"content": "wallet: 0x52908400098527886E0F7030069857D2E4169EE7\n"}),
+            422,
+            "invalid_content",
+        )
+        .at("/content/wallet"),
+        json_case(
+            "yaml octal integer past 64 bits",
+            INTEGRATION,
+            "acme",
+            json!({"content": "a:\n  - 0o2000000000000000000000\n"}),
+            422,
+            "invalid_content",
+        )
+        .at("/content/a/0"),
+        json_case(
+            "yaml binary integer past 64 bits",
+            INTEGRATION,
+            "acme",
+            json!({"content": format!("bits: 0b1{}\n", "0".repeat(64))}),
+            422,
+            "invalid_content",
+        )
+        .at("/content/bits"),
+        json_case(
+            "yaml negative decimal integer past 64 bits",
+            INTEGRATION,
+            "acme",
+            json!({"content": "a: {b: -9223372036854775809}\n"}),
+            422,
+            "invalid_content",
+        )
+        .at("/content/a/b"),
+        json_case(
+            "yaml document that is null",
+            INTEGRATION,
+            "acme",
+            json!({"content": "null"}),
+            422,
+            "invalid_content",
+        )
+        .at("/content"),
+        json_case(
+            "yaml document that is ~",
+            INTEGRATION,
+            "acme",
+            json!({"content": "~\n"}),
+            422,
+            "invalid_content",
+        )
+        .at("/content"),
+        json_case(
+            "yaml document that is empty",
+            INTEGRATION,
+            "acme",
+            json!({"content": ""}),
+            422,
+            "invalid_content",
+        )
+        .at("/content"),
+        json_case(
+            "yaml document of comments only",
+            INTEGRATION,
+            "acme",
+            json!({"content": "# nothing here\n\n"}),
+            422,
+            "invalid_content",
+        )
+        .at("/content"),
         json_case(
             "payload is a list",
             CONFIGURATION,
@@ -302,7 +403,8 @@ fn cases() -> Vec<Case> {
             json!({"payload": [{"path": "a"}], "file_sha": sha40}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/payload"),
         json_case(
             "payload is a number",
             CONFIGURATION,
@@ -310,7 +412,8 @@ fn cases() -> Vec<Case> {
             json!({"payload": 5, "file_sha": sha40}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/payload"),
         json_case(
             "payload is null",
             CONFIGURATION,
@@ -318,7 +421,8 @@ fn cases() -> Vec<Case> {
             json!({"payload": null, "file_sha": sha40}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/payload"),
         json_case(
             "file_sha null on the configuration file",
             CONFIGURATION,
@@ -334,7 +438,8 @@ fn cases() -> Vec<Case> {
             json!({"file_sha": sha40}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/payload"),
         json_case(
             "payload is a string",
             CONFIGURATION,
@@ -342,7 +447,8 @@ fn cases() -> Vec<Case> {
             json!({"payload": "folders: []", "file_sha": sha40}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/payload"),
         json_case(
             "folders not a list",
             CONFIGURATION,
@@ -350,7 +456,8 @@ fn cases() -> Vec<Case> {
             json!({"payload": {"folders": {}}, "file_sha": sha40}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/payload/folders"),
         json_case(
             "folder without path",
             CONFIGURATION,
@@ -358,7 +465,8 @@ fn cases() -> Vec<Case> {
             json!({"payload": {"folders": [{"exclude": []}]}, "file_sha": sha40}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/payload/folders/0/path"),
         json_case(
             "exclude not strings",
             CONFIGURATION,
@@ -366,7 +474,8 @@ fn cases() -> Vec<Case> {
             json!({"payload": {"folders": [{"path": "a", "exclude": [1]}]}, "file_sha": sha40}),
             422,
             "invalid_content",
-        ),
+        )
+        .at("/payload/folders/0/exclude/0"),
         json_case(
             "file_sha too short",
             CONFIGURATION,
@@ -445,6 +554,8 @@ fn cases() -> Vec<Case> {
 #[tokio::test]
 async fn bad_input_is_refused_and_changes_nothing() {
     let app = TestApp::spawn().await;
+    // Every row is tried; the wrong answers are listed together.
+    let mut wrong = Vec::new();
     for case in cases() {
         let t = token(case.tenant, ALL);
         let head = app.head(case.tenant);
@@ -457,25 +568,29 @@ async fn bad_input_is_refused_and_changes_nothing() {
             req = req.header("content-type", ct);
         }
         let started = std::time::Instant::now();
-        let (status, body) = problem(req.send().await.unwrap()).await;
-        assert_eq!(
-            (status, body["code"].as_str().unwrap()),
-            (case.status, case.code),
-            "{}: {body}",
-            case.name
-        );
-        assert!(
-            started.elapsed().as_secs() < 2,
-            "{} took {:?}",
-            case.name,
-            started.elapsed()
-        );
-        assert_eq!(
-            app.head(case.tenant),
-            head,
-            "{} changed the repository",
-            case.name
-        );
+        let res = req.send().await.unwrap();
+        let elapsed = started.elapsed();
+        let status = res.status().as_u16();
+        let body: serde_json::Value = res.json().await.unwrap_or_default();
+        let code = body["code"].as_str().unwrap_or_default();
+        if (status, code) != (case.status, case.code) {
+            wrong.push(format!("{}: {status} {body}", case.name));
+        } else if case.status == 422 {
+            let pointer = case
+                .pointer
+                .unwrap_or_else(|| panic!("{}: a 422 row names its pointer", case.name));
+            let detail = body["detail"].as_str().unwrap_or_default();
+            if !detail.starts_with(&format!("{pointer}: ")) {
+                wrong.push(format!(
+                    "{}: detail {detail:?} does not start with the pointer {pointer:?}",
+                    case.name
+                ));
+            }
+        }
+        assert!(elapsed.as_secs() < 2, "{} took {elapsed:?}", case.name);
+        if app.head(case.tenant) != head {
+            wrong.push(format!("{} changed the repository", case.name));
+        }
         assert_eq!(
             app.get_integration(&t).await.status(),
             200,
@@ -483,6 +598,7 @@ async fn bad_input_is_refused_and_changes_nothing() {
             case.name
         );
     }
+    assert!(wrong.is_empty(), "wrong answers:\n{}", wrong.join("\n"));
     app.fsck("acme");
 }
 

@@ -1,5 +1,8 @@
 //! Round trips: any JSON object PUT as content comes back unchanged from GET, and its stored
-//! YAML reads as the same data in PyYAML (a YAML 1.1 reader).
+//! YAML reads as the same data in PyYAML (a YAML 1.1 reader). The strings include long ones
+//! (past PyYAML's 128-character simple-key and 1,024-character implicit-key limits), multi-line
+//! ones with leading spaces and trailing newlines, and the characters YAML treats specially:
+//! U+0085 (NEL), U+2028 and U+2029 (line and paragraph separators) and U+FEFF (the BOM).
 mod common;
 
 use common::{token, TestApp, ALL};
@@ -64,12 +67,71 @@ const TRICKY: &[&str] = &[
     "...",
     "[a]",
     "{a: 1}",
+    "\u{85}",
+    "a\u{85}b",
+    "\u{2028}",
+    "a\u{2028}b\u{2029}c",
+    "\u{feff}",
+    "\u{feff}a: b",
+    "a\u{feff}",
+    "  lead\n  and more\n",
+    "x\n\n\n",
+    "\n",
+    "\n lead after a newline",
 ];
+
+/// The characters strings are built from, beyond `any::<String>()`: YAML's special line
+/// breaks, the BOM, spaces, newlines and indicators.
+const PIECES: &[&str] = &[
+    "a", "word", " ", "  ", "\n", "\t", "\u{85}", "\u{2028}", "\u{2029}", "\u{feff}", "#", ": ",
+    "- ", "'", "\"", "\\", "é",
+];
+
+/// Strings of `len` pieces (see `PIECES`).
+fn pieced(len: std::ops::Range<usize>) -> impl Strategy<Value = String> {
+    prop::collection::vec(prop::sample::select(PIECES), len).prop_map(|p| p.concat())
+}
+
+/// Multi-line text: lines with leading spaces, then trailing newlines.
+fn multi_line() -> impl Strategy<Value = String> {
+    (
+        prop::collection::vec((0usize..5, "[a-z :#-]{0,12}"), 1..6),
+        0usize..4,
+    )
+        .prop_map(|(lines, trailing)| {
+            let body: Vec<String> = lines
+                .into_iter()
+                .map(|(indent, text)| format!("{}{text}", " ".repeat(indent)))
+                .collect();
+            format!("{}{}", body.join("\n"), "\n".repeat(trailing))
+        })
+}
+
+/// Strings longer than 120 characters: plain letters, pieces, or any characters.
+fn long_string() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z ]{121,400}",
+        pieced(121..300),
+        prop::collection::vec(any::<char>(), 121..300).prop_map(String::from_iter),
+    ]
+}
+
+/// Keys longer than 1,024 characters (YAML's limit for an implicit key).
+fn long_key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z]{1025,1300}",
+        pieced(1025..1100),
+        prop::collection::vec(any::<char>(), 1025..1100).prop_map(String::from_iter),
+    ]
+}
 
 fn scalar() -> impl Strategy<Value = Value> {
     prop_oneof![
         prop::sample::select(TRICKY).prop_map(|s| json!(s)),
         any::<String>().prop_map(Value::String),
+        pieced(0..12).prop_map(Value::String),
+        multi_line().prop_map(Value::String),
+        long_string().prop_map(Value::String),
         any::<i64>().prop_map(|n| json!(n)),
         any::<u64>().prop_map(|n| json!(n)),
         any::<f64>()
@@ -84,7 +146,11 @@ fn key() -> impl Strategy<Value = String> {
     prop_oneof![
         prop::sample::select(TRICKY).prop_map(String::from),
         "[a-z_]{1,8}",
-        any::<String>()
+        any::<String>(),
+        pieced(1..12),
+        multi_line(),
+        long_string(),
+        long_key(),
     ]
 }
 
@@ -135,7 +201,41 @@ fn put_then_get_returns_the_same_content() {
         })
         .unwrap();
     app.fsck("globex");
-    pyyaml_reads_the_same(&stored.into_inner());
+    let stored = stored.into_inner();
+    covers_the_hard_strings(&stored);
+    pyyaml_reads_the_same(&stored);
+}
+
+/// The run held each kind of string the generators are there for, as a key or a value.
+fn covers_the_hard_strings(cases: &[Value]) {
+    let mut strings = Vec::new();
+    let mut stack: Vec<&Value> = cases.iter().map(|c| &c["content"]).collect();
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::String(s) => strings.push(s.as_str()),
+            Value::Array(a) => stack.extend(a),
+            Value::Object(m) => {
+                strings.extend(m.keys().map(String::as_str));
+                stack.extend(m.values());
+            }
+            _ => {}
+        }
+    }
+    type Has = fn(&str) -> bool;
+    let kinds: [(&str, Has); 7] = [
+        ("longer than 120", |s| s.chars().count() > 120),
+        ("longer than 1,024", |s| s.chars().count() > 1024),
+        ("leading spaces and a trailing newline", |s| {
+            s.contains("\n ") && s.ends_with('\n')
+        }),
+        ("U+0085", |s| s.contains('\u{85}')),
+        ("U+2028", |s| s.contains('\u{2028}')),
+        ("U+2029", |s| s.contains('\u{2029}')),
+        ("U+FEFF", |s| s.contains('\u{feff}')),
+    ];
+    for (what, has) in kinds {
+        assert!(strings.iter().any(|s| has(s)), "no string {what} was sent");
+    }
 }
 
 /// Every stored text, read by PyYAML's safe_load, equals the content that was sent.

@@ -419,3 +419,113 @@ json.dump([r(case["raw"]) == case["content"] for r in readers], sys.stdout)
         "PyYAML, ruamel 1.2, ruamel 1.1"
     );
 }
+
+/// Integers beyond 64 bits are judged on the parsed plain scalars, in any notation: refused
+/// with the scalar's pointer (and make a stored file invalid), never read as a float or a
+/// string.
+#[tokio::test]
+async fn integers_beyond_64_bits_are_refused_in_every_notation_and_only_there() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let before = app.head("globex");
+    let wide = [
+        (
+            "wallet: 0x52908400098527886E0F7030069857D2E4169EE7\n",
+            "/wallet",
+        ),
+        ("w: 0x10000000000000000\n", "/w"),
+        ("list: [1, 0o2000000000000000000000]\n", "/list/1"),
+        (&*format!("bits: 0b1{}\n", "0".repeat(64)), "/bits"),
+        ("deep: {num: 18446744073709551616}\n", "/deep/num"),
+    ];
+    for (text, pointer) in wide {
+        let (status, body) =
+            problem(app.put_integration(&t, &json!({"content": text})).await).await;
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert_eq!(status, 422, "{text:?}: {body}");
+        assert!(
+            detail.starts_with(&format!("/content{pointer}: ")),
+            "{text:?}: {detail}"
+        );
+        assert!(
+            detail.contains("does not fit in 64 bits"),
+            "{text:?}: {detail}"
+        );
+        assert_eq!(app.head("globex"), before, "{text:?} wrote");
+    }
+    // A stored file holding one (committed with plain git) is invalid, not a string or a float.
+    for (text, _) in wide {
+        app.outside_commit("globex", "integrations.yml", text);
+        let got: Value = app.get_integration(&t).await.json().await.unwrap();
+        assert_eq!(got["status"], "invalid", "{text:?}: {got}");
+        assert_eq!(got["content"], json!({}), "{text:?}");
+        let errors = got["validation_errors"].to_string();
+        assert!(errors.contains("does not fit in 64 bits"), "{errors}");
+    }
+    app.fsck("globex");
+}
+
+/// A long digit run inside a string, key, comment or block scalar is not an integer, even
+/// beside a whole float >= 2^64.
+#[tokio::test]
+async fn long_digit_runs_outside_plain_scalars_are_kept_beside_a_wide_float() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    // The issue's example: a long digit run inside a string, beside a whole float >= 2^64.
+    let content = json!({"note": "ref 123456789012345678901", "big": 1e20});
+    let res = app.put_integration(&t, &json!({"content": content})).await;
+    assert_eq!(res.status(), 200);
+    let got: Value = app.get_integration(&t).await.json().await.unwrap();
+    assert_eq!(got["content"], content);
+    // As YAML text, with the digits in a key, a comment and a block scalar too.
+    let text = "# order 123456789012345678901\n\
+                note: \"ref 123456789012345678901\"\n\
+                \"123456789012345678901\": key\n\
+                block: |\n  123456789012345678901\n\
+                hex: '0x10000000000000000'\n\
+                big: 1.0e+20\n";
+    let res = app.put_integration(&t, &json!({"content": text})).await;
+    assert_eq!(res.status(), 200);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["raw_content"], text);
+    assert_eq!(body["content"]["big"], 1e20);
+    assert_eq!(body["content"]["hex"], "0x10000000000000000");
+    app.fsck("globex");
+}
+
+/// Client text whose top level is `null`, `~`, empty or only comments is not a mapping: 422.
+/// A stored empty file still reads as `{}`.
+#[tokio::test]
+async fn a_document_without_a_mapping_is_refused() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let before = app.head("globex");
+    for (text, found) in [
+        ("null", "found null"),
+        ("~\n", "found null"),
+        ("--- null\n", "found null"),
+        ("", "found an empty document"),
+        ("# only a comment\n", "found an empty document"),
+    ] {
+        let (status, body) =
+            problem(app.put_integration(&t, &json!({"content": text})).await).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (422, Some("invalid_content")),
+            "{text:?}"
+        );
+        let detail = body["detail"].as_str().unwrap();
+        assert!(detail.starts_with("/content: "), "{text:?}: {detail}");
+        assert!(detail.ends_with(found), "{text:?}: {detail}");
+        assert_eq!(app.head("globex"), before, "{text:?} wrote");
+    }
+    // `{}` is an empty mapping, so it is stored.
+    let res = app.put_integration(&t, &json!({"content": "{}\n"})).await;
+    assert_eq!(res.status(), 200);
+    app.outside_commit("globex", "integrations.yml", "");
+    let got: Value = app.get_integration(&t).await.json().await.unwrap();
+    assert_eq!(
+        (&got["status"], &got["content"]),
+        (&json!("valid"), &json!({}))
+    );
+}

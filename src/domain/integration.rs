@@ -21,12 +21,12 @@ impl IntegrationDoc {
                 Ok(Self { content: map, raw })
             }
             Value::String(text) => {
-                let content = yaml::parse_client_text(&text).map_err(|e| match e {
+                let content = yaml::parse_client_text(&text).map_err(|e| match e.located() {
                     // The pointer of the scalar within `content`, then what to write instead.
-                    yaml::YamlError::Ambiguous(found) => {
-                        ContentError::new(format!("{AT}{}", found.pointer), found.to_string())
+                    Some((pointer, message)) => {
+                        ContentError::new(format!("{AT}{pointer}"), message)
                     }
-                    other => ContentError::new(AT, other.to_string()),
+                    None => ContentError::new(AT, e.to_string()),
                 })?;
                 Ok(Self { content, raw: text })
             }

@@ -4,8 +4,12 @@ use serde_json::{Map, Value};
 use std::fmt;
 
 pub mod ambiguity;
+pub mod integers;
 pub mod readers;
+mod walk;
 pub use ambiguity::Ambiguity;
+pub use integers::WideInteger;
+pub use walk::Role;
 
 /// Deepest nesting of mappings and sequences a document may have (the top mapping is level 1).
 pub const MAX_DEPTH: usize = 64;
@@ -27,8 +31,9 @@ pub enum YamlError {
     TooManyNodes,
     #[error("the value cannot be stored as YAML without changing it")]
     NotRepresentable,
-    #[error("an integer does not fit in 64 bits")]
-    IntegerTooLarge,
+    /// A plain scalar that a reader reads as an integer beyond 64 bits.
+    #[error("{}: {}", .0.pointer, .0)]
+    IntegerTooLarge(Box<WideInteger>),
     /// A plain scalar that YAML 1.1 and YAML 1.2 readers read as different data.
     #[error("{}: {}", .0.pointer, .0)]
     Ambiguous(Box<Ambiguity>),
@@ -51,87 +56,95 @@ fn options() -> serde_saphyr::Options {
     opts
 }
 
-/// Parses YAML text that must be one document whose top level is a mapping with string keys.
-/// An empty document (or one with only comments) is an empty mapping.
-pub fn parse_mapping(text: &str) -> Result<Mapping, YamlError> {
+/// Parses YAML text into a value within the limits (any top level).
+fn parse_value(text: &str) -> Result<Value, YamlError> {
     let StrictValue(value) = serde_saphyr::from_str_with_options(text, options())
         .map_err(|e| YamlError::Syntax(first_line(&e.to_string())))?;
-    let map = match value {
+    if let Value::Object(map) = &value {
+        check_limits(map)?;
+    }
+    Ok(value)
+}
+
+/// Parses a stored file: one document whose top level is a mapping with string keys. An empty
+/// document (or one with only comments, or `null`) reads as an empty mapping.
+pub fn parse_mapping(text: &str) -> Result<Mapping, YamlError> {
+    let map = match parse_value(text)? {
         Value::Object(map) => map,
         Value::Null => Map::new(),
         other => return Err(YamlError::NotAMapping(kind(&other))),
     };
-    check_limits(&map)?;
-    // The parser reads an integer past 64 bits as a float: content would then differ from the
-    // stored text. Such a float is whole and beyond 64 bits; refuse when the text has a literal.
-    if has_wide_whole_float(&map) && has_wide_integer_literal(text) {
-        return Err(YamlError::IntegerTooLarge);
+    // The parser reads a wide decimal integer as a float and a wide hex one as a string: the
+    // content would differ from the text. Refuse them (the walk runs only when one may be there).
+    if integers::may_hold_one(&map) {
+        if let Some(found) = integers::find(text, &map) {
+            return Err(YamlError::IntegerTooLarge(Box::new(found)));
+        }
     }
     Ok(map)
 }
 
-/// Parses YAML text sent by a client, as `parse_mapping`, and refuses any plain scalar that
-/// YAML 1.1 and YAML 1.2 readers read differently (so `raw_content` reads the same everywhere).
+/// Parses YAML text sent by a client: one document whose top level is a mapping (not empty,
+/// not `null`), with no integer beyond 64 bits and no plain scalar that YAML 1.1 and YAML 1.2
+/// readers read differently (so `raw_content` reads the same everywhere), both found in one
+/// walk.
 /// Files already stored are read with `parse_mapping`, whatever they hold.
 pub fn parse_client_text(text: &str) -> Result<Mapping, YamlError> {
-    let map = parse_mapping(text)?;
-    match ambiguity::find(text, &map) {
-        Some(found) => Err(YamlError::Ambiguous(Box::new(found))),
-        None => Ok(map),
-    }
-}
-
-/// Whether a value holds a whole float outside the 64-bit integer range.
-fn has_wide_whole_float(map: &Mapping) -> bool {
-    let mut stack: Vec<&Value> = map.values().collect();
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::Number(n) if n.as_i64().is_none() && n.as_u64().is_none() => {
-                let f = n.as_f64().unwrap_or(0.0);
-                if f.fract() == 0.0 && (f <= i64::MIN as f64 || f >= u64::MAX as f64) {
-                    return true;
-                }
-            }
-            Value::Object(m) => stack.extend(m.values()),
-            Value::Array(a) => stack.extend(a),
-            _ => {}
-        }
-    }
-    false
-}
-
-/// Whether the text has a run of digits, not part of a float or a word, that no 64-bit
-/// integer holds.
-fn has_wide_integer_literal(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        if !bytes[i].is_ascii_digit() {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < bytes.len() && bytes[i].is_ascii_digit() {
-            i += 1;
-        }
-        let before = start.checked_sub(1).map(|j| bytes[j]);
-        let after = bytes.get(i).copied();
-        let in_word = |b: Option<u8>| b.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'.');
-        if in_word(before) || in_word(after) {
-            continue;
-        }
-        let negative = before == Some(b'-');
-        let digits = &text[start..i];
-        let fits = if negative {
-            format!("-{digits}").parse::<i64>().is_ok()
-        } else {
-            digits.parse::<u64>().is_ok()
+    let map = match parse_value(text)? {
+        Value::Object(map) => map,
+        Value::Null if is_blank(text) => return Err(YamlError::NotAMapping("an empty document")),
+        other => return Err(YamlError::NotAMapping(kind(&other))),
+    };
+    let found = walk::first(text, &map, |p| {
+        let found = match readers::wide_integer(p.text) {
+            Some(reading) => Found::Wide(reading),
+            None => Found::Ambiguous(readers::conflict(p.text, p.service)?),
         };
-        if !fits {
-            return true;
+        Some((p.text.to_owned(), p.role, found))
+    });
+    let Some((pointer, (text, role, found))) = found else {
+        return Ok(map);
+    };
+    Err(match found {
+        Found::Wide(reading) => YamlError::IntegerTooLarge(Box::new(WideInteger {
+            pointer,
+            text,
+            role,
+            reading,
+        })),
+        Found::Ambiguous(readings) => YamlError::Ambiguous(Box::new(Ambiguity {
+            pointer,
+            text,
+            role,
+            readings,
+        })),
+    })
+}
+
+/// What the walk of client text finds at a plain scalar.
+enum Found {
+    Wide((&'static str, readers::Reading)),
+    Ambiguous([(&'static str, readers::Reading); 2]),
+}
+
+impl YamlError {
+    /// The JSON pointer (within the document) of the scalar an error is about, when it is about
+    /// one, and the message without it.
+    pub fn located(&self) -> Option<(&str, String)> {
+        match self {
+            YamlError::IntegerTooLarge(w) => Some((&w.pointer, w.to_string())),
+            YamlError::Ambiguous(a) => Some((&a.pointer, a.to_string())),
+            _ => None,
         }
     }
-    false
+}
+
+/// Whether YAML text holds nothing but whitespace and comments.
+fn is_blank(text: &str) -> bool {
+    text.lines().all(|line| {
+        let line = line.trim();
+        line.is_empty() || line.starts_with('#')
+    })
 }
 
 /// Emits a mapping as YAML that every YAML 1.1 or 1.2 reader reads back as the same data.
@@ -395,30 +408,116 @@ mod tests {
         assert!(parse_mapping(&text).is_ok());
     }
 
-    #[test]
-    fn integers_past_64_bits_are_refused_not_turned_into_floats() {
-        for text in [
-            "n: 18446744073709551616\n",
-            "n: -9223372036854775809\n",
-            "a: {b: [1, 123456789012345678901234567890]}\n",
-        ] {
-            assert_eq!(
-                parse_mapping(text),
-                Err(YamlError::IntegerTooLarge),
-                "{text}"
-            );
+    /// The pointer and the text of the wide integer a parse refuses.
+    fn wide(result: Result<Mapping, YamlError>) -> Option<(String, String)> {
+        match result {
+            Err(YamlError::IntegerTooLarge(w)) => Some((w.pointer, w.text)),
+            _ => None,
         }
-        // The edges of the 64-bit range, and large floats, are kept exactly.
-        let m = parse_mapping(
-            "a: 18446744073709551615\nb: -9223372036854775808\nc: 1e300\nd: 2.0e19\n",
-        )
-        .unwrap();
+    }
+
+    #[test]
+    fn integers_past_64_bits_are_refused_not_turned_into_floats_or_strings() {
+        let cases = [
+            (
+                "num: 18446744073709551616\n",
+                "/num",
+                "18446744073709551616",
+            ),
+            (
+                "num: -9223372036854775809\n",
+                "/num",
+                "-9223372036854775809",
+            ),
+            (
+                "a: {b: [1, 123456789012345678901234567890]}\n",
+                "/a/b/1",
+                "123456789012345678901234567890",
+            ),
+            ("w: 0x10000000000000000\n", "/w", "0x10000000000000000"),
+            (
+                "wallet: 0x52908400098527886E0F7030069857D2E4169EE7\n",
+                "/wallet",
+                "0x52908400098527886E0F7030069857D2E4169EE7",
+            ),
+            (
+                "o: 0o2000000000000000000000\n",
+                "/o",
+                "0o2000000000000000000000",
+            ),
+            (
+                "b: [0b1_0000000000000000000000000000000000000000000000000000000000000000]\n",
+                "/b/0",
+                "0b1_0000000000000000000000000000000000000000000000000000000000000000",
+            ),
+            (
+                "0x10000000000000000: key\n",
+                "/0x10000000000000000",
+                "0x10000000000000000",
+            ),
+        ];
+        for (text, pointer, scalar) in cases {
+            let expected = Some((pointer.to_owned(), scalar.to_owned()));
+            assert_eq!(wide(parse_client_text(text)), expected, "client: {text}");
+            // A stored file holding one is invalid too.
+            assert_eq!(wide(parse_mapping(text)), expected, "stored: {text}");
+        }
+        let message = parse_client_text("w: 0x10000000000000000\n")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            message,
+            "/w: the value 0x10000000000000000 is read as the integer 18446744073709551616 by \
+             the YAML 1.2 core schema, which does not fit in 64 bits; integers from -2^63 to \
+             2^64-1 are kept, for a string quote it: \"0x10000000000000000\""
+        );
+        // The edges of the 64-bit range, in every notation, and large floats are kept exactly.
+        let text = "a: 18446744073709551615\nb: -9223372036854775808\nc: 1e300\nd: 2.0e19\n\
+                    e: 0xFFFFFFFFFFFFFFFF\nf: 0o1777777777777777777777\n";
+        let m = parse_mapping(text).unwrap();
         assert_eq!(
             Value::Object(m),
-            json!({"a": u64::MAX, "b": i64::MIN, "c": 1e300, "d": 2.0e19})
+            json!({"a": u64::MAX, "b": i64::MIN, "c": 1e300, "d": 2.0e19,
+                   "e": u64::MAX, "f": u64::MAX})
         );
-        // A long number in a string is not an integer.
-        assert!(parse_mapping("a: \"18446744073709551616\"\n").is_ok());
+    }
+
+    #[test]
+    fn long_digit_runs_outside_plain_scalars_are_not_integers() {
+        // A whole float past 64 bits beside long digit runs in strings, keys, comments and
+        // block scalars: nothing there is an integer.
+        let text = "note: \"ref 123456789012345678901\"\nbig: 1.0e+20\n\
+                    \"123456789012345678901\": x\n# 123456789012345678901\n\
+                    block: |\n  123456789012345678901\nq: '0x10000000000000000'\n";
+        let m = parse_client_text(text).unwrap();
+        assert_eq!(m["big"], json!(1e20));
+        assert_eq!(m["q"], json!("0x10000000000000000"));
+        assert!(parse_mapping(text).is_ok());
+        // The JSON of the issue, emitted and read back.
+        let content = map(json!({"note": "ref 123456789012345678901", "big": 1e20}));
+        let emitted = emit(&content).unwrap();
+        assert_eq!(parse_client_text(&emitted).unwrap(), content);
+    }
+
+    #[test]
+    fn client_text_must_hold_a_mapping() {
+        for (text, found) in [
+            ("null", "null"),
+            ("~\n", "null"),
+            ("--- ~\n", "null"),
+            ("", "an empty document"),
+            ("\n  \n", "an empty document"),
+            ("# only a comment\n", "an empty document"),
+        ] {
+            assert_eq!(
+                parse_client_text(text),
+                Err(YamlError::NotAMapping(found)),
+                "{text:?}"
+            );
+            // A stored file like that still reads as an empty mapping.
+            assert_eq!(parse_mapping(text), Ok(Map::new()), "{text:?}");
+        }
+        assert_eq!(parse_client_text("{}\n"), Ok(Map::new()));
     }
 
     #[test]

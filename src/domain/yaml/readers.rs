@@ -11,9 +11,11 @@ use std::sync::LazyLock;
 pub enum Reading {
     Null,
     Bool(bool),
-    /// An integer; `None` when the reader fails on it or it is beyond 128 bits (such a
-    /// reading equals no other, so the scalar is refused).
+    /// An integer; `None` when the reader fails on it (such a reading equals no other, so the
+    /// scalar is refused).
     Int(Option<i128>),
+    /// An integer beyond 128 bits (equal to no other reading).
+    WideInt,
     Float(f64),
     /// A string equal to the scalar's text.
     Str,
@@ -40,6 +42,15 @@ impl PartialEq for Reading {
 }
 
 impl Reading {
+    /// Whether this is an integer that no 64-bit integer holds (outside `i64::MIN..=u64::MAX`).
+    pub fn is_wide_integer(&self) -> bool {
+        match self {
+            Reading::WideInt => true,
+            Reading::Int(Some(n)) => *n < i128::from(i64::MIN) || *n > i128::from(u64::MAX),
+            _ => false,
+        }
+    }
+
     /// The service's reading of a parsed value (a plain scalar's, so never a collection).
     pub fn of_value(v: &Value) -> Reading {
         match v {
@@ -61,6 +72,7 @@ impl Reading {
             Reading::Bool(b) => format!("the boolean {b}"),
             Reading::Int(Some(n)) => format!("the integer {n}"),
             Reading::Int(None) => "an integer".into(),
+            Reading::WideInt => "an integer beyond 128 bits".into(),
             Reading::Float(f) if f.is_nan() => "the number NaN".into(),
             Reading::Float(f) => format!("the number {f:?}"),
             Reading::Str => format!("the string {}", quoted(text)),
@@ -313,7 +325,11 @@ impl Reader {
                 text.to_ascii_lowercase().as_str(),
                 "yes" | "y" | "true" | "on"
             )),
-            Kind::Int => Reading::Int(self.int(text)),
+            Kind::Int => match self.int(text) {
+                Ok(n) => Reading::Int(Some(n)),
+                Err(NotInt::Wide) => Reading::WideInt,
+                Err(NotInt::Digits) => Reading::Int(None),
+            },
             Kind::Float => Reading::Float(self.float(text)),
             Kind::Merge => Reading::Merge,
             Kind::Timestamp => Reading::Timestamp,
@@ -322,11 +338,11 @@ impl Reader {
     }
 
     /// `construct_yaml_int` of PyYAML and ruamel.yaml (the core schema's forms are a subset).
-    fn int(&self, text: &str) -> Option<i128> {
+    fn int(&self, text: &str) -> Result<i128, NotInt> {
         let s = text.replace('_', "");
         let (negative, s) = split_sign(&s);
         let magnitude = if s == "0" {
-            Some(0)
+            Ok(0)
         } else if let Some(b) = s.strip_prefix("0b") {
             radix(b, 2)
         } else if let Some(h) = s.strip_prefix("0x") {
@@ -337,7 +353,10 @@ impl Reader {
             radix(s, 8)
         } else if self.version == Version::V1_1 && s.contains(':') {
             s.split(':').try_fold(0i128, |acc, part| {
-                acc.checked_mul(60)?.checked_add(radix(part, 10)?)
+                let digit = radix(part, 10)?;
+                acc.checked_mul(60)
+                    .and_then(|a| a.checked_add(digit))
+                    .ok_or(NotInt::Wide)
             })
         } else {
             radix(s, 10)
@@ -376,12 +395,39 @@ fn split_sign(s: &str) -> (bool, &str) {
     }
 }
 
+/// Why an integer's text gives no `i128`.
+enum NotInt {
+    /// Not digits of the radix (Python's `int` fails).
+    Digits,
+    /// Beyond 128 bits.
+    Wide,
+}
+
 /// Digits in a radix, as Python's `int(s, radix)` reads them after signs are taken off.
-fn radix(digits: &str, radix: u32) -> Option<i128> {
+fn radix(digits: &str, radix: u32) -> Result<i128, NotInt> {
     if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(NotInt::Digits);
+    }
+    // The digits are valid, so the only failure left is overflow.
+    i128::from_str_radix(digits, radix).map_err(|_| NotInt::Wide)
+}
+
+/// The shortest plain scalar any reader reads as an integer outside the 64-bit range has 19
+/// characters: `0x10000000000000000` (2^64) and `-0x8000000000000001`; decimal needs 20 and
+/// octal, binary and base 60 (at most 60 per two characters) more.
+const SHORTEST_WIDE_INTEGER: usize = 19;
+
+/// Whether some reader reads this plain scalar as an integer that does not fit in 64 bits;
+/// the reader (the core schema's first) and its reading.
+pub fn wide_integer(text: &str) -> Option<(&'static str, Reading)> {
+    if text.len() < SHORTEST_WIDE_INTEGER || !text.starts_with(|c: char| "-+0123456789".contains(c))
+    {
         return None;
     }
-    i128::from_str_radix(digits, radix).ok()
+    READERS.iter().rev().find_map(|reader| {
+        let reading = reader.read(text);
+        reading.is_wide_integer().then_some((reader.name, reading))
+    })
 }
 
 /// The reading of the commonest forms that every reader reads alike (a shortcut past the
@@ -578,6 +624,44 @@ mod tests {
         assert_eq!(common_form("12"), Some(Int(Some(12))));
         assert_eq!(common_form("-0.50"), Some(Float(-0.5)));
         assert_eq!(common_form("012"), None);
+    }
+
+    #[test]
+    fn wide_integers_in_every_notation_and_the_64_bit_edges() {
+        let two_64 = format!("0b1{}", "0".repeat(64));
+        let wide = [
+            "18446744073709551616",
+            "-9223372036854775809",
+            "0x10000000000000000",
+            "-0x8000000000000001",
+            "0o2000000000000000000000",
+            "02000000000000000000000",
+            "307445734561825860:16",
+            "1_8446_7440_7370_9551_616",
+            two_64.as_str(),
+            // Beyond 128 bits.
+            "0x52908400098527886E0F7030069857D2E4169EE7",
+        ];
+        for text in wide {
+            assert!(wide_integer(text).is_some(), "{text}");
+        }
+        assert!(matches!(
+            wide_integer("0x52908400098527886E0F7030069857D2E4169EE7"),
+            Some(("the YAML 1.2 core schema", WideInt))
+        ));
+        for text in [
+            "18446744073709551615",
+            "-9223372036854775808",
+            "0xFFFFFFFFFFFFFFFF",
+            "-0x8000000000000000",
+            "0o1777777777777777777777",
+            "1.8446744073709552e19",
+            "100000000000000000000.0",
+            "2001-12-14 21:59:43.10",
+            "12345678901234567890 apples",
+        ] {
+            assert_eq!(wide_integer(text), None, "{text}");
+        }
     }
 
     #[test]
