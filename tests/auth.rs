@@ -512,12 +512,36 @@ async fn iss_and_aud_are_checked_only_when_configured() {
     let app = TestApp::spawn_with(auth).await;
     let good = hs256(json!({"iss": "https://auth.example", "aud": "planfiles"}));
     assert_eq!(app.get_integration(&good).await.status(), 200);
-    for bad in [
-        hs256(json!({"iss": "https://evil.example", "aud": "planfiles"})),
-        hs256(json!({"iss": "https://auth.example", "aud": "other"})),
-        hs256(json!({})),
-    ] {
-        assert_eq!(app.get_integration(&bad).await.status(), 401);
+    let cases = [
+        (
+            "wrong iss",
+            hs256(json!({"iss": "https://evil.example", "aud": "planfiles"})),
+        ),
+        (
+            "wrong aud",
+            hs256(json!({"iss": "https://auth.example", "aud": "other"})),
+        ),
+        (
+            "aud list without ours",
+            hs256(json!({"iss": "https://auth.example", "aud": ["a", "b"]})),
+        ),
+        ("no iss", hs256(json!({"aud": "planfiles"}))),
+        ("no aud", hs256(json!({"iss": "https://auth.example"}))),
+        ("neither", hs256(json!({}))),
+    ];
+    for (name, bad) in cases {
+        let res = app.get_integration(&bad).await;
+        assert_eq!(
+            res.headers()["www-authenticate"],
+            "Bearer error=\"invalid_token\"",
+            "{name}"
+        );
+        let (status, body) = problem(res).await;
+        assert_eq!(
+            (status, body["code"].as_str()),
+            (401, Some("invalid_token")),
+            "{name}"
+        );
     }
 }
 
@@ -592,6 +616,8 @@ async fn app_with_public_key(algorithm: planfiles::config::Algorithm, public: &s
                 .join("tests/keys")
                 .join(public),
         ),
+        // The HS256 secret is configured too (unused): a token signed with it must still fail.
+        secret: SECRET.into(),
         ..Default::default()
     })
     .await
@@ -716,4 +742,322 @@ async fn es256_accepts_only_tokens_signed_by_the_configured_key() {
     }
     assert_each_refused(&app, cases).await;
     assert_eq!(app.head("acme"), head);
+}
+
+/// Signs claims as an HMAC JWT (`HS256`, `HS384` or `HS512`) with `key`, independently of the
+/// service.
+fn sign_hmac(alg: &str, key: &[u8], claims: &Value) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+    use base64::Engine;
+    use hmac::{Hmac, Mac};
+    let input = format!(
+        "{}.{}",
+        B64.encode(json!({"alg": alg, "typ": "JWT"}).to_string()),
+        B64.encode(claims.to_string())
+    );
+    let tag = match alg {
+        "HS256" => {
+            let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+            mac.update(input.as_bytes());
+            mac.finalize().into_bytes().to_vec()
+        }
+        "HS384" => {
+            let mut mac = Hmac::<sha2::Sha384>::new_from_slice(key).unwrap();
+            mac.update(input.as_bytes());
+            mac.finalize().into_bytes().to_vec()
+        }
+        "HS512" => {
+            let mut mac = Hmac::<sha2::Sha512>::new_from_slice(key).unwrap();
+            mac.update(input.as_bytes());
+            mac.finalize().into_bytes().to_vec()
+        }
+        other => panic!("not an HMAC algorithm: {other}"),
+    };
+    format!("{input}.{}", B64.encode(tag))
+}
+
+/// Proves that `token` is correctly signed in `alg` with `key` (a JWT library outside the
+/// service, all its other checks off), so that a refusal can only be the algorithm's.
+fn assert_correctly_signed(
+    name: &str,
+    token: &str,
+    alg: jsonwebtoken::Algorithm,
+    key: &jsonwebtoken::DecodingKey,
+) {
+    let mut validation = jsonwebtoken::Validation::new(alg);
+    validation.validate_exp = false;
+    validation.validate_aud = false;
+    validation.required_spec_claims.clear();
+    jsonwebtoken::decode::<Value>(token, key, &validation)
+        .unwrap_or_else(|e| panic!("{name}: the test token is not correctly signed: {e}"));
+}
+
+/// Tokens with a valid signature in an algorithm other than the configured one, each signed
+/// with a key the server holds (its HS secret, its public key's text, or the private half of a
+/// key pair it trusts under another algorithm): 401 `invalid_token`, nothing written.
+#[tokio::test]
+async fn correctly_signed_tokens_in_another_algorithm_are_refused() {
+    use jsonwebtoken::{Algorithm as Alg, DecodingKey};
+    use planfiles::config::Algorithm;
+    let c = claims(json!({}));
+    let secret = DecodingKey::from_secret(SECRET.as_bytes());
+    let rs_public_pem = test_key("rs256-public.pem");
+    let es_public_pem = test_key("es256-public.pem");
+    let rs_private_pem = test_key("rs256-private.pem");
+    let rs_public = DecodingKey::from_rsa_pem(rs_public_pem.as_bytes()).unwrap();
+    let rs256 = |claims: &Value| {
+        sign_rs256(
+            &rs_private_pem,
+            &json!({"alg": "RS256", "typ": "JWT"}),
+            claims,
+        )
+    };
+
+    // (configured, good token, [(name, token, its algorithm, the key that verifies it)])
+    type Row = (&'static str, String, Alg, DecodingKey);
+    let servers: Vec<(Algorithm, Option<&str>, String, Vec<Row>)> = vec![
+        (
+            Algorithm::HS256,
+            None,
+            hs256(json!({})),
+            vec![
+                (
+                    "HS384 with the secret",
+                    sign_hmac("HS384", SECRET.as_bytes(), &c),
+                    Alg::HS384,
+                    secret.clone(),
+                ),
+                (
+                    "HS512 with the secret",
+                    sign_hmac("HS512", SECRET.as_bytes(), &c),
+                    Alg::HS512,
+                    secret.clone(),
+                ),
+            ],
+        ),
+        (
+            Algorithm::RS256,
+            Some("rs256-public.pem"),
+            rs256(&c),
+            vec![
+                (
+                    "HS256 with the secret, RS256 configured",
+                    sign_hmac("HS256", SECRET.as_bytes(), &c),
+                    Alg::HS256,
+                    secret.clone(),
+                ),
+                (
+                    "HS256 keyed with the RS256 public key's PEM text",
+                    sign_hmac("HS256", rs_public_pem.as_bytes(), &c),
+                    Alg::HS256,
+                    DecodingKey::from_secret(rs_public_pem.as_bytes()),
+                ),
+                (
+                    "HS512 with the secret, RS256 configured",
+                    sign_hmac("HS512", SECRET.as_bytes(), &c),
+                    Alg::HS512,
+                    secret.clone(),
+                ),
+            ],
+        ),
+        (
+            Algorithm::ES256,
+            Some("es256-public.pem"),
+            sign_es256(&test_key("es256-private.pem"), &c),
+            vec![
+                (
+                    "RS256 with the test key pair, ES256 configured",
+                    rs256(&c),
+                    Alg::RS256,
+                    rs_public.clone(),
+                ),
+                (
+                    "HS256 with the secret, ES256 configured",
+                    sign_hmac("HS256", SECRET.as_bytes(), &c),
+                    Alg::HS256,
+                    secret.clone(),
+                ),
+                (
+                    "HS256 keyed with the ES256 public key's PEM text",
+                    sign_hmac("HS256", es_public_pem.as_bytes(), &c),
+                    Alg::HS256,
+                    DecodingKey::from_secret(es_public_pem.as_bytes()),
+                ),
+            ],
+        ),
+    ];
+    for (algorithm, public, good, rows) in servers {
+        let app = match public {
+            None => TestApp::spawn().await,
+            Some(public) => app_with_public_key(algorithm, public).await,
+        };
+        assert_eq!(
+            app.get_integration(&good).await.status(),
+            200,
+            "{algorithm:?}: the good token"
+        );
+        let head = app.head("acme");
+        for (name, token, alg, key) in rows {
+            assert_correctly_signed(name, &token, alg, &key);
+            for res in [
+                app.get_integration(&token).await,
+                app.put_integration(&token, &json!({"content": {"x": 1}}))
+                    .await,
+            ] {
+                assert_eq!(
+                    res.headers()
+                        .get("www-authenticate")
+                        .map(|v| v.to_str().unwrap()),
+                    Some("Bearer error=\"invalid_token\""),
+                    "{name}"
+                );
+                let (status, body) = problem(res).await;
+                assert_eq!(
+                    (status, body["code"].as_str()),
+                    (401, Some("invalid_token")),
+                    "{name}"
+                );
+            }
+        }
+        assert_eq!(
+            app.head("acme"),
+            head,
+            "{algorithm:?}: a refused token wrote"
+        );
+    }
+}
+
+/// The challenge is the same on every authenticated endpoint: bare `Bearer` without a token,
+/// `error="invalid_token"` for a refused one, `error="insufficient_scope", scope=` for a
+/// missing permission.
+#[tokio::test]
+async fn every_authenticated_endpoint_sends_the_bearer_challenge() {
+    common::METRICS_REQUIRE_TOKEN.with(|c| c.set(true));
+    let app = TestApp::spawn().await;
+    common::METRICS_REQUIRE_TOKEN.with(|c| c.set(false));
+    let head = app.head("acme");
+    let expired = hs256(json!({"exp": now() - 3600}));
+    let wrong_key = sign_hmac("HS256", b"another-secret-0123456789", &claims(json!({})));
+    let other_alg = sign_hmac("HS512", SECRET.as_bytes(), &claims(json!({})));
+    // (path, the permission it needs, a token that has every permission but that one)
+    let endpoints: Vec<(String, &str, Vec<&str>)> = vec![
+        (
+            "/plans/integration-file/history".into(),
+            "jit.integrations.read",
+            vec![
+                "jit.preferences.write",
+                "planfiles.repos.read",
+                "planfiles.metrics.read",
+            ],
+        ),
+        (
+            "/plans/configuration-file/history".into(),
+            "jit.preferences.read",
+            vec![
+                "jit.integrations.write",
+                "planfiles.repos.read",
+                "planfiles.metrics.read",
+            ],
+        ),
+        (
+            format!("/plans/integration-file?ref={head}"),
+            "jit.integrations.read",
+            vec![
+                "jit.preferences.write",
+                "planfiles.repos.read",
+                "planfiles.metrics.read",
+            ],
+        ),
+        (
+            format!("/plans/configuration-file?ref={head}"),
+            "jit.preferences.read",
+            vec![
+                "jit.integrations.write",
+                "planfiles.repos.read",
+                "planfiles.metrics.read",
+            ],
+        ),
+        (
+            "/git/acme.git/info/refs?service=git-upload-pack".into(),
+            "planfiles.repos.read",
+            vec![
+                "jit.integrations.write",
+                "jit.preferences.write",
+                "planfiles.metrics.read",
+            ],
+        ),
+        (
+            "/metrics".into(),
+            "planfiles.metrics.read",
+            vec![
+                "jit.integrations.write",
+                "jit.preferences.write",
+                "planfiles.repos.read",
+            ],
+        ),
+    ];
+    for (path, needed, others) in endpoints {
+        let lacking = common::token("acme", &others);
+        let cases: Vec<(&str, Option<&str>, u16, &str, String)> = vec![
+            ("no token", None, 401, "unauthorized", "Bearer".into()),
+            (
+                "expired",
+                Some(&expired),
+                401,
+                "invalid_token",
+                "Bearer error=\"invalid_token\"".into(),
+            ),
+            (
+                "wrong key",
+                Some(&wrong_key),
+                401,
+                "invalid_token",
+                "Bearer error=\"invalid_token\"".into(),
+            ),
+            (
+                "HS512",
+                Some(&other_alg),
+                401,
+                "invalid_token",
+                "Bearer error=\"invalid_token\"".into(),
+            ),
+            (
+                "without the permission",
+                Some(&lacking),
+                403,
+                "insufficient_scope",
+                format!("Bearer error=\"insufficient_scope\", scope=\"{needed}\""),
+            ),
+        ];
+        for (name, token, status, code, challenge) in cases {
+            let mut req = app.client.get(app.url(&path));
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            let res = req.send().await.unwrap();
+            assert_eq!(
+                res.headers()
+                    .get("www-authenticate")
+                    .map(|v| v.to_str().unwrap()),
+                Some(challenge.as_str()),
+                "{path}: {name}"
+            );
+            let (s, body) = problem(res).await;
+            assert_eq!(
+                (s, body["code"].as_str()),
+                (status, Some(code)),
+                "{path}: {name}"
+            );
+        }
+        // And the token with the permission passes.
+        let allowed = common::token("acme", &[needed]);
+        let res = app
+            .client
+            .get(app.url(&path))
+            .bearer_auth(&allowed)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "{path}");
+    }
 }

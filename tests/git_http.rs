@@ -147,56 +147,287 @@ async fn push_is_refused_and_changes_nothing() {
     assert_eq!(app.head("acme"), head);
 }
 
+/// One request to a git route and what it must answer.
+struct Case {
+    name: &'static str,
+    method: &'static str,
+    path: String,
+    /// The `Content-Type` of a POST (the body is always a valid upload-pack request).
+    content_type: Option<&'static str>,
+    token: Option<String>,
+    status: u16,
+    code: &'static str,
+    /// The `WWW-Authenticate` header, when the answer must carry one.
+    challenge: Option<String>,
+}
+
+/// The contract's order on all three git routes: route (404), token (401), tenant (403
+/// `wrong_tenant`, 404 `tenant_not_found`), permission (403 `insufficient_scope`), then the
+/// request itself (`service`, push refused, media type). Each row breaks several rules at once,
+/// so it is answered by the first one in that order. A refused request carries no pack.
 #[tokio::test]
-async fn clone_needs_a_token_of_that_tenant_with_repos_read() {
+async fn git_routes_check_route_token_tenant_permission_then_the_request() {
     let app = TestApp::spawn().await;
-    let refs = "/git/acme.git/info/refs?service=git-upload-pack";
-    let cases: Vec<(Option<String>, &str, u16, &str)> = vec![
-        (None, refs, 401, "unauthorized"),
+    let req_type = "application/x-git-upload-pack-request";
+    let want = format!("want {}\n", app.head("acme"));
+    let request_body = format!("{:04x}{want}00000009done\n", want.len() + 4);
+    let bad_signature = common::sign_hs256(
+        "another-secret-0123456789",
+        &json!({"alg": "HS256"}),
+        &json!({"tenant_id": "acme", "permissions": [REPOS_READ], "exp": common::now() + 600}),
+    );
+    let reader = token("acme", &[REPOS_READ]);
+    let other_tenant = token("globex", &[REPOS_READ]);
+    let no_permission = token("acme", ALL);
+    let ghost = token("ghost", &[REPOS_READ]);
+    let ghost_no_permission = token("ghost", ALL);
+    let bare = Some("Bearer".to_string());
+    let invalid = Some("Bearer error=\"invalid_token\"".to_string());
+    let scope = Some(format!(
+        "Bearer error=\"insufficient_scope\", scope=\"{REPOS_READ}\""
+    ));
+
+    // (method, route under /git/<repo>, content type): the request each route serves, with
+    // the request-level fault it is given in the rows that must not get that far.
+    let routes: [(&str, &str, Option<&str>); 3] = [
+        ("GET", "info/refs?service=git-upload-pack", None),
+        ("POST", "git-upload-pack", Some(req_type)),
+        ("POST", "git-receive-pack", Some(req_type)),
+    ];
+    let mut cases = Vec::new();
+    for (method, route, content_type) in routes {
+        let at = |repo: &str| format!("/git/{repo}/{route}");
+        // The request-level fault of this route, so that each row below also has it.
+        let (faulty_path, faulty_type) = match route {
+            r if r.starts_with("info/refs") => ("info/refs".to_string(), None),
+            "git-upload-pack" => ("git-upload-pack".to_string(), Some("text/plain")),
+            r => (r.to_string(), content_type),
+        };
+        let faulty = |repo: &str| format!("/git/{repo}/{faulty_path}");
+        let row = |name, path: String, ct, token: Option<&String>, status, code, challenge| Case {
+            name,
+            method,
+            path,
+            content_type: ct,
+            token: token.cloned(),
+            status,
+            code,
+            challenge,
+        };
+        cases.extend([
+            row(
+                "not <tenant>.git, no token",
+                at("acme"),
+                content_type,
+                None,
+                404,
+                "not_found",
+                None,
+            ),
+            row(
+                "'..' as the repo, no token",
+                at("..%2Facme.git"),
+                content_type,
+                None,
+                404,
+                "not_found",
+                None,
+            ),
+            row(
+                "no token",
+                at("acme.git"),
+                content_type,
+                None,
+                401,
+                "unauthorized",
+                bare.clone(),
+            ),
+            row(
+                "no token, faulty request",
+                faulty("acme.git"),
+                faulty_type,
+                None,
+                401,
+                "unauthorized",
+                bare.clone(),
+            ),
+            row(
+                "bad signature",
+                at("acme.git"),
+                content_type,
+                Some(&bad_signature),
+                401,
+                "invalid_token",
+                invalid.clone(),
+            ),
+            row(
+                "bad signature, faulty request",
+                faulty("acme.git"),
+                faulty_type,
+                Some(&bad_signature),
+                401,
+                "invalid_token",
+                invalid.clone(),
+            ),
+            row(
+                "another tenant's token",
+                at("acme.git"),
+                content_type,
+                Some(&other_tenant),
+                403,
+                "wrong_tenant",
+                None,
+            ),
+            row(
+                "another tenant's token, faulty request",
+                faulty("acme.git"),
+                faulty_type,
+                Some(&other_tenant),
+                403,
+                "wrong_tenant",
+                None,
+            ),
+            row(
+                "unknown tenant",
+                at("ghost.git"),
+                content_type,
+                Some(&ghost),
+                404,
+                "tenant_not_found",
+                None,
+            ),
+            row(
+                "unknown tenant, no permission, faulty request",
+                faulty("ghost.git"),
+                faulty_type,
+                Some(&ghost_no_permission),
+                404,
+                "tenant_not_found",
+                None,
+            ),
+            row(
+                "no permission",
+                at("acme.git"),
+                content_type,
+                Some(&no_permission),
+                403,
+                "insufficient_scope",
+                scope.clone(),
+            ),
+            row(
+                "no permission, faulty request",
+                faulty("acme.git"),
+                faulty_type,
+                Some(&no_permission),
+                403,
+                "insufficient_scope",
+                scope.clone(),
+            ),
+        ]);
+    }
+    // The request itself, once everything before it passed.
+    let ok_token = Some(reader.clone());
+    let request_rows = [
         (
-            Some(token("globex", &[REPOS_READ])),
-            refs,
-            403,
-            "wrong_tenant",
-        ),
-        (Some(token("acme", ALL)), refs, 403, "insufficient_scope"),
-        (
-            Some(token("acme", &[REPOS_READ])),
+            "info/refs without service",
+            "GET",
             "/git/acme.git/info/refs",
+            None,
             400,
             "invalid_query",
         ),
         (
-            Some(token("acme", &[REPOS_READ])),
-            "/git/acme/info/refs?service=git-upload-pack",
-            404,
-            "not_found",
+            "info/refs for receive-pack",
+            "GET",
+            "/git/acme.git/info/refs?service=git-receive-pack",
+            None,
+            403,
+            "push_not_allowed",
         ),
         (
-            Some(token("acme", &[REPOS_READ])),
-            "/git/..%2Facme.git/info/refs?service=git-upload-pack",
-            404,
-            "not_found",
+            "receive-pack",
+            "POST",
+            "/git/acme.git/git-receive-pack",
+            Some(req_type),
+            403,
+            "push_not_allowed",
         ),
         (
-            Some(token("nobody", &[REPOS_READ])),
-            "/git/nobody.git/info/refs?service=git-upload-pack",
-            404,
-            "tenant_not_found",
+            "upload-pack, another media type",
+            "POST",
+            "/git/acme.git/git-upload-pack",
+            Some("text/plain"),
+            415,
+            "unsupported_media_type",
         ),
     ];
-    for (t, path, status, code) in cases {
-        let mut req = app.client.get(app.url(path));
-        if let Some(t) = &t {
+    for (name, method, path, content_type, status, code) in request_rows {
+        cases.push(Case {
+            name,
+            method,
+            path: path.into(),
+            content_type,
+            token: ok_token.clone(),
+            status,
+            code,
+            challenge: None,
+        });
+    }
+
+    for case in cases {
+        let what = format!("{} {} ({})", case.method, case.path, case.name);
+        let mut req = app
+            .client
+            .request(case.method.parse().unwrap(), app.url(&case.path));
+        if case.method == "POST" {
+            req = req.body(request_body.clone());
+        }
+        if let Some(ct) = case.content_type {
+            req = req.header("content-type", ct);
+        }
+        if let Some(t) = &case.token {
             req = req.bearer_auth(t);
         }
-        let (s, body) = problem(req.send().await.unwrap()).await;
+        let res = req.send().await.unwrap();
+        let challenge = res
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(challenge, case.challenge, "{what}");
+        let status = res.status().as_u16();
+        let bytes = res.bytes().await.unwrap();
+        assert!(
+            !bytes.windows(4).any(|w| w == b"PACK"),
+            "{what}: a refused request carries a pack"
+        );
+        let body: serde_json::Value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|e| panic!("{what}: not a problem ({e}): {bytes:?}"));
         assert_eq!(
-            (s, body["code"].as_str().unwrap()),
-            (status, code),
-            "{path}"
+            (status, body["code"].as_str().unwrap()),
+            (case.status, case.code),
+            "{what}"
         );
     }
+
+    // The same token and body are served once every check passes.
+    let res = app
+        .client
+        .post(app.url("/git/acme.git/git-upload-pack"))
+        .bearer_auth(&reader)
+        .header("content-type", req_type)
+        .body(request_body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let bytes = res.bytes().await.unwrap();
+    assert!(bytes.windows(4).any(|w| w == b"PACK"));
+}
+
+#[tokio::test]
+async fn clone_needs_a_token_of_that_tenant_with_repos_read() {
+    let app = TestApp::spawn().await;
+    let refs = "/git/acme.git/info/refs?service=git-upload-pack";
     let res = app
         .client
         .get(app.url(refs))
@@ -213,15 +444,28 @@ async fn clone_needs_a_token_of_that_tenant_with_repos_read() {
     assert!(body.starts_with(b"001e# service=git-upload-pack\n0000"));
     assert!(String::from_utf8_lossy(&body).contains(&app.head("acme")));
 
-    // The real client without a token fails to clone.
+    // The real client fails to clone without a token, with another tenant's token, and
+    // without the permission, and has nothing of the repository afterwards.
     let work = tempfile::tempdir().unwrap();
-    let out = Command::new("git")
-        .current_dir(work.path())
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .args(["clone", "-q", &app.url("/git/acme.git"), "x"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
+    let url = app.url("/git/acme.git");
+    let refused: [(&str, Option<String>); 3] = [
+        ("no token", None),
+        ("another tenant", Some(token("globex", &[REPOS_READ]))),
+        ("no permission", Some(token("acme", ALL))),
+    ];
+    for (i, (name, t)) in refused.into_iter().enumerate() {
+        let dir = format!("x{i}");
+        let mut cmd = Command::new("git");
+        cmd.current_dir(work.path())
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_ASKPASS", "true");
+        if let Some(t) = &t {
+            cmd.args(["-c", &format!("http.extraHeader=Authorization: Bearer {t}")]);
+        }
+        let out = cmd.args(["clone", "-q", &url, &dir]).output().unwrap();
+        assert!(!out.status.success(), "{name}");
+        assert!(!work.path().join(&dir).exists(), "{name}");
+    }
 }
 
 #[tokio::test]

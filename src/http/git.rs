@@ -49,10 +49,19 @@ async fn post_only() -> Reply {
     description = "Push: always refused, the repositories are read-only over HTTP.",
     params(("repo" = String, Path, description = "<tenant_id>.git")),
     responses(
-        (status = 403, description = "push_not_allowed (text/plain for a git client, which shows it to its user)", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "insufficient_scope (planfiles.repos.read) or wrong_tenant; then, for a token that may clone, push_not_allowed (text/plain for a git client, which shows it to its user)", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not_found: not <tenant_id>.git; tenant_not_found", body = Problem, content_type = "application/problem+json"),
     ),
+    security(("bearer" = []))
 )]
-pub(super) async fn refuse_push(req: HttpRequest) -> Reply {
+pub(super) async fn refuse_push(
+    state: web::Data<AppState>,
+    who: Result<Principal, ApiError>,
+    req: HttpRequest,
+    repo: web::Path<String>,
+) -> Reply {
+    open(&state, who, &req, &repo).await?;
     refuse(&req, ApiError::PushNotAllowed)
 }
 
@@ -104,10 +113,11 @@ fn refuse(req: &HttpRequest, err: ApiError) -> Reply {
 )]
 pub(super) async fn info_refs(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Result<Principal, ApiError>,
     req: HttpRequest,
     repo: web::Path<String>,
 ) -> Reply {
+    let (_, pack) = open(&state, who, &req, &repo).await?;
     let service = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
         .ok()
         .and_then(|q| {
@@ -124,7 +134,6 @@ pub(super) async fn info_refs(
             ))
         }
     }
-    let pack = open(&state, &who, &req, &repo).await?;
     let refs = match pack.advertise().await {
         Ok(refs) => refs,
         Err(e) => return upload_pack_error(&req, e),
@@ -172,12 +181,12 @@ pub(super) async fn info_refs(
 )]
 pub(super) async fn upload_pack(
     state: web::Data<AppState>,
-    who: Principal,
+    who: Result<Principal, ApiError>,
     req: HttpRequest,
     repo: web::Path<String>,
     payload: web::Payload,
 ) -> Reply {
-    let pack = open(&state, &who, &req, &repo).await?;
+    let (who, pack) = open(&state, who, &req, &repo).await?;
     let content_type = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -185,18 +194,26 @@ pub(super) async fn upload_pack(
     if content_type != Some(REQUEST) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let admitted = state.admit(&req, who.tenant(), REQUEST_LIMIT).await?;
-    let body = read_limited(&req, payload, REQUEST_LIMIT, state.body_pace).await?;
-    // The body is read: waiting for a clone turn must not hold the body budget.
-    drop(admitted);
-    let body = match req
+    let gzipped = match req
         .headers()
         .get(header::CONTENT_ENCODING)
         .map(|v| v.as_bytes())
     {
-        None => body.to_vec(),
-        Some(b"gzip") | Some(b"x-gzip") => gunzip(&body)?,
+        None => false,
+        Some(b"gzip") | Some(b"x-gzip") => true,
         Some(_) => return Err(ApiError::UnsupportedMediaType),
+    };
+    let admitted = state.admit(&req, who.tenant(), REQUEST_LIMIT).await?;
+    let body = read_limited(&req, payload, REQUEST_LIMIT, state.body_pace).await?;
+    // The body is read: waiting for a clone turn must not hold the body budget.
+    drop(admitted);
+    let body = if gzipped {
+        // Inflating up to 8 MiB is CPU work: on the blocking pool, not an async worker.
+        web::block(move || gunzip(&body))
+            .await
+            .map_err(|e| ApiError::Internal(format!("the gzip task failed: {e}")))??
+    } else {
+        body.to_vec()
     };
     let stream = match pack.respond(body).await {
         Ok(stream) => stream,
@@ -211,23 +228,23 @@ pub(super) async fn upload_pack(
         .streaming(stream.map(|chunk| chunk.map(web::Bytes::from))))
 }
 
-/// Checks, in order: the token (401), its tenant (403), its permission (403), the repository
-/// (404).
+/// The checks every git route makes before it looks at the request itself, in the contract's
+/// order: the route (404 `not_found`: not `<tenant_id>.git`), the token (401), the token's
+/// tenant (403 `wrong_tenant`), the tenant's repository (404 `tenant_not_found`), the
+/// permission (403 `insufficient_scope`).
 async fn open(
     state: &AppState,
-    who: &Principal,
+    who: Result<Principal, ApiError>,
     req: &HttpRequest,
     repo: &str,
-) -> Result<UploadPack, ApiError> {
+) -> Result<(Principal, UploadPack), ApiError> {
     let tenant = repo
         .strip_suffix(".git")
         .and_then(|t| TenantId::parse(t).ok())
         .ok_or_else(|| ApiError::NotFound(req.path().to_owned()))?;
+    let who = who?;
     if &tenant != who.tenant() {
         return Err(ApiError::WrongTenant);
-    }
-    if !who.has(REPOS_READ) {
-        return Err(ApiError::Forbidden(REPOS_READ));
     }
     let protocol = req
         .headers()
@@ -235,11 +252,15 @@ async fn open(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let storage = state.storage.clone();
-    super::handlers::blocking(
+    let pack = super::handlers::blocking(
         move || storage.upload_pack(&tenant, protocol.as_deref()),
         PlanFile::Integration,
     )
-    .await
+    .await?;
+    if !who.has(REPOS_READ) {
+        return Err(ApiError::Forbidden(REPOS_READ));
+    }
+    Ok((who, pack))
 }
 
 /// Busy is 503 with `Retry-After` (text for a git client); a want that is not served is git's
