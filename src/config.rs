@@ -366,8 +366,43 @@ pub enum ConfigError {
 pub struct Sources {
     /// `--config PATH` or `PLANFILES_CONFIG`: must exist.
     pub explicit_file: Option<PathBuf>,
-    /// Environment variables (`PLANFILES_*`), usually `std::env::vars()`.
+    /// Environment variables (`PLANFILES_*`), usually [`Sources::process_env`].
     pub env: Vec<(String, String)>,
+}
+
+/// The environment variables that override the config file. `PLANFILES_CONFIG` (the file
+/// itself) is read by the command line.
+pub const ENV_OVERRIDES: [&str; 5] = [
+    "PLANFILES_BIND",
+    "PLANFILES_DATA_DIR",
+    "PLANFILES_JWT_SECRET",
+    "PLANFILES_LOG",
+    "PLANFILES_LOG_FORMAT",
+];
+
+impl Sources {
+    /// The [`ENV_OVERRIDES`] set in this process's environment. No other variable is read, so
+    /// whatever bytes they hold cannot matter; one of these that is not UTF-8 is an error
+    /// naming it (its value is not shown: it may be the secret).
+    pub fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
+        env_overrides(|name| std::env::var_os(name))
+    }
+}
+
+fn env_overrides(
+    get: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut set = Vec::new();
+    for name in ENV_OVERRIDES {
+        if let Some(value) = get(name) {
+            let value = value.into_string().map_err(|_| ConfigError::Env {
+                name,
+                message: "the value is not valid UTF-8; set it to UTF-8 text or unset it".into(),
+            })?;
+            set.push((name.to_owned(), value));
+        }
+    }
+    Ok(set)
 }
 
 impl Config {
@@ -491,6 +526,33 @@ mod tests {
         assert_eq!(c.server.bind, "0.0.0.0:1");
         assert_eq!(c.storage.data_dir, PathBuf::from("/b"));
         assert_eq!(c.log.filter, "debug");
+    }
+
+    /// Only the listed variables are read; a non-UTF-8 one is an error that names it and does
+    /// not show its bytes.
+    #[test]
+    fn env_overrides_are_read_by_name_and_must_be_utf8() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = || std::ffi::OsString::from_vec(b"s3cr\xffet".to_vec());
+        let got = env_overrides(|name| match name {
+            "PLANFILES_LOG" => Some("debug".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(got, env(&[("PLANFILES_LOG", "debug")]));
+        for name in ENV_OVERRIDES {
+            let err = env_overrides(|n| (n == name).then(bad)).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::Env { name: n, .. } if n == name),
+                "{name}: {err:?}"
+            );
+            let shown = err.to_string();
+            assert!(
+                shown.starts_with(name) && shown.contains("UTF-8"),
+                "{shown}"
+            );
+            assert!(!shown.contains("s3cr"), "{shown}");
+        }
     }
 
     #[test]
