@@ -166,8 +166,8 @@ fn tenant_set_and_list() {
         &["rev-parse", "main"],
     );
     assert_eq!(rows[0][..3], ["alpha", "on", head.as_str()]);
-    // The last change is the head commit's time, in RFC 3339.
-    let when = git_in(
+    // The last change is the head commit's time, in RFC 3339 and UTC.
+    let when = common::git_in_utc(
         &dir.path().join("data/tenants/alpha.git"),
         &[
             "log",

@@ -70,14 +70,19 @@ async fn history_lists_only_the_commits_that_changed_the_file_newest_first() {
     );
     // globex has no source hosting: a PUT without file_sha is a forced write.
     assert_eq!(newest["forced"], true);
-    let date = newest["date"].as_str().unwrap();
+    // The author date in UTC, whatever the machine's time zone.
     assert_eq!(
-        date,
-        app.git(
-            "globex",
-            &["log", "-1", "--date=iso-strict-local", "--format=%ad", c]
-        )
-        .replace("+00:00", "Z"),
+        newest["date"].as_str().unwrap(),
+        common::git_in_utc(
+            &app.repo("globex"),
+            &[
+                "log",
+                "-1",
+                "--date=format-local:%Y-%m-%dT%H:%M:%SZ",
+                "--format=%ad",
+                c
+            ]
+        ),
     );
     let config = page(&app, "globex", "configuration-file", "").await;
     assert_eq!(config["entries"][0]["commit_sha"], app.head("globex"));
