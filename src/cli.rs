@@ -106,10 +106,14 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// 2 for bad input on the command line, 1 for everything else.
+    /// 2 for bad input on the command line (or in a `PLANFILES_*` variable), 1 for everything
+    /// else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            CliError::TenantId { .. } | CliError::Usage(_) | CliError::WeakSecret { .. } => 2,
+            CliError::TenantId { .. }
+            | CliError::Usage(_)
+            | CliError::WeakSecret { .. }
+            | CliError::Config(ConfigError::Env { .. }) => 2,
             _ => 1,
         }
     }
@@ -126,7 +130,7 @@ fn tenant_id(raw: &str) -> Result<TenantId, CliError> {
 pub fn run(cli: Cli) -> Result<(), CliError> {
     let sources = Sources {
         explicit_file: cli.config.clone(),
-        env: std::env::vars().collect(),
+        env: Sources::process_env()?,
     };
     let config = Config::load(&sources)?;
     storage::init_git();

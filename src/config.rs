@@ -181,6 +181,23 @@ impl AuthConfig {
 }
 
 impl ServerConfig {
+    /// The settings that must be positive, by name: every timeout, rate, depth and size.
+    fn positive_settings(&self) -> [(&'static str, u64); 8] {
+        [
+            ("body_limit", self.body_limit as u64),
+            (
+                "client_request_timeout_secs",
+                self.client_request_timeout_secs,
+            ),
+            ("shutdown_timeout_secs", self.shutdown_timeout_secs),
+            ("body_timeout_secs", self.body_timeout_secs),
+            ("queue_timeout_secs", self.queue_timeout_secs),
+            ("body_min_bytes_per_sec", self.body_min_bytes_per_sec),
+            ("write_queue_depth", self.write_queue_depth as u64),
+            ("clone_stall_secs", self.clone_stall_secs),
+        ]
+    }
+
     /// Whether `bind` names a loopback address (127.0.0.0/8, `::1`, `localhost`), which only
     /// this host can reach. Any other host, name or form counts as reachable.
     pub fn binds_loopback(&self) -> bool {
@@ -349,8 +366,43 @@ pub enum ConfigError {
 pub struct Sources {
     /// `--config PATH` or `PLANFILES_CONFIG`: must exist.
     pub explicit_file: Option<PathBuf>,
-    /// Environment variables (`PLANFILES_*`), usually `std::env::vars()`.
+    /// Environment variables (`PLANFILES_*`), usually [`Sources::process_env`].
     pub env: Vec<(String, String)>,
+}
+
+/// The environment variables that override the config file. `PLANFILES_CONFIG` (the file
+/// itself) is read by the command line.
+pub const ENV_OVERRIDES: [&str; 5] = [
+    "PLANFILES_BIND",
+    "PLANFILES_DATA_DIR",
+    "PLANFILES_JWT_SECRET",
+    "PLANFILES_LOG",
+    "PLANFILES_LOG_FORMAT",
+];
+
+impl Sources {
+    /// The [`ENV_OVERRIDES`] set in this process's environment. No other variable is read, so
+    /// whatever bytes they hold cannot matter; one of these that is not UTF-8 is an error
+    /// naming it (its value is not shown: it may be the secret).
+    pub fn process_env() -> Result<Vec<(String, String)>, ConfigError> {
+        env_overrides(|name| std::env::var_os(name))
+    }
+}
+
+fn env_overrides(
+    get: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut set = Vec::new();
+    for name in ENV_OVERRIDES {
+        if let Some(value) = get(name) {
+            let value = value.into_string().map_err(|_| ConfigError::Env {
+                name,
+                message: "the value is not valid UTF-8; set it to UTF-8 text or unset it".into(),
+            })?;
+            set.push((name.to_owned(), value));
+        }
+    }
+    Ok(set)
 }
 
 impl Config {
@@ -406,6 +458,18 @@ impl Config {
                 self.log.format
             )));
         }
+        // One rule for every limit in `[server]`: zero is refused, never read as "off". A
+        // zero timeout would either switch a defence off (client_request_timeout_secs),
+        // answer every request with an error (body_timeout_secs, queue_timeout_secs) or drop
+        // in-flight requests on shutdown (shutdown_timeout_secs). Only `workers` gives 0 a
+        // meaning (one per CPU).
+        for (name, value) in self.server.positive_settings() {
+            if value == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "server.{name} must be at least 1, not 0"
+                )));
+            }
+        }
         if self.server.bodies_in_flight_bytes < self.server.body_limit {
             return Err(ConfigError::Invalid(
                 "server.bodies_in_flight_bytes must be at least server.body_limit".into(),
@@ -416,27 +480,6 @@ impl Config {
         {
             return Err(ConfigError::Invalid(
                 "server.bodies_per_tenant_bytes must be between server.body_limit and server.bodies_in_flight_bytes".into(),
-            ));
-        }
-        for (name, value) in [
-            ("server.queue_timeout_secs", self.server.queue_timeout_secs),
-            (
-                "server.body_min_bytes_per_sec",
-                self.server.body_min_bytes_per_sec,
-            ),
-            ("server.clone_stall_secs", self.server.clone_stall_secs),
-            (
-                "server.write_queue_depth",
-                self.server.write_queue_depth as u64,
-            ),
-        ] {
-            if value == 0 {
-                return Err(ConfigError::Invalid(format!("{name} must be positive")));
-            }
-        }
-        if self.server.body_limit == 0 {
-            return Err(ConfigError::Invalid(
-                "server.body_limit must be positive".into(),
             ));
         }
         match self.auth.algorithm {
@@ -485,6 +528,33 @@ mod tests {
         assert_eq!(c.log.filter, "debug");
     }
 
+    /// Only the listed variables are read; a non-UTF-8 one is an error that names it and does
+    /// not show its bytes.
+    #[test]
+    fn env_overrides_are_read_by_name_and_must_be_utf8() {
+        use std::os::unix::ffi::OsStringExt;
+        let bad = || std::ffi::OsString::from_vec(b"s3cr\xffet".to_vec());
+        let got = env_overrides(|name| match name {
+            "PLANFILES_LOG" => Some("debug".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(got, env(&[("PLANFILES_LOG", "debug")]));
+        for name in ENV_OVERRIDES {
+            let err = env_overrides(|n| (n == name).then(bad)).unwrap_err();
+            assert!(
+                matches!(err, ConfigError::Env { name: n, .. } if n == name),
+                "{name}: {err:?}"
+            );
+            let shown = err.to_string();
+            assert!(
+                shown.starts_with(name) && shown.contains("UTF-8"),
+                "{shown}"
+            );
+            assert!(!shown.contains("s3cr"), "{shown}");
+        }
+    }
+
     #[test]
     fn a_missing_explicit_file_is_an_error() {
         let sources = Sources {
@@ -519,6 +589,67 @@ mod tests {
             env: env(&[("PLANFILES_JWT_SECRET", "short")]),
         };
         assert!(matches!(Config::load(&short), Err(ConfigError::Invalid(_))));
+    }
+
+    /// Every number in `[server]` is refused at 0 with an error naming it, and accepted at 1,
+    /// except `workers` (0 = one per CPU). Each integer key of `config.toml`'s `[server]` must
+    /// be in the table, so a new setting gets the rule too.
+    #[test]
+    fn zero_limits_in_server_are_refused() {
+        let table = [
+            ("body_limit", true),
+            ("workers", false),
+            ("client_request_timeout_secs", true),
+            ("shutdown_timeout_secs", true),
+            ("body_timeout_secs", true),
+            ("queue_timeout_secs", true),
+            ("body_min_bytes_per_sec", true),
+            ("write_queue_depth", true),
+            ("clone_stall_secs", true),
+            ("bodies_in_flight_bytes", true),
+            ("bodies_per_tenant_bytes", true),
+        ];
+        let shipped =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("config.toml"))
+                .unwrap();
+        let shipped: toml::Table = toml::from_str(&shipped).unwrap();
+        for (key, value) in shipped["server"].as_table().unwrap() {
+            if value.is_integer() {
+                assert!(
+                    table.iter().any(|(k, _)| k == key),
+                    "server.{key} is not in the table"
+                );
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let load = |text: String| {
+            std::fs::write(&path, text).unwrap();
+            Config::load(&Sources {
+                explicit_file: Some(path.clone()),
+                env: vec![],
+            })
+        };
+        for (key, refused) in table {
+            match load(format!("[server]\n{key} = 0\n")) {
+                Err(ConfigError::Invalid(message)) if refused => {
+                    assert!(
+                        message.contains(&format!("server.{key} ")),
+                        "{key}: {message}"
+                    )
+                }
+                Ok(_) if !refused => {}
+                other => panic!("{key} = 0: {other:?}"),
+            }
+            // 1 is fine (the byte budgets need body_limit no larger).
+            let one = if key.starts_with("bodies_") {
+                "[server]\nbody_limit = 1\nbodies_per_tenant_bytes = 1\nbodies_in_flight_bytes = 1\n"
+                    .to_owned()
+            } else {
+                format!("[server]\n{key} = 1\n")
+            };
+            assert!(load(one).is_ok(), "{key} = 1");
+        }
     }
 
     #[test]

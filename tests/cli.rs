@@ -79,6 +79,52 @@ fn invalid_tenant_ids_exit_2() {
     );
 }
 
+/// Variables outside the service's own are never read, so bytes that are not UTF-8 there
+/// change nothing; in one of the `PLANFILES_*` overrides they are a config error (exit 2)
+/// that names the variable, never a panic.
+#[test]
+fn environment_variables_that_are_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    assert_eq!(run(dir.path(), &["tenant", "create", "alpha"]).0, 0);
+    let bytes = std::ffi::OsStr::from_bytes(b"x\xffy");
+    for other in ["X", "LANG", "PLANFILES_UNKNOWN"] {
+        let out = planfiles(dir.path())
+            .env(other, bytes)
+            .args(["tenant", "list"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{other}: {err}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("alpha"),
+            "{other}"
+        );
+    }
+    for name in [
+        "PLANFILES_BIND",
+        "PLANFILES_DATA_DIR",
+        "PLANFILES_JWT_SECRET",
+        "PLANFILES_LOG",
+        "PLANFILES_LOG_FORMAT",
+    ] {
+        for args in [&["tenant", "list"][..], &["token", "--tenant", "alpha"]] {
+            let out = planfiles(dir.path())
+                .env(name, bytes)
+                .args(args)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{name} {args:?}: {err}");
+            assert!(
+                err.contains(name) && err.contains("not valid UTF-8"),
+                "{name}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{name}: {err}");
+        }
+    }
+}
+
 #[test]
 fn tenant_set_and_list() {
     let dir = tempfile::tempdir().unwrap();
@@ -120,8 +166,8 @@ fn tenant_set_and_list() {
         &["rev-parse", "main"],
     );
     assert_eq!(rows[0][..3], ["alpha", "on", head.as_str()]);
-    // The last change is the head commit's time, in RFC 3339.
-    let when = git_in(
+    // The last change is the head commit's time, in RFC 3339 and UTC.
+    let when = common::git_in_utc(
         &dir.path().join("data/tenants/alpha.git"),
         &[
             "log",

@@ -70,14 +70,19 @@ async fn history_lists_only_the_commits_that_changed_the_file_newest_first() {
     );
     // globex has no source hosting: a PUT without file_sha is a forced write.
     assert_eq!(newest["forced"], true);
-    let date = newest["date"].as_str().unwrap();
+    // The author date in UTC, whatever the machine's time zone.
     assert_eq!(
-        date,
-        app.git(
-            "globex",
-            &["log", "-1", "--date=iso-strict-local", "--format=%ad", c]
-        )
-        .replace("+00:00", "Z"),
+        newest["date"].as_str().unwrap(),
+        common::git_in_utc(
+            &app.repo("globex"),
+            &[
+                "log",
+                "-1",
+                "--date=format-local:%Y-%m-%dT%H:%M:%SZ",
+                "--format=%ad",
+                c
+            ]
+        ),
     );
     let config = page(&app, "globex", "configuration-file", "").await;
     assert_eq!(config["entries"][0]["commit_sha"], app.head("globex"));
@@ -89,10 +94,13 @@ async fn history_pages_with_a_cursor_cover_every_commit_once_even_while_writes_g
     let app = TestApp::spawn().await;
     let t = token("globex", ALL);
     for n in 0..7 {
-        app.put_integration(&t, &json!({"content": {"n": n}})).await;
+        let res = app.put_integration(&t, &json!({"content": {"n": n}})).await;
+        assert_eq!(res.status(), 200);
     }
     let expected = git_log(&app, "globex", "integrations.yml");
     assert!(expected.len() >= 8);
+    let before = app.head("globex");
+    let mut writes_between = 0;
     let mut seen = Vec::new();
     let mut query = "limit=3".to_owned();
     loop {
@@ -101,14 +109,20 @@ async fn history_pages_with_a_cursor_cover_every_commit_once_even_while_writes_g
         assert!(got.len() <= 3);
         seen.extend(got);
         // A write between pages does not shift the pages already started.
-        app.put_integration(&t, &json!({"content": {"later": seen.len()}}))
+        let res = app
+            .put_integration(&t, &json!({"content": {"later": seen.len()}}))
             .await;
+        assert_eq!(res.status(), 200, "a write between pages");
+        writes_between += 1;
         match body["next_cursor"].as_str() {
             Some(cursor) => query = format!("limit=3&cursor={cursor}"),
             None => break,
         }
     }
     assert_eq!(seen, expected);
+    // Each write between pages made a commit that the pages did not list.
+    assert_eq!(app.commits_since("globex", &before), writes_between);
+    assert!(writes_between >= 3);
 }
 
 #[tokio::test]
@@ -380,5 +394,83 @@ async fn a_cursor_cannot_start_a_page_at_a_commit_outside_the_history() {
             (status, body["code"].as_str().unwrap()),
             (400, "invalid_query")
         );
+    }
+}
+
+/// Builds a commit with plain git: `parents`, and the tree of `base` with `integrations.yml`
+/// set to `text`.
+fn commit_with(app: &TestApp, base: &str, parents: &[&str], text: &str, msg: &str) -> String {
+    let repo = app.repo("globex");
+    let blob = common::git_stdin(&repo, &["hash-object", "-w", "--stdin"], text);
+    let conf = app.git(
+        "globex",
+        &["rev-parse", &format!("{base}:configuration.yml")],
+    );
+    let tree = common::git_stdin(
+        &repo,
+        &["mktree"],
+        &format!("100644 blob {blob}\tintegrations.yml\n100644 blob {conf}\tconfiguration.yml\n"),
+    );
+    let mut args = vec!["commit-tree", tree.as_str(), "-m", msg];
+    for p in parents {
+        args.extend(["-p", p]);
+    }
+    app.git("globex", &args)
+}
+
+/// Merges are followed on their first parent only: a merge that changes the file against its
+/// first parent is listed, the side branch's commits never are, and a merge that keeps the
+/// first parent's file is not. Pages of one entry walk across the merges the same way.
+#[tokio::test]
+async fn history_follows_merges_on_their_first_parent_only() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let base = app.head("globex");
+    let older = git_log(&app, "globex", "integrations.yml");
+    // A side branch from base, and a write on main meanwhile.
+    let side = commit_with(&app, &base, &[&base], "side: 1\n", "side one");
+    let res = app
+        .put_integration(&t, &json!({"content": {"main": 1}}))
+        .await;
+    assert_eq!(res.status(), 200);
+    let written = app.head("globex");
+    // Merge 1 takes the side's file: a change against its first parent.
+    let merge1 = commit_with(&app, &side, &[&written, &side], "side: 1\n", "merge one");
+    // Merge 2 keeps main's file and ignores a newer side commit.
+    let side2 = commit_with(&app, &side, &[&side], "side: 2\n", "side two");
+    let merge2 = commit_with(&app, &merge1, &[&merge1, &side2], "side: 1\n", "merge two");
+    app.git(
+        "globex",
+        &["update-ref", "refs/heads/main", &merge2, &written],
+    );
+
+    let mut expected = vec![merge1.clone(), written.clone()];
+    expected.extend(older);
+    let body = page(&app, "globex", "integration-file", "").await;
+    assert_eq!(commits(&body), expected);
+    assert_eq!(commits(&body), git_log(&app, "globex", "integrations.yml"));
+    assert_eq!(body["entries"][0]["message"], "merge one\n");
+    assert_eq!(
+        body["entries"][0]["file_sha"],
+        app.git(
+            "globex",
+            &["rev-parse", &format!("{merge1}:integrations.yml")]
+        )
+    );
+    let mut seen = Vec::new();
+    let mut query = "limit=1".to_owned();
+    loop {
+        let body = page(&app, "globex", "integration-file", &query).await;
+        seen.extend(commits(&body));
+        match body["next_cursor"].as_str() {
+            Some(cursor) => query = format!("limit=1&cursor={cursor}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, expected);
+    // The configuration file never changed on the first-parent line.
+    let config = page(&app, "globex", "configuration-file", "").await;
+    for c in [&merge1, &merge2, &side, &side2, &written] {
+        assert!(!commits(&config).contains(c), "{c}");
     }
 }

@@ -5,7 +5,7 @@ use common::process::{data_dir_with_fixture, serve};
 use common::{git_in, problem, token, TestApp, ALL};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[tokio::test]
 async fn health_and_readiness_need_no_token() {
@@ -128,63 +128,133 @@ async fn metrics_can_require_a_token() {
     assert_eq!(res.status(), 200);
 }
 
+/// Connects to `host` until a connection is refused and returns how long that took; fails
+/// once `bound` has passed. A connection still accepted is closed at once, so that it does not
+/// hold the shutdown up.
+fn refused_within(host: &str, bound: Duration) -> Duration {
+    let addr: std::net::SocketAddr = host.parse().unwrap();
+    let started = Instant::now();
+    loop {
+        match std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+            Err(_) => return started.elapsed(),
+            Ok(accepted) => drop(accepted),
+        }
+        assert!(
+            started.elapsed() < bound,
+            "new connections were still accepted {bound:?} after the signal"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGTERM while writes are in flight: every request the writers started ends in a response
+/// (as many 200s as requests sent), each acknowledged commit is in `main`, new connections are
+/// refused, and the process exits 0. The tenant's write lock is held across the signal (as
+/// another planfiles process would hold it), so that each writer has a request in the server
+/// when the signal comes, and those are answered after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_during_writes_finishes_in_flight_requests_and_exits_0() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    use std::sync::Arc;
+    const WRITERS: usize = 6;
     let dir = data_dir_with_fixture();
     let mut server = serve(dir.path(), &[]);
+    let host = server.addr.trim_start_matches("http://").to_owned();
+    let repo = dir.path().join("data/tenants/acme.git");
+    let stopping = Arc::new(AtomicBool::new(false));
+    let in_flight = Arc::new(AtomicUsize::new(0));
     let mut writers = Vec::new();
-    for w in 0..6 {
+    for w in 0..WRITERS {
         let addr = server.addr.clone();
+        let (stopping, in_flight) = (stopping.clone(), in_flight.clone());
         writers.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
             let t = token("acme", ALL);
-            let mut acknowledged = Vec::new();
-            for i in 0.. {
+            let mut sent = 0;
+            let mut answered = Vec::new();
+            while !stopping.load(SeqCst) {
+                sent += 1;
+                in_flight.fetch_add(1, SeqCst);
                 let res = client
                     .put(format!("{addr}/plans/integration-file"))
                     .bearer_auth(&t)
-                    .json(&json!({"content": {"w": w, "i": i}}))
+                    .json(&json!({"content": {"w": w, "i": sent}}))
                     .send()
-                    .await;
-                match res {
-                    Ok(r) if r.status() == 200 => {
-                        let body: serde_json::Value = r.json().await.unwrap();
-                        acknowledged.push(body["commit_sha"].as_str().unwrap().to_owned());
-                    }
-                    Ok(r) => panic!("unexpected {}", r.status()),
-                    Err(_) => break,
-                }
+                    .await
+                    .unwrap_or_else(|e| panic!("writer {w}: request {sent} got no response: {e}"));
+                let status = res.status();
+                let body: Value = res
+                    .json()
+                    .await
+                    .unwrap_or_else(|e| panic!("writer {w}: response {sent} was cut off: {e}"));
+                in_flight.fetch_sub(1, SeqCst);
+                assert_eq!(status, 200, "writer {w}: {body}");
+                let commit = body["commit_sha"].as_str().unwrap().to_owned();
+                answered.push((commit, Instant::now()));
             }
-            acknowledged
+            (sent, answered)
         }));
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let pid = server.pid().to_string();
-    assert!(std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
+    let lock_path = repo.join("planfiles-write.lock");
+    let lock = tokio::task::spawn_blocking(move || {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(lock_path)
+            .unwrap();
+        lock.lock().unwrap();
+        lock
+    })
+    .await
+    .unwrap();
+    // Each writer's next request now waits in the server for the lock.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while in_flight.load(SeqCst) < WRITERS {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {WRITERS} writers have a request in flight (did one fail?)",
+            in_flight.load(SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Time for the server to read the last of them.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stopping.store(true, SeqCst);
+    server.signal("TERM");
+    let signalled = Instant::now();
+    let refused =
+        tokio::task::spawn_blocking(move || refused_within(&host, Duration::from_secs(10)))
+            .await
+            .unwrap();
+    // The requests in flight are still waiting: let them go.
+    drop(lock);
     let status = tokio::task::spawn_blocking(move || server.wait())
         .await
         .unwrap();
     assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
-    let repo = dir.path().join("data/tenants/acme.git");
-    let mut total = 0;
+    let (mut requests, mut after_signal) = (0, 0);
     for w in writers {
-        for commit in w.await.unwrap() {
-            total += 1;
-            let ok = std::process::Command::new("git")
-                .arg("--git-dir")
-                .arg(&repo)
-                .args(["merge-base", "--is-ancestor", &commit, "main"])
-                .status()
-                .unwrap()
-                .success();
-            assert!(ok, "acknowledged {commit} missing after shutdown");
+        let (sent, answered) = w.await.unwrap();
+        assert_eq!(answered.len(), sent, "requests sent vs responses");
+        requests += sent;
+        after_signal += answered.iter().filter(|(_, at)| *at > signalled).count();
+        for (commit, _) in answered {
+            assert!(
+                common::git_succeeds(&repo, &["merge-base", "--is-ancestor", &commit, "main"]),
+                "acknowledged {commit} missing after shutdown"
+            );
         }
     }
-    assert!(total > 0);
+    eprintln!(
+        "{requests} requests, {requests} responses, {after_signal} answered after SIGTERM; \
+         new connections refused after {refused:?}"
+    );
+    assert_eq!(
+        after_signal, WRITERS,
+        "each writer's request in flight at the signal is answered after it"
+    );
     git_in(&repo, &["fsck", "--strict", "--no-dangling"]);
 }
 
@@ -372,12 +442,20 @@ async fn openapi_document_is_valid_and_complete() {
     }
 }
 
+/// Whether `line` is the one line a request logs, in either format.
+fn is_request_line(line: &str) -> bool {
+    match serde_json::from_str::<Value>(line) {
+        Ok(v) => v["message"] == "request",
+        Err(_) => line.contains(" request ") && line.contains("status="),
+    }
+}
+
 /// Tokens and the JWT secret never reach the log, in text or JSON format, whatever the request.
 #[tokio::test]
 async fn tokens_and_secrets_never_appear_in_logs() {
     for format in ["json", "text"] {
         let dir = data_dir_with_fixture();
-        let server = serve(
+        let mut server = serve(
             dir.path(),
             &[("PLANFILES_LOG_FORMAT", format), ("PLANFILES_LOG", "trace")],
         );
@@ -415,9 +493,24 @@ async fn tokens_and_secrets_never_appear_in_logs() {
                 .await
                 .unwrap();
         }
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Every line is written and read once the process has exited.
+        let status = tokio::task::spawn_blocking(move || {
+            let status = server.stop("TERM");
+            (status, server)
+        })
+        .await
+        .unwrap();
+        let (status, server) = status;
+        assert_eq!(status.code(), Some(0));
         let log = server.log.lock().unwrap().join("\n");
-        assert!(log.contains("request"), "no request lines were logged");
+        let request_lines = server
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| is_request_line(l))
+            .count();
+        assert_eq!(request_lines, 12, "{format}: one line per request: {log}");
         if format == "text" {
             // Text lines quote string fields, as log shippers' logfmt parsers expect.
             assert!(log.contains(r#"tenant="acme""#), "{log}");
@@ -515,16 +608,10 @@ async fn sigint_lets_a_request_in_flight_finish_and_refuses_new_connections() {
     .unwrap();
     stream.flush().unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    assert!(std::process::Command::new("kill")
-        .args(["-INT", &server.pid().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        std::net::TcpStream::connect(&host).is_err(),
-        "a new connection was accepted after SIGINT"
-    );
+    server.signal("INT");
+    // New connections are refused soon after the signal; the bound leaves room for a loaded
+    // machine but ends well before the body's pace check (5 s) would cut the request off.
+    refused_within(&host, Duration::from_secs(3));
     stream.write_all(rest.as_bytes()).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))

@@ -599,3 +599,131 @@ async fn yaml_text_at_the_nesting_limit_is_accepted() {
         text
     );
 }
+
+/// A PUT of the bytes already stored makes no commit and answers 200 with `commit_sha` = the
+/// head and the stored blob as `file_sha` and `ETag`, forced or not. Its preconditions are
+/// still checked first: a stale `file_sha` is 409 and a stale `If-Match` 412, on both files,
+/// although nothing would change.
+#[tokio::test]
+async fn a_no_op_put_answers_the_current_state_after_checking_its_preconditions() {
+    let app = TestApp::spawn().await;
+    let etag = |res: &reqwest::Response| res.headers()["etag"].to_str().unwrap().to_owned();
+    // globex has no source hosting: both PUTs are forced, the second one a no-op.
+    let t = token("globex", ALL);
+    let content = json!({"same": "bytes", "n": 1});
+    let res = app.put_integration(&t, &json!({"content": content})).await;
+    assert_eq!(res.status(), 200);
+    let (head, blob) = (app.head("globex"), app.blob("globex", "integrations.yml"));
+    let res = app.put_integration(&t, &json!({"content": content})).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(etag(&res), format!("\"{blob}\""));
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["commit_sha"], head.as_str());
+    assert_eq!(body["file_sha"], blob.as_str());
+    assert_eq!(body["content"], content);
+    assert_eq!(app.head("globex"), head, "a forced no-op made a commit");
+
+    // acme has source hosting. Store both files as the service emits them, then send the
+    // same bytes again with stale preconditions.
+    let t = token("acme", ALL);
+    let old_int = app.blob("acme", "integrations.yml");
+    let old_conf = app.blob("acme", "configuration.yml");
+    let payload = json!({"folders": [{"path": "src", "exclude": ["*.tmp"]}]});
+    let res = app
+        .put_integration(&t, &json!({"content": content, "file_sha": old_int}))
+        .await;
+    assert_eq!(res.status(), 200);
+    let res = app
+        .put_configuration(&t, &json!({"payload": payload, "file_sha": old_conf}))
+        .await;
+    assert_eq!(res.status(), 200);
+    let head = app.head("acme");
+    let int = app.blob("acme", "integrations.yml");
+    let conf = app.blob("acme", "configuration.yml");
+    let stale_tag = "\"0000000000000000000000000000000000000000\"";
+    let cases = [
+        (
+            "integration: stale file_sha",
+            "/plans/integration-file",
+            json!({"content": content, "file_sha": old_int}),
+            None,
+            409,
+            &int,
+        ),
+        (
+            "integration: stale If-Match",
+            "/plans/integration-file",
+            json!({"content": content, "file_sha": int}),
+            Some(stale_tag),
+            412,
+            &int,
+        ),
+        (
+            "integration: forced, stale If-Match",
+            "/plans/integration-file",
+            json!({"content": content}),
+            Some(stale_tag),
+            412,
+            &int,
+        ),
+        (
+            "configuration: stale file_sha",
+            "/plans/configuration-file",
+            json!({"payload": payload, "file_sha": old_conf}),
+            None,
+            409,
+            &conf,
+        ),
+        (
+            "configuration: stale If-Match",
+            "/plans/configuration-file",
+            json!({"payload": payload, "file_sha": conf}),
+            Some(stale_tag),
+            412,
+            &conf,
+        ),
+    ];
+    for (name, path, body, if_match, status, current) in cases {
+        let mut req = app.client.put(app.url(path)).bearer_auth(&t).json(&body);
+        if let Some(tag) = if_match {
+            req = req.header("if-match", tag);
+        }
+        let (got, pb) = problem(req.send().await.unwrap()).await;
+        let code = if status == 409 {
+            "sha_mismatch"
+        } else {
+            "precondition_failed"
+        };
+        assert_eq!((got, pb["code"].as_str()), (status, Some(code)), "{name}");
+        assert_eq!(pb["current_sha"].as_str(), Some(current.as_str()), "{name}");
+        assert_eq!(app.head("acme"), head, "{name}");
+    }
+    // The same bytes with matching preconditions: 200, no commit, the ETag of the blob.
+    for (path, body, file) in [
+        (
+            "/plans/integration-file",
+            json!({"content": content, "file_sha": int}),
+            &int,
+        ),
+        (
+            "/plans/configuration-file",
+            json!({"payload": payload, "file_sha": conf}),
+            &conf,
+        ),
+    ] {
+        let res = app
+            .client
+            .put(app.url(path))
+            .bearer_auth(&t)
+            .header("if-match", format!("\"{file}\""))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200, "{path}");
+        assert_eq!(etag(&res), format!("\"{file}\""), "{path}");
+        let answer: Value = res.json().await.unwrap();
+        assert_eq!(answer["commit_sha"], head.as_str(), "{path}");
+    }
+    assert_eq!(app.head("acme"), head);
+}

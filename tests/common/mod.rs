@@ -341,6 +341,18 @@ pub fn git_in(repo: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
+/// `git_in` with git's local time zone set to UTC, so that `format-local` dates do not
+/// depend on the machine's `TZ`.
+pub fn git_in_utc(repo: &Path, args: &[&str]) -> String {
+    let out = git_cmd(repo, args).env("TZ", "UTC").output().unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
 /// Whether a git command succeeds (for commands that may lose a race, such as `update-ref`).
 pub fn git_succeeds(repo: &Path, args: &[&str]) -> bool {
     git_cmd(repo, args)

@@ -31,6 +31,8 @@ pub struct Server {
     child: Child,
     pub addr: String,
     pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Copies stderr into `log`; ends when the process closes stderr.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Server {
@@ -46,6 +48,27 @@ impl Server {
 
     pub fn wait(&mut self) -> std::process::ExitStatus {
         self.child.wait().unwrap()
+    }
+
+    /// Sends `signal` (`TERM`, `INT`), waits for the process to exit and for `log` to hold
+    /// every line it wrote.
+    pub fn stop(&mut self, signal: &str) -> std::process::ExitStatus {
+        self.signal(signal);
+        let status = self.wait();
+        if let Some(reader) = self.reader.take() {
+            reader.join().unwrap();
+        }
+        status
+    }
+
+    /// Sends `signal` (`TERM`, `INT`) to the process.
+    pub fn signal(&self, signal: &str) {
+        let sent = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal}");
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -109,7 +132,7 @@ pub fn serve(dir: &Path, extra_env: &[(&str, &str)]) -> Server {
         }
     };
     let sink = log.clone();
-    std::thread::spawn(move || {
+    let reader = std::thread::spawn(move || {
         for line in lines.map_while(Result::ok) {
             sink.lock().unwrap().push(line);
         }
@@ -118,5 +141,6 @@ pub fn serve(dir: &Path, extra_env: &[(&str, &str)]) -> Server {
         child,
         addr: format!("http://{addr}"),
         log,
+        reader: Some(reader),
     }
 }
