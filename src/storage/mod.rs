@@ -165,6 +165,20 @@ pub struct Storage {
     upload_packs: Arc<upload_pack::CloneTurns>,
     /// Signs history cursors, so that a page starts only where an earlier page ended.
     cursors: Arc<cursor_key::CursorKey>,
+    /// A test seam: called by every write just before it moves `main`.
+    write_hook: Option<WriteHook>,
+}
+
+/// Called with the tenant and its repository's path by a write after its commit is made and
+/// synced, just before the compare-and-swap of `main`. Tests use it to move `main` with plain
+/// git at that moment, so the rebase path runs every time; the service never sets one.
+#[derive(Clone)]
+pub struct WriteHook(pub Arc<dyn Fn(&TenantId, &Path) + Send + Sync>);
+
+impl std::fmt::Debug for WriteHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WriteHook")
+    }
 }
 
 impl Storage {
@@ -197,7 +211,15 @@ impl Storage {
                 std::time::Duration::from_secs(10),
             )),
             cursors: Arc::new(cursor_key::CursorKey::new(data_dir)),
+            write_hook: None,
         })
+    }
+
+    /// Sets the write hook (tests only; see [`WriteHook`]).
+    #[doc(hidden)]
+    pub fn write_hook(mut self, hook: WriteHook) -> Self {
+        self.write_hook = Some(hook);
+        self
     }
 
     /// With `false`, nothing is known about a tenant's `main` between requests: every read
@@ -338,11 +360,9 @@ impl Storage {
         tenant: &TenantId,
         req: WriteRequest,
     ) -> Result<WriteOutcome, StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.write(
-            req,
-            &self.committer,
-            self.sync.as_deref(),
-        )
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
+            .with_write_hook(self.write_hook.clone())
+            .write(req, &self.committer, self.sync.as_deref())
     }
 
     /// Creates a tenant repository with its first commit. Fails if the tenant exists.

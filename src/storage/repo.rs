@@ -137,6 +137,8 @@ pub(super) struct TenantRepo<'a> {
     tenant: &'a TenantId,
     path: PathBuf,
     repo: Repository,
+    /// Called by a write just before it moves `main` (a test seam; see [`super::WriteHook`]).
+    before_ref_update: Option<super::WriteHook>,
 }
 
 impl<'a> TenantRepo<'a> {
@@ -149,7 +151,13 @@ impl<'a> TenantRepo<'a> {
             tenant,
             path: path.to_owned(),
             repo,
+            before_ref_update: None,
         })
+    }
+
+    pub(super) fn with_write_hook(mut self, hook: Option<super::WriteHook>) -> Self {
+        self.before_ref_update = hook;
+        self
     }
 
     pub(super) fn source_hosting(&self) -> Result<bool, StorageError> {
@@ -449,6 +457,9 @@ impl<'a> TenantRepo<'a> {
                 None => self.sync_objects(&found, path)?,
             }
             let ref_mark = sync.map(SyncGroup::mark);
+            if let Some(hook) = &self.before_ref_update {
+                (hook.0)(self.tenant, &self.path);
+            }
             match self.repo.reference_matching(
                 MAIN,
                 commit,

@@ -34,6 +34,11 @@ thread_local! {
     pub static LIMITS: std::cell::RefCell<Option<planfiles::http::Limits>> = const { std::cell::RefCell::new(None) };
 }
 
+thread_local! {
+    /// Set by a test before `spawn` to give the server's storage a write hook.
+    pub static WRITE_HOOK: std::cell::RefCell<Option<storage::WriteHook>> = const { std::cell::RefCell::new(None) };
+}
+
 fn limits() -> planfiles::http::Limits {
     LIMITS.with(|l| l.borrow().clone()).unwrap_or_default()
 }
@@ -138,6 +143,10 @@ impl TestApp {
         storage::init_git();
         let committer = Identity::new("planfiles", "planfiles@test", "test");
         let storage = Storage::open(data_dir.path(), committer, Default::default()).unwrap();
+        let storage = match WRITE_HOOK.with(|h| h.borrow_mut().take()) {
+            Some(hook) => storage.write_hook(hook),
+            None => storage,
+        };
         let storage = storage.clone_limits(
             storage::CLONE_TURNS,
             Duration::from_secs(30),
@@ -285,25 +294,7 @@ impl TestApp {
 
     /// Commits `content` as `file` with plain git, as someone outside the service would.
     pub fn outside_commit(&self, tenant: &str, file: &str, content: &str) -> String {
-        let repo = self.repo(tenant);
-        let blob = git_stdin(&repo, &["hash-object", "-w", "--stdin"], content);
-        let other = if file == "integrations.yml" {
-            "configuration.yml"
-        } else {
-            "integrations.yml"
-        };
-        let other_blob = self.blob(tenant, other);
-        let tree = git_stdin(
-            &repo,
-            &["mktree"],
-            &format!("100644 blob {blob}\t{file}\n100644 blob {other_blob}\t{other}\n"),
-        );
-        let commit = git_in(
-            &repo,
-            &["commit-tree", &tree, "-p", "main", "-m", "outside edit"],
-        );
-        git_in(&repo, &["update-ref", "refs/heads/main", &commit]);
-        commit
+        commit_outside(&self.repo(tenant), file, content)
     }
 }
 
@@ -329,6 +320,28 @@ fn git_cmd(repo: &Path, args: &[&str]) -> Command {
     cmd.env("GIT_COMMITTER_NAME", "Outside Dev")
         .env("GIT_COMMITTER_EMAIL", "dev@outside.example");
     cmd
+}
+
+/// Commits `content` as `file` on `main` of the repository at `repo` with plain git.
+pub fn commit_outside(repo: &Path, file: &str, content: &str) -> String {
+    let blob = git_stdin(repo, &["hash-object", "-w", "--stdin"], content);
+    let other = if file == "integrations.yml" {
+        "configuration.yml"
+    } else {
+        "integrations.yml"
+    };
+    let other_blob = git_in(repo, &["rev-parse", &format!("main:{other}")]);
+    let tree = git_stdin(
+        repo,
+        &["mktree"],
+        &format!("100644 blob {blob}\t{file}\n100644 blob {other_blob}\t{other}\n"),
+    );
+    let commit = git_in(
+        repo,
+        &["commit-tree", &tree, "-p", "main", "-m", "outside edit"],
+    );
+    git_in(repo, &["update-ref", "refs/heads/main", &commit]);
+    commit
 }
 
 pub fn git_in(repo: &Path, args: &[&str]) -> String {
