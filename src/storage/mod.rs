@@ -173,7 +173,10 @@ pub struct Storage {
 /// synced, just before the compare-and-swap of `main`. Tests use it to move `main` with plain
 /// git at that moment, so the rebase path runs every time; the service never sets one.
 #[derive(Clone)]
-pub struct WriteHook(pub Arc<dyn Fn(&TenantId, &Path) + Send + Sync>);
+pub struct WriteHook(pub Arc<HookFn>);
+
+/// What a [`WriteHook`] calls.
+pub type HookFn = dyn Fn(&TenantId, &Path) + Send + Sync;
 
 impl std::fmt::Debug for WriteHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
