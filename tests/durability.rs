@@ -337,35 +337,13 @@ async fn fsync_mode_syncs_objects_that_were_already_there_before_main_moves() {
         &[("PLANFILES_CONFIG", config.to_str().unwrap())],
     );
     let trace = dir.path().join("trace");
-    let mut strace = std::process::Command::new("strace")
-        .args([
-            "-f",
-            "-y",
-            "-e",
-            "trace=fsync,fdatasync,rename,renameat,renameat2",
-            "-o",
-        ])
-        .arg(&trace)
-        .args(["-p", &server.pid().to_string()])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // strace says "Process N attached" once it traces, or why it cannot.
-    let mut stderr = std::io::BufReader::new(strace.stderr.take().unwrap());
-    let mut line = String::new();
-    loop {
-        line.clear();
-        use std::io::BufRead;
-        if stderr.read_line(&mut line).unwrap() == 0 || line.contains("ptrace") {
-            let _ = strace.kill();
-            let _ = strace.wait();
-            eprintln!("SKIPPED: strace cannot attach here: {}", line.trim());
-            return;
-        }
-        if line.contains("attached") {
-            break;
-        }
-    }
+    let Some(strace) = attach_strace(
+        server.pid(),
+        &trace,
+        "fsync,fdatasync,rename,renameat,renameat2",
+    ) else {
+        return;
+    };
     let res = reqwest::Client::new()
         .put(server.url("/plans/integration-file"))
         .bearer_auth(token("acme", ALL))
@@ -380,13 +358,7 @@ async fn fsync_mode_syncs_objects_that_were_already_there_before_main_moves() {
         blob.as_str(),
         "the PUT stored other bytes"
     );
-    // SIGTERM: strace detaches from the server and flushes its output.
-    std::process::Command::new("kill")
-        .args(["-TERM", &strace.id().to_string()])
-        .status()
-        .unwrap();
-    strace.wait().unwrap();
-    let trace = std::fs::read_to_string(&trace).unwrap();
+    let trace = detach_strace(strace, &trace);
     assert_eq!(git_in(&acme, &["rev-parse", "main^{tree}"]), tree);
     let lines: Vec<&str> = trace.lines().collect();
     let moved = lines
@@ -404,4 +376,145 @@ async fn fsync_mode_syncs_objects_that_were_already_there_before_main_moves() {
         );
     }
     git_in(&acme, &["fsck", "--strict", "--no-dangling"]);
+}
+
+/// strace attached to `pid` (and its threads), writing the `syscalls` it makes to `out`;
+/// `None`, with the reason printed, where it cannot attach.
+fn attach_strace(pid: u32, out: &Path, syscalls: &str) -> Option<std::process::Child> {
+    let mut strace = std::process::Command::new("strace")
+        .args(["-f", "-y", "-e", &format!("trace={syscalls}"), "-o"])
+        .arg(out)
+        .args(["-p", &pid.to_string()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // strace says "Process N attached" once it traces, or why it cannot.
+    let mut stderr = std::io::BufReader::new(strace.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        use std::io::BufRead;
+        if stderr.read_line(&mut line).unwrap() == 0 || line.contains("ptrace") {
+            let _ = strace.kill();
+            let _ = strace.wait();
+            eprintln!("SKIPPED: strace cannot attach here: {}", line.trim());
+            return None;
+        }
+        if line.contains("attached") {
+            // strace goes on writing to stderr: keep reading it, or it dies of SIGPIPE.
+            std::thread::spawn(move || {
+                use std::io::Read;
+                let _ = stderr.read_to_end(&mut Vec::new());
+            });
+            return Some(strace);
+        }
+    }
+}
+
+/// Stops tracing (SIGTERM: strace detaches and flushes) and returns what it wrote.
+fn detach_strace(strace: std::process::Child, out: &Path) -> String {
+    let mut strace = strace;
+    std::process::Command::new("kill")
+        .args(["-TERM", &strace.id().to_string()])
+        .status()
+        .unwrap();
+    strace.wait().unwrap();
+    std::fs::read_to_string(out).unwrap()
+}
+
+/// The line where a call of `syscall` that matches `what` returned (a whole line, or the
+/// "resumed" half of one another thread interrupted), searching from `from`.
+fn returned(
+    lines: &[&str],
+    from: usize,
+    syscall: &str,
+    what: impl Fn(&str) -> bool,
+) -> Option<usize> {
+    let mut pending = std::collections::HashSet::new();
+    for (i, l) in lines.iter().enumerate().skip(from) {
+        let pid = l.split_whitespace().next().unwrap_or("");
+        if l.contains(&format!("{syscall}(")) && what(l) {
+            if l.contains("<unfinished") {
+                pending.insert(pid.to_owned());
+            } else {
+                return Some(i);
+            }
+        } else if l.contains(&format!("<... {syscall} resumed>")) && pending.contains(pid) {
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// The order a 200 promises, in both durability modes, seen in the syscalls of the real
+/// binary: the objects are synced before `main` moves, and the ref is synced before the
+/// response's bytes are written to the socket.
+#[tokio::test]
+async fn a_write_syncs_objects_then_moves_main_then_syncs_it_before_answering() {
+    if let Some(reason) = strace_missing() {
+        eprintln!("SKIPPED: {reason}");
+        return;
+    }
+    for mode in ["group", "fsync"] {
+        let dir = data_dir_with_fixture();
+        let config = dir.path().join("mode.toml");
+        std::fs::write(&config, format!("[storage]\ndurability = \"{mode}\"\n")).unwrap();
+        let server = serve(
+            dir.path(),
+            &[("PLANFILES_CONFIG", config.to_str().unwrap())],
+        );
+        let out = dir.path().join("trace");
+        let Some(strace) = attach_strace(
+            server.pid(),
+            &out,
+            "fsync,fdatasync,syncfs,rename,renameat,renameat2,write,writev,sendto,sendmsg",
+        ) else {
+            return;
+        };
+        let res = reqwest::Client::new()
+            .put(server.url("/plans/integration-file"))
+            .bearer_auth(token("acme", ALL))
+            .json(&json!({ "content": {"mode": mode} }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        let trace = detach_strace(strace, &out);
+        let lines: Vec<&str> = trace.lines().collect();
+        let moved = lines
+            .iter()
+            .position(|l| l.contains("rename") && l.contains("refs/heads/main.lock"))
+            .unwrap_or_else(|| panic!("{mode}: main never moved:\n{trace}"));
+        let objects_synced = match mode {
+            "group" => (0..moved)
+                .rev()
+                .find(|&i| returned(&lines, i, "syncfs", |_| true).is_some_and(|r| r < moved)),
+            _ => returned(&lines, 0, "fsync", |l| l.contains("/objects/")).filter(|&i| i < moved),
+        };
+        assert!(
+            objects_synced.is_some(),
+            "{mode}: no sync of the objects before main moved:\n{trace}"
+        );
+        let answered = lines
+            .iter()
+            .enumerate()
+            .skip(moved)
+            .find(|(_, l)| {
+                ["write(", "writev(", "sendto(", "sendmsg("]
+                    .iter()
+                    .any(|c| l.contains(c))
+                    && (l.contains("TCP") || l.contains("socket:"))
+                    && l.contains("HTTP/1.1 200")
+            })
+            .map(|(i, _)| i)
+            .unwrap_or_else(|| panic!("{mode}: no response after main moved:\n{trace}"));
+        let ref_synced = match mode {
+            "group" => returned(&lines, moved, "syncfs", |_| true),
+            _ => returned(&lines, moved, "fsync", |l| l.contains("refs/heads")),
+        };
+        assert!(
+            ref_synced.is_some_and(|r| r < answered),
+            "{mode}: the ref was not synced before the response was written:\n{trace}"
+        );
+    }
 }
