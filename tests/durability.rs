@@ -379,7 +379,9 @@ async fn fsync_mode_syncs_objects_that_were_already_there_before_main_moves() {
 }
 
 /// strace attached to `pid` (and its threads), writing the `syscalls` it makes to `out`;
-/// `None`, with the reason printed, where it cannot attach.
+/// `None`, with the reason printed, where it cannot attach. The caller waits for it
+/// ([`detach_strace`]).
+#[allow(clippy::zombie_processes)]
 fn attach_strace(pid: u32, out: &Path, syscalls: &str) -> Option<std::process::Child> {
     let mut strace = std::process::Command::new("strace")
         .args(["-f", "-y", "-e", &format!("trace={syscalls}"), "-o"])
@@ -394,7 +396,7 @@ fn attach_strace(pid: u32, out: &Path, syscalls: &str) -> Option<std::process::C
     loop {
         line.clear();
         use std::io::BufRead;
-        if stderr.read_line(&mut line).unwrap() == 0 || line.contains("ptrace") {
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 || line.contains("ptrace") {
             let _ = strace.kill();
             let _ = strace.wait();
             eprintln!("SKIPPED: strace cannot attach here: {}", line.trim());
