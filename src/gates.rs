@@ -99,11 +99,14 @@ impl Drop for Lease {
     }
 }
 
-/// Turns for work that costs much memory or CPU (rendering a large stored file): a number for
-/// the process, fewer for one tenant, each waited for no longer than a deadline.
+/// Turns, or shares of a budget, for a process: a number in all, fewer for one tenant, and a
+/// deadline on every wait. A tenant's excess waits on its own gate, behind its own requests,
+/// not in the queue every tenant shares. Used for rendering stored files, the request-body
+/// budget (weighted by size) and clone slots.
 #[derive(Debug, Clone)]
 pub struct Turns {
     global: Arc<Semaphore>,
+    total: usize,
     tenants: Gates,
     wait: std::time::Duration,
 }
@@ -117,24 +120,35 @@ pub struct Turn {
 }
 
 impl Turns {
+    /// `global` in all, at most `per_tenant` of them for one tenant (at least 1, at most
+    /// `global`), each waited for no longer than `wait`.
     pub fn new(global: usize, per_tenant: usize, wait: std::time::Duration) -> Self {
+        let total = global.max(1);
         Self {
-            global: Arc::new(Semaphore::new(global.max(1))),
-            tenants: Gates::new(per_tenant.clamp(1, global.max(1))),
+            global: Arc::new(Semaphore::new(total)),
+            total,
+            tenants: Gates::new(per_tenant.clamp(1, total)),
             wait,
         }
     }
 
-    /// The tenant's turn, or `None` when it did not come within the wait.
+    /// One turn of the tenant's, or `None` when it did not come within the wait.
     pub async fn take(&self, tenant: &TenantId) -> Option<Turn> {
+        self.take_many(tenant, 1).await
+    }
+
+    /// `n` turns at once (capped at what one tenant may hold), or `None` when they did not
+    /// come within the wait.
+    pub async fn take_many(&self, tenant: &TenantId, n: usize) -> Option<Turn> {
+        let n = u32::try_from(n.clamp(1, self.per_tenant())).unwrap_or(u32::MAX);
         let deadline = tokio::time::Instant::now() + self.wait;
         let lease = self.tenants.lease(tenant);
         let tenant_turn =
-            tokio::time::timeout_at(deadline, lease.semaphore().clone().acquire_owned())
+            tokio::time::timeout_at(deadline, lease.semaphore().clone().acquire_many_owned(n))
                 .await
                 .ok()?
                 .ok()?;
-        let global = tokio::time::timeout_at(deadline, self.global.clone().acquire_owned())
+        let global = tokio::time::timeout_at(deadline, self.global.clone().acquire_many_owned(n))
             .await
             .ok()?
             .ok()?;
@@ -145,8 +159,22 @@ impl Turns {
         })
     }
 
+    /// Turns in all, and what one tenant may hold.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    pub fn per_tenant(&self) -> usize {
+        self.tenants.permits()
+    }
+
     pub fn wait(&self) -> std::time::Duration {
         self.wait
+    }
+
+    /// How many tenants hold or wait for a turn.
+    pub fn tenants(&self) -> usize {
+        self.tenants.tenants()
     }
 }
 

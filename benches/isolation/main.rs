@@ -9,6 +9,9 @@
 //! warm-up, past the queue timeout, which adds the few series of its statuses, and again at its end), peak RSS under
 //! 300 MiB. The victim runs on a thread of its own, the attackers on one runtime thread.
 mod attacks;
+#[path = "../http/fixtures.rs"]
+#[allow(dead_code)]
+mod fixtures;
 
 use attacks::{Attack, Target, Victim};
 use hdrhistogram::Histogram;
@@ -32,19 +35,6 @@ fn token(tenant: &str, permissions: &[&str]) -> String {
         },
     )
     .unwrap()
-}
-
-fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
 }
 
 /// Peak resident memory of a process (VmHWM), in MiB.
@@ -118,7 +108,7 @@ async fn main() {
         .unwrap_or(300);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    copy_tree(
+    fixtures::copy_tree(
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("repos-fixture/tenants"),
         &data.join("tenants"),
     );

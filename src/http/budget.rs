@@ -7,40 +7,24 @@
 //! request waits for its turn no longer than the queue timeout.
 use super::problem::ApiError;
 use crate::domain::TenantId;
-use crate::gates::Gates;
-use std::sync::Arc;
+use crate::gates::{Turn, Turns};
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Cheap to clone; shared by every worker.
+/// Cheap to clone; shared by every worker. Counts KiB.
 #[derive(Debug, Clone)]
 pub struct BodyBudget {
-    kib: Arc<Semaphore>,
-    total_kib: u32,
-    /// Each tenant's share, in KiB.
-    tenants: Gates,
-    wait: Duration,
+    kib: Turns,
 }
 
 /// A body's turn: its share of the tenant's and of the whole budget, returned on drop.
-#[derive(Debug)]
-pub struct BodyTurn {
-    _global: OwnedSemaphorePermit,
-    _tenant: OwnedSemaphorePermit,
-    _lease: crate::gates::Lease,
-}
+pub type BodyTurn = Turn;
 
 impl BodyBudget {
     /// A budget of `bytes` (at least 1 KiB), of which one tenant gets at most `per_tenant`;
     /// a body waits at most `wait` for its share.
     pub fn new(bytes: usize, per_tenant: usize, wait: Duration) -> Self {
-        let total_kib = u32::try_from(bytes / 1024).unwrap_or(u32::MAX).max(1);
-        let tenant_kib = (per_tenant / 1024).clamp(1, total_kib as usize);
         Self {
-            kib: Arc::new(Semaphore::new(total_kib as usize)),
-            total_kib,
-            tenants: Gates::new(tenant_kib),
-            wait,
+            kib: Turns::new((bytes / 1024).max(1), per_tenant / 1024, wait),
         }
     }
 
@@ -53,34 +37,12 @@ impl BodyBudget {
         declared: Option<usize>,
         limit: usize,
     ) -> Result<BodyTurn, ApiError> {
-        let bytes = declared.unwrap_or(limit).min(limit);
-        let kib = u32::try_from(bytes / 1024 + 1)
-            .unwrap_or(u32::MAX)
-            .min(self.total_kib)
-            .min(u32::try_from(self.tenants.permits()).unwrap_or(u32::MAX));
-        let deadline = tokio::time::Instant::now() + self.wait;
-        let busy = || {
+        let kib = declared.unwrap_or(limit).min(limit) / 1024 + 1;
+        self.kib.take_many(tenant, kib).await.ok_or_else(|| {
             ApiError::busy(
                 "too many request bodies are being received for this tenant or in all",
-                self.wait.as_secs().clamp(1, 5),
+                self.kib.wait().as_secs().clamp(1, 5),
             )
-        };
-        // The tenant's share first: its excess bodies wait there, behind each other, not in
-        // the queue that every tenant shares.
-        let lease = self.tenants.lease(tenant);
-        let tenant_turn =
-            tokio::time::timeout_at(deadline, lease.semaphore().clone().acquire_many_owned(kib))
-                .await
-                .map_err(|_| busy())?
-                .expect("the semaphore is never closed");
-        let global = tokio::time::timeout_at(deadline, self.kib.clone().acquire_many_owned(kib))
-            .await
-            .map_err(|_| busy())?
-            .expect("the semaphore is never closed");
-        Ok(BodyTurn {
-            _global: global,
-            _tenant: tenant_turn,
-            _lease: lease,
         })
     }
 }

@@ -225,7 +225,7 @@ impl<'a> TenantRepo<'a> {
         let path = self.path.join(WRITE_LOCK_FILE);
         lock_file_until(&path, deadline)
             .map_err(|e| StorageError::io("take the write lock", &path, e))?
-            .ok_or_else(|| {
+            .map_err(|_| {
                 StorageError::io(
                     "change the tenant's config: another planfiles process kept the tenant's \
                      write lock",
@@ -592,42 +592,20 @@ impl<'a> TenantRepo<'a> {
     /// `deadline` at most.
     fn lock_for_write(&self, deadline: Instant, file: &'static str) -> Result<File, StorageError> {
         let lock_path = self.path.join(WRITE_LOCK_FILE);
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| self.io_err("open the write lock", &lock_path, e, file))?;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match lock.try_lock() {
-                Ok(()) => return Ok(lock),
-                Err(TryLockError::WouldBlock) if Instant::now() < deadline => backoff(attempt),
-                Err(TryLockError::WouldBlock) => {
-                    return Err(StorageError::Contended {
-                        tenant: self.tenant.clone(),
-                        file,
-                        attempts: attempt,
-                    })
-                }
-                Err(TryLockError::Error(e)) => {
-                    return Err(self.io_err("take the write lock", &lock_path, e, file))
-                }
-            }
-        }
+        lock_file_until(&lock_path, deadline)
+            .map_err(|e| self.io_err("take the write lock", &lock_path, e, file))?
+            .map_err(|attempts| StorageError::Contended {
+                tenant: self.tenant.clone(),
+                file,
+                attempts,
+            })
     }
 
     /// Removes `refs/heads/main.lock` when it is older than [`STALE_REF_LOCK`]. Called only
     /// while holding the write lock, so no live planfiles writer owns it.
     fn remove_stale_ref_lock(&self) {
-        let lock = self.path.join("refs/heads/main.lock");
-        let age = std::fs::metadata(&lock)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok());
-        if age.is_some_and(|age| age >= STALE_REF_LOCK) && std::fs::remove_file(&lock).is_ok() {
-            tracing::warn!(tenant = %self.tenant, age_ms = age.map(|a| a.as_millis() as u64), "removed a stale refs/heads/main.lock");
+        if let Some(age) = remove_if_stale(&self.path.join("refs/heads/main.lock")) {
+            tracing::warn!(tenant = %self.tenant, age_ms = age.as_millis() as u64, "removed a stale refs/heads/main.lock");
         }
     }
 
@@ -788,8 +766,8 @@ fn signature(who: &Identity) -> Result<Signature<'static>, git2::Error> {
 }
 
 /// An OS lock on the file at `path` (created if missing), waiting until `deadline` at most;
-/// `None` when another holder kept it that long.
-fn lock_file_until(path: &Path, deadline: Instant) -> std::io::Result<Option<File>> {
+/// `Err(attempts)` when another holder kept it that long.
+fn lock_file_until(path: &Path, deadline: Instant) -> std::io::Result<Result<File, u32>> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -799,9 +777,9 @@ fn lock_file_until(path: &Path, deadline: Instant) -> std::io::Result<Option<Fil
     loop {
         attempt += 1;
         match file.try_lock() {
-            Ok(()) => return Ok(Some(file)),
+            Ok(()) => return Ok(Ok(file)),
             Err(TryLockError::WouldBlock) if Instant::now() < deadline => backoff(attempt),
-            Err(TryLockError::WouldBlock) => return Ok(None),
+            Err(TryLockError::WouldBlock) => return Ok(Err(attempt)),
             Err(TryLockError::Error(e)) => return Err(e),
         }
     }
@@ -846,7 +824,7 @@ pub(super) fn create(
         .join(CREATE_LOCK_FILE);
     let _turn = lock_file_until(&lock_path, Instant::now() + WRITE_DEADLINE)
         .map_err(|e| StorageError::io("take the tenant creation lock", &lock_path, e))?
-        .ok_or_else(|| {
+        .map_err(|_| {
             StorageError::io(
                 "another process kept the tenant creation lock",
                 &lock_path,

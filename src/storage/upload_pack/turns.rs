@@ -1,32 +1,20 @@
 //! Turns to run `git upload-pack`: a fixed number for the process, at most half of them for one
 //! tenant, and a deadline on every wait.
 use crate::domain::TenantId;
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use crate::gates::Turns;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How many `git upload-pack` processes may run at once, and how long a client may wait for
 /// one or keep one without reading.
 #[derive(Debug)]
 pub struct CloneTurns {
-    all: Arc<Semaphore>,
-    /// Turns one tenant may hold at once: half of them, at least one.
-    per_tenant: usize,
-    /// Tenants with a turn or waiting for one; an entry goes when its last user does. Only
-    /// tenants that exist get here (the caller checks first).
-    tenants: Mutex<HashMap<TenantId, TenantTurns>>,
+    /// All the turns, at most half of them (at least one) for one tenant.
+    turns: Turns,
     /// A turn ends when the client accepts no bytes for this long.
     pub stall: Duration,
     /// The longest wait for a turn.
     pub queue_timeout: Duration,
-}
-
-#[derive(Debug)]
-struct TenantTurns {
-    turns: Arc<Semaphore>,
-    /// Holders and waiters.
-    users: usize,
 }
 
 /// No turn came within the queue timeout.
@@ -36,27 +24,13 @@ pub struct NoTurn {
 }
 
 /// One running `git upload-pack`; the turn is given back on drop.
-#[derive(Debug)]
-pub struct Turn {
-    _all: OwnedSemaphorePermit,
-    _mine: OwnedSemaphorePermit,
-    _user: User,
-}
-
-/// One tenant's claim on its entry in the map, held while waiting and while running.
-#[derive(Debug)]
-struct User {
-    turns: Arc<CloneTurns>,
-    tenant: TenantId,
-}
+pub type Turn = crate::gates::Turn;
 
 impl CloneTurns {
     pub fn new(turns: usize, stall: Duration, queue_timeout: Duration) -> Self {
         let turns = turns.max(1);
         Self {
-            all: Arc::new(Semaphore::new(turns)),
-            per_tenant: (turns / 2).max(1),
-            tenants: Mutex::default(),
+            turns: Turns::new(turns, turns / 2, queue_timeout),
             stall,
             queue_timeout,
         }
@@ -65,56 +39,15 @@ impl CloneTurns {
     /// Waits for a turn of the tenant's own (at most half of all) and then one of all, both
     /// within one queue timeout.
     pub async fn acquire(self: &Arc<Self>, tenant: &TenantId) -> Result<Turn, NoTurn> {
-        let (mine, user) = {
-            let mut tenants = self.tenants.lock().expect("clone turns lock");
-            let entry = tenants
-                .entry(tenant.clone())
-                .or_insert_with(|| TenantTurns {
-                    turns: Arc::new(Semaphore::new(self.per_tenant)),
-                    users: 0,
-                });
-            entry.users += 1;
-            let user = User {
-                turns: self.clone(),
-                tenant: tenant.clone(),
-            };
-            (entry.turns.clone(), user)
-        };
-        let deadline = tokio::time::Instant::now() + self.queue_timeout;
-        let no_turn = |_| NoTurn {
+        self.turns.take(tenant).await.ok_or(NoTurn {
             waited: self.queue_timeout,
-        };
-        let mine = tokio::time::timeout_at(deadline, mine.acquire_owned())
-            .await
-            .map_err(no_turn)?
-            .expect("the semaphore is never closed");
-        let all = tokio::time::timeout_at(deadline, self.all.clone().acquire_owned())
-            .await
-            .map_err(no_turn)?
-            .expect("the semaphore is never closed");
-        Ok(Turn {
-            _all: all,
-            _mine: mine,
-            _user: user,
         })
     }
 
     /// How many tenants hold or wait for a turn.
     #[cfg(test)]
     fn tenants_in_map(&self) -> usize {
-        self.tenants.lock().unwrap().len()
-    }
-}
-
-impl Drop for User {
-    fn drop(&mut self) {
-        let mut tenants = self.turns.tenants.lock().expect("clone turns lock");
-        if let Some(entry) = tenants.get_mut(&self.tenant) {
-            entry.users -= 1;
-            if entry.users == 0 {
-                tenants.remove(&self.tenant);
-            }
-        }
+        self.turns.tenants()
     }
 }
 
