@@ -14,6 +14,9 @@ use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 
 pub(super) type Reply = Result<HttpResponse, ApiError>;
 
+/// How long a write refused for a full queue waits before its 503 (see `shed_write`).
+const SHED_HOLD: std::time::Duration = std::time::Duration::from_millis(250);
+
 #[utoipa::path(
     get,
     path = "/plans/integration-file",
@@ -109,7 +112,7 @@ pub async fn put_integration(
     let file = PlanFile::Integration;
     // Load shedding first: a tenant with queued writes exists, so refusing here keeps the
     // order of checks for everyone else, and a flood of writes costs no disk read each.
-    if let Err(e) = state.shed_write(&who, file) {
+    if let Err(e) = state.shed_write(&who, file).await {
         return Err(state.unread(payload, e).await);
     }
     let tenant = state.tenant(&who, file).await?;
@@ -196,7 +199,7 @@ pub async fn put_configuration(
     let file = PlanFile::Configuration;
     // Load shedding first: a tenant with queued writes exists, so refusing here keeps the
     // order of checks for everyone else, and a flood of writes costs no disk read each.
-    if let Err(e) = state.shed_write(&who, file) {
+    if let Err(e) = state.shed_write(&who, file).await {
         return Err(state.unread(payload, e).await);
     }
     state.tenant(&who, file).await?;
@@ -339,8 +342,12 @@ impl AppState {
     }
 
     /// 503 `busy` at once, before the body is read, when the tenant's write queue is full.
-    fn shed_write(&self, who: &Principal, file: PlanFile) -> Result<(), ApiError> {
+    /// 503 `busy` when the tenant's write queue is full. The refusal is held for
+    /// [`SHED_HOLD`] first: a client that retries at once, ignoring `Retry-After`, then
+    /// cannot turn its own refusals into a loop that takes the CPU from other tenants.
+    async fn shed_write(&self, who: &Principal, file: PlanFile) -> Result<(), ApiError> {
         if who.can_write(file) && self.writers.queue_full(who.tenant()) {
+            tokio::time::sleep(SHED_HOLD).await;
             return Err(ApiError::from_write(
                 crate::writer::WriteError::QueueFull {
                     tenant: who.tenant().clone(),
