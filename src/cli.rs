@@ -362,6 +362,7 @@ fn serve(config: Config) -> Result<(), CliError> {
         workers: config.server.workers,
         client_request_timeout: Duration::from_secs(config.server.client_request_timeout_secs),
         shutdown_timeout: Duration::from_secs(config.server.shutdown_timeout_secs),
+        send_stall: Duration::from_secs(config.server.send_stall_secs),
     };
     tracing::info!(%addr, data_dir = %config.storage.data_dir.display(), "planfiles listening");
     actix_web::rt::System::new()

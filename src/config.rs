@@ -51,6 +51,9 @@ pub struct ServerConfig {
     /// Seconds a clone or fetch may go without the client accepting a byte; then its
     /// `git upload-pack` is stopped and its turn given to the next.
     pub clone_stall_secs: u64,
+    /// Seconds any answer may go without the client accepting a byte; then the connection
+    /// is closed (TCP_USER_TIMEOUT), so a client that stops reading holds no socket buffers.
+    pub send_stall_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -182,7 +185,7 @@ impl AuthConfig {
 
 impl ServerConfig {
     /// The settings that must be positive, by name: every timeout, rate, depth and size.
-    fn positive_settings(&self) -> [(&'static str, u64); 8] {
+    fn positive_settings(&self) -> [(&'static str, u64); 9] {
         [
             ("body_limit", self.body_limit as u64),
             (
@@ -195,6 +198,7 @@ impl ServerConfig {
             ("body_min_bytes_per_sec", self.body_min_bytes_per_sec),
             ("write_queue_depth", self.write_queue_depth as u64),
             ("clone_stall_secs", self.clone_stall_secs),
+            ("send_stall_secs", self.send_stall_secs),
         ]
     }
 
@@ -293,6 +297,7 @@ impl Default for ServerConfig {
             body_min_bytes_per_sec: 8 * 1024,
             write_queue_depth: 16,
             clone_stall_secs: 30,
+            send_stall_secs: 30,
         }
     }
 }
@@ -606,6 +611,7 @@ mod tests {
             ("body_min_bytes_per_sec", true),
             ("write_queue_depth", true),
             ("clone_stall_secs", true),
+            ("send_stall_secs", true),
             ("bodies_in_flight_bytes", true),
             ("bodies_per_tenant_bytes", true),
         ];

@@ -11,6 +11,7 @@ mod ops;
 mod problem;
 mod query;
 mod schema;
+mod socket;
 mod views;
 
 pub use body::{parse_put_body, BodyPace, PutBody};
@@ -157,6 +158,8 @@ pub struct ServerOptions {
     pub workers: usize,
     pub client_request_timeout: Duration,
     pub shutdown_timeout: Duration,
+    /// A connection whose client accepts no bytes for this long is closed.
+    pub send_stall: Duration,
 }
 
 /// Adds the routes of the service to an app.
@@ -219,6 +222,7 @@ pub fn serve(
             .configure(routes)
             .default_service(web::to(handlers::not_found))
     })
+    .on_connect(socket::on_connect(options.send_stall))
     .disable_signals()
     .client_request_timeout(options.client_request_timeout)
     .shutdown_timeout(options.shutdown_timeout.as_secs())

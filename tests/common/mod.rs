@@ -166,6 +166,7 @@ impl TestApp {
             workers: 2,
             client_request_timeout: Duration::from_secs(5),
             shutdown_timeout: Duration::from_secs(5),
+            send_stall: Duration::from_secs(30),
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
