@@ -39,7 +39,9 @@ pub async fn get_integration(
     who: Principal,
     req: HttpRequest,
 ) -> Reply {
-    state.get_file(&who, &req, PlanFile::Integration).await
+    state
+        .get_file_conditional(&who, &req, PlanFile::Integration)
+        .await
 }
 
 #[utoipa::path(
@@ -67,7 +69,9 @@ pub async fn get_configuration(
     who: Principal,
     req: HttpRequest,
 ) -> Reply {
-    state.get_file(&who, &req, PlanFile::Configuration).await
+    state
+        .get_file_conditional(&who, &req, PlanFile::Configuration)
+        .await
 }
 
 #[utoipa::path(
@@ -267,7 +271,12 @@ impl AppState {
     /// A GET: the file at the head of `main` (from the response cache while `main` has not
     /// moved), or at the commit of a `?ref=`. Checks in order: the tenant exists (404), the
     /// read permission (403), the query (400), the ref (404).
-    async fn get_file(&self, who: &Principal, req: &HttpRequest, file: PlanFile) -> Reply {
+    pub(super) async fn get_file(
+        &self,
+        who: &Principal,
+        req: &HttpRequest,
+        file: PlanFile,
+    ) -> Reply {
         let query = ReadQuery::parse(req.query_string());
         let tenant = who.tenant();
         if let Ok(ReadQuery { at: Some(at) }) = query {
