@@ -609,6 +609,41 @@ mod tests {
         }
     }
 
+    /// Every number in `[events]` is refused at 0 with an error naming it, and a tenant
+    /// share above the process limit is refused.
+    #[test]
+    fn zero_and_inverted_event_limits_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            Config::load(&Sources {
+                explicit_file: Some(path.clone()),
+                env: vec![],
+            })
+        };
+        for key in [
+            "heartbeat_secs",
+            "max_streams",
+            "max_streams_per_tenant",
+            "max_wait_secs",
+            "poll_interval_ms",
+        ] {
+            match load(&format!("[events]\n{key} = 0\n")) {
+                Err(ConfigError::Invalid(m)) => {
+                    assert!(m.contains(&format!("events.{key} ")), "{m}")
+                }
+                other => panic!("{key} = 0: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            load("[events]\nmax_streams = 10\nmax_streams_per_tenant = 11\n"),
+            Err(ConfigError::Invalid(_))
+        ));
+        let ok = load("[events]\nmax_streams = 10\nmax_streams_per_tenant = 10\n").unwrap();
+        assert_eq!(ok.events.max_streams_per_tenant, 10);
+    }
+
     #[test]
     fn a_missing_explicit_file_is_an_error() {
         let sources = Sources {
