@@ -158,14 +158,24 @@ impl Task {
             return end;
         }
         let first = self.subscription.current();
-        let mut at = match resume {
-            Resume::Head => first.head.commit,
-            Resume::After(commit) => commit,
+        let (mut at, head) = match resume {
+            Resume::Head => (first.head.commit, first.head.clone()),
+            // The head read now, not the feed's (which may lag a commit the client already
+            // saw elsewhere): the `head` event after the replay must not move it back.
+            Resume::After(commit) => match self.read_head().await {
+                Ok(head) => (commit, head),
+                Err(end) => return end,
+            },
         };
-        if let Err(end) = self.catch_up(&mut at, &first).await {
+        let start = Update {
+            head: head.clone(),
+            since: None,
+            replay: None,
+        };
+        if let Err(end) = self.catch_up(&mut at, &start).await {
             return end;
         }
-        if let Err(end) = self.send(self.head("head", &first.head)).await {
+        if let Err(end) = self.send(self.head("head", &head)).await {
             return end;
         }
         let heartbeat = Duration::from_secs(self.events.config().heartbeat_secs);
@@ -197,7 +207,17 @@ impl Task {
         while *at != target {
             let replay = match shared.take() {
                 Some(replay) => replay,
-                None => Arc::new(self.read_replay(*at, target).await?),
+                None => {
+                    let replay = self.read_replay(*at, target, REPLAY_STEP).await?;
+                    // An update older than where the stream is (the feed lags a commit the
+                    // stream already sent): nothing to send, and no reset.
+                    if matches!(replay, Replay::Reset(_))
+                        && !matches!(self.read_replay(target, *at, 1).await?, Replay::Reset(_))
+                    {
+                        return Ok(());
+                    }
+                    Arc::new(replay)
+                }
             };
             match &*replay {
                 Replay::Changes { changes, through } => {
@@ -225,12 +245,21 @@ impl Task {
         Ok(())
     }
 
-    async fn read_replay(&self, from: CommitId, to: CommitId) -> Result<Replay, End> {
+    async fn read_replay(&self, from: CommitId, to: CommitId, step: usize) -> Result<Replay, End> {
         let (storage, tenant) = (self.events.storage().clone(), self.grant.tenant.clone());
-        match actix_web::web::block(move || storage.replay(&tenant, from, to, REPLAY_STEP)).await {
+        match actix_web::web::block(move || storage.replay(&tenant, from, to, step)).await {
             Ok(Ok(replay)) => Ok(replay),
             Ok(Err(e)) => Err(End::Failed(e.to_string())),
             Err(e) => Err(End::Failed(format!("the replay task failed: {e}"))),
+        }
+    }
+
+    async fn read_head(&self) -> Result<HeadState, End> {
+        let (storage, tenant) = (self.events.storage().clone(), self.grant.tenant.clone());
+        match actix_web::web::block(move || storage.head_state(&tenant)).await {
+            Ok(Ok(head)) => Ok(head),
+            Ok(Err(e)) => Err(End::Failed(e.to_string())),
+            Err(e) => Err(End::Failed(format!("the head task failed: {e}"))),
         }
     }
 
