@@ -1,10 +1,10 @@
 //! One event stream: a task that turns a tenant's updates into Server-Sent Events, behind a bounded buffer.
 //!
-//! The task waits on the tenant's channel, a heartbeat timer, the shutdown signal and the
-//! client's going away; it costs no thread and no CPU while nothing happens. Its events go
-//! through a channel of [`BUFFER`] chunks to the response body: a client that accepts nothing
-//! for [`STALL`] while that buffer is full is dropped (its connection is closed with an
-//! error when next written), and resumes with `Last-Event-ID`.
+//! The task waits on the tenant's channel, the shutdown signal and the client's going away
+//! (heartbeats come from the body itself); it costs no thread and no CPU while nothing
+//! happens. Its events go through a channel of [`BUFFER`] chunks to the response body: a
+//! client that accepts nothing for [`STALL`] while that buffer is full is dropped (its
+//! connection is closed with an error when next written), and resumes with `Last-Event-ID`.
 use super::events::{FileEvent, HeadEvent};
 use super::problem::ApiError;
 use super::schema::Author;
@@ -13,6 +13,7 @@ use crate::events::{Events, Grant, Slot};
 use crate::storage::{FileChange, HeadState, Replay, Subscription, Update};
 use actix_web::web::Bytes;
 use actix_web::HttpRequest;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -95,35 +96,47 @@ pub fn start(
         dropped: dropped.clone(),
         _slot: slot,
     };
+    let every = Duration::from_secs(task.events.config().heartbeat_secs);
     actix_web::rt::spawn(task.run(resume));
-    Body { rx, dropped }
+    Body {
+        rx,
+        dropped,
+        beat: Box::pin(tokio::time::sleep(every)),
+        every,
+    }
 }
 
-/// The response body: the task's chunks; an error (the connection is closed) once the
-/// client was dropped for not reading.
+/// The response body: the task's chunks, and a `: keep-alive` comment after each
+/// `heartbeat_secs` without one (made here, so that a heartbeat wakes only the connection,
+/// not the stream's task); an error (the connection is closed) once the client was dropped
+/// for not reading. A heartbeat written to a closed connection ends the response, which
+/// ends the task and frees its slot.
 pub struct Body {
     rx: mpsc::Receiver<Bytes>,
     dropped: Arc<AtomicBool>,
+    beat: Pin<Box<tokio::time::Sleep>>,
+    every: Duration,
 }
 
 impl futures_util::Stream for Body {
     type Item = Result<Bytes, std::io::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        match self.rx.poll_recv(cx) {
-            Poll::Ready(Some(chunk)) => Poll::Ready(Some(Ok(chunk))),
-            Poll::Ready(None) if self.dropped.swap(false, Ordering::Relaxed) => Poll::Ready(Some(
-                Err(std::io::Error::other("the client did not read its stream")),
-            )),
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
+        let next = match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(chunk)) => Ok(chunk),
+            Poll::Ready(None) if self.dropped.swap(false, Ordering::Relaxed) => {
+                Err(std::io::Error::other("the client did not read its stream"))
+            }
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => match self.beat.as_mut().poll(cx) {
+                Poll::Ready(()) => Ok(Bytes::from_static(b": keep-alive\n\n")),
+                Poll::Pending => return Poll::Pending,
+            },
+        };
+        let at = tokio::time::Instant::now() + self.every;
+        self.beat.as_mut().reset(at);
+        Poll::Ready(Some(next))
     }
-}
-
-enum Wake {
-    Update(Arc<Update>),
-    Beat,
 }
 
 /// Why a stream ends.
@@ -178,21 +191,13 @@ impl Task {
         if let Err(end) = self.send(self.head("head", &head)).await {
             return end;
         }
-        let heartbeat = Duration::from_secs(self.events.config().heartbeat_secs);
-        let mut beat = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
-        beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let wake = tokio::select! {
-                update = self.subscription.changed() => Wake::Update(update),
-                _ = beat.tick() => Wake::Beat,
+            let update = tokio::select! {
+                update = self.subscription.changed() => update,
                 () = self.out.closed() => return End::Closed,
                 () = &mut shutdown => return End::Closed,
             };
-            let step = match wake {
-                Wake::Update(update) => self.catch_up(&mut at, &update).await,
-                Wake::Beat => self.send(": keep-alive\n\n".to_owned()).await,
-            };
-            if let Err(end) = step {
+            if let Err(end) = self.catch_up(&mut at, &update).await {
                 return end;
             }
         }
