@@ -27,6 +27,9 @@ struct Inner {
     feed: Mutex<Option<ChangeFeed>>,
     slots: Mutex<Slots>,
     tickets: Tickets,
+    /// One re-read at a time per tenant for long-polls woken by a change: the first renders
+    /// the new version into the response cache, the others are answered from it.
+    rereads: crate::gates::Gates,
     /// Set on SIGTERM: streams end, held requests are answered.
     shutdown: watch::Sender<bool>,
 }
@@ -73,6 +76,7 @@ impl Events {
                 feed: Mutex::default(),
                 slots: Mutex::default(),
                 tickets,
+                rereads: crate::gates::Gates::new(1),
                 shutdown: watch::Sender::new(false),
             }),
         }
@@ -92,6 +96,11 @@ impl Events {
 
     pub fn tickets(&self) -> &Tickets {
         &self.inner.tickets
+    }
+
+    /// The tenant's gate for re-reads after a change (one at a time).
+    pub fn rereads(&self, tenant: &TenantId) -> crate::gates::Lease {
+        self.inner.rereads.lease(tenant)
     }
 
     /// A slot for a stream or a held request of `tenant`, unless the process or the tenant

@@ -59,6 +59,10 @@ impl AppState {
         loop {
             // Subscribed after the first read: a change in between shows here.
             if !tags.iter().any(|t| t == &head.blob(file).to_string()) {
+                // Woken together, the tenant's held requests read one at a time: the first
+                // renders the new version, the others get it from the response cache.
+                let lease = self.events.rereads(tenant);
+                let _turn = lease.semaphore().acquire().await;
                 let res = self.get_file(who, req, file).await?;
                 if !matches(&res, &tags) {
                     return Ok(applied(res));
