@@ -352,7 +352,9 @@ fn serve(config: Config) -> Result<(), CliError> {
         &http::Limits::from_config(&config.server),
         config.storage.repack_loose_objects,
     )
-    .metrics_require_token(config.metrics.require_token);
+    .metrics_require_token(config.metrics.require_token)
+    .events_config(config.events.clone());
+    let events = state.events.clone();
     let listener = TcpListener::bind(&config.server.bind)
         .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;
     let addr = listener
@@ -368,7 +370,7 @@ fn serve(config: Config) -> Result<(), CliError> {
     actix_web::rt::System::new()
         .block_on(async move {
             let server = http::serve(state, listener, &options)?;
-            http::stop_on_signals(server.handle());
+            http::stop_on_signals(server.handle(), events);
             server.await
         })
         .map_err(|e| CliError::Io(format!("server: {e}")))?;

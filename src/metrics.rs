@@ -1,7 +1,7 @@
 //! `Metrics`: the service's Prometheus metrics, one registry per running app (prometheus).
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 /// Every metric the service exports. Cheap to clone (the collectors are shared handles).
@@ -16,6 +16,12 @@ pub struct Metrics {
     pub git_errors: IntCounter,
     pub repacks: IntCounterVec,
     pub repack_duration: HistogramVec,
+    /// Open `GET /plans/events` streams.
+    pub event_streams: IntGauge,
+    /// GETs held by `Prefer: wait`.
+    pub long_polls: IntGauge,
+    /// Per-file events written to streams, by file.
+    pub events_sent: IntCounterVec,
 }
 
 impl Metrics {
@@ -81,8 +87,23 @@ impl Metrics {
             &["kind"],
         )
         .expect("valid metric");
+        let event_streams =
+            IntGauge::new("event_streams", "Open GET /plans/events streams").expect("valid metric");
+        let long_polls =
+            IntGauge::new("long_polls", "GETs held by Prefer: wait").expect("valid metric");
+        let events_sent = IntCounterVec::new(
+            Opts::new(
+                "events_sent_total",
+                "Per-file events written to event streams, by file",
+            ),
+            &["file"],
+        )
+        .expect("valid metric");
         for c in [
-            Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(event_streams.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(long_polls.clone()),
+            Box::new(events_sent.clone()),
+            Box::new(http_requests.clone()),
             Box::new(http_latency.clone()),
             Box::new(commits.clone()),
             Box::new(forced_writes.clone()),
@@ -97,6 +118,7 @@ impl Metrics {
         // service runs: every file, conflict status and repack kind and result.
         for file in ["integration", "configuration"] {
             commits.with_label_values(&[file]);
+            events_sent.with_label_values(&[file]);
             forced_writes.with_label_values(&[file]);
             for status in ["409", "412"] {
                 conflicts.with_label_values(&[file, status]);
@@ -118,6 +140,9 @@ impl Metrics {
             git_errors,
             repacks,
             repack_duration,
+            event_streams,
+            long_polls,
+            events_sent,
         }
     }
 

@@ -25,15 +25,20 @@ const SHED_HOLD: std::time::Duration = std::time::Duration::from_millis(250);
     params(
         ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
         ("ref" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of the tenant's history: read the file as it was there"),
+        ("If-None-Match" = Option<String>, Header, description = "Quoted blob ids (or *): 304 when the file is one of them"),
+        ("Prefer" = Option<String>, Header, description = "wait=N (RFC 7240) with If-None-Match: hold the request up to N seconds (at most events.max_wait_secs) until the file changes"),
     ),
     responses(
         (status = 200, description = "The current file (or the file at ref, with commit_sha)", body = IntegrationFile,
-            headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+            headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
+        (status = 304, description = "Not modified: the file is one If-None-Match listed (after the wait, with Prefer: wait)",
+            headers(("ETag" = String, description = "The blob id, quoted"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
         (status = 400, description = "invalid_query: ref is not a 40-hex commit id", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.integrations.read (or the write permission)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "tenant_not_found, or unknown_ref: ref is not in the tenant's history", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: with Prefer: wait, the stream limits are reached; Retry-After", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -42,7 +47,9 @@ pub async fn get_integration(
     who: Principal,
     req: HttpRequest,
 ) -> Reply {
-    state.get_file(&who, &req, PlanFile::Integration).await
+    state
+        .get_file_conditional(&who, &req, PlanFile::Integration)
+        .await
 }
 
 #[utoipa::path(
@@ -53,15 +60,20 @@ pub async fn get_integration(
     params(
         ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
         ("ref" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of the tenant's history: read the file as it was there"),
+        ("If-None-Match" = Option<String>, Header, description = "Quoted blob ids (or *): 304 when the file is one of them"),
+        ("Prefer" = Option<String>, Header, description = "wait=N (RFC 7240) with If-None-Match: hold the request up to N seconds (at most events.max_wait_secs) until the file changes"),
     ),
     responses(
         (status = 200, description = "The current file (or the file at ref, with commit_sha)", body = ConfigurationFile,
-            headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+            headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
+        (status = 304, description = "Not modified: the file is one If-None-Match listed (after the wait, with Prefer: wait)",
+            headers(("ETag" = String, description = "The blob id, quoted"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
         (status = 400, description = "invalid_query: ref is not a 40-hex commit id", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.preferences.read (or the write permission)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "tenant_not_found, or unknown_ref: ref is not in the tenant's history", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: with Prefer: wait, the stream limits are reached; Retry-After", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -70,7 +82,9 @@ pub async fn get_configuration(
     who: Principal,
     req: HttpRequest,
 ) -> Reply {
-    state.get_file(&who, &req, PlanFile::Configuration).await
+    state
+        .get_file_conditional(&who, &req, PlanFile::Configuration)
+        .await
 }
 
 #[utoipa::path(
@@ -270,7 +284,12 @@ impl AppState {
     /// A GET: the file at the head of `main` (from the response cache while `main` has not
     /// moved), or at the commit of a `?ref=`. Checks in order: the tenant exists (404), the
     /// read permission (403), the query (400), the ref (404).
-    async fn get_file(&self, who: &Principal, req: &HttpRequest, file: PlanFile) -> Reply {
+    pub(super) async fn get_file(
+        &self,
+        who: &Principal,
+        req: &HttpRequest,
+        file: PlanFile,
+    ) -> Reply {
         let query = ReadQuery::parse(req.query_string());
         let tenant = who.tenant();
         if let Ok(ReadQuery { at: Some(at) }) = query {
