@@ -23,7 +23,7 @@ pub enum Rewrite {
     /// The stored text, edited (or unchanged, when it already holds the content).
     Edited(String),
     /// The stored text is not a document that can be edited (broken, empty or a flow mapping
-    /// at the top): the content is emitted whole.
+    /// at the top), or the new content is empty: the content is emitted whole.
     Fresh,
     /// The edit did not parse back to the content: the content is emitted whole.
     Fallback,
@@ -68,6 +68,10 @@ pub fn rewrite(old: &str, new: &Mapping) -> Rewrite {
     if maps_eq(&old_map, new) {
         return Rewrite::Edited(old.to_owned());
     }
+    if new.is_empty() {
+        // Nothing is left to edit: the text is `{}`.
+        return Rewrite::Fresh;
+    }
     let root = match tree::build(old) {
         Some(
             root @ Node {
@@ -84,7 +88,10 @@ pub fn rewrite(old: &str, new: &Mapping) -> Rewrite {
     let Some(body) = splice.block_map(&root, &old_map, new) else {
         return Rewrite::Fallback;
     };
-    let text = [&old[..start], &body, &old[end..]].concat();
+    let (Some(head), Some(tail)) = (old.get(..start), old.get(end..)) else {
+        return Rewrite::Fallback;
+    };
+    let text = [head, &body, tail].concat();
     match parse_client_text(&text) {
         Ok(back) if maps_eq(&back, new) => Rewrite::Edited(text),
         _ => Rewrite::Fallback,
@@ -154,7 +161,7 @@ impl<'t> Splice<'t> {
         let col = first - line_start(text, first);
         if !line_aligned(text, first) {
             // Only `- ` may come before a compact first entry.
-            let before = &text[line_start(text, first)..first];
+            let before = text.get(line_start(text, first)..first)?;
             if !before.bytes().all(|b| b == b' ' || b == b'-') {
                 return None;
             }
@@ -234,7 +241,7 @@ impl<'t> Splice<'t> {
         let dashes = items
             .iter()
             .map(|item| {
-                let before = text[..item.start].trim_end_matches(' ');
+                let before = text.get(..item.start)?.trim_end_matches(' ');
                 before.ends_with('-').then(|| before.len() - 1)
             })
             .collect::<Option<Vec<usize>>>()?;
@@ -276,12 +283,12 @@ impl<'t> Splice<'t> {
     ) -> Option<Cow<'t, str>> {
         let text = self.text;
         if strict_eq(old, new) {
-            return Some(Cow::Borrowed(&text[chunk.start..chunk.end]));
+            return text.get(chunk.start..chunk.end).map(Cow::Borrowed);
         }
         if let Some(t) = self.value(node, old, new) {
             let (rs, re) = self.region(node)?;
             return Some(Cow::Owned(
-                [&text[chunk.start..rs], &t, &text[re..chunk.end]].concat(),
+                [text.get(chunk.start..rs)?, &t, text.get(re..chunk.end)?].concat(),
             ));
         }
         let (at, lines, mid_line) = fresh()?;
@@ -292,7 +299,12 @@ impl<'t> Splice<'t> {
         };
         let after = line_end(text, node.end).min(chunk.end);
         Some(Cow::Owned(
-            [&text[chunk.start..at], lines, &text[after..chunk.end]].concat(),
+            [
+                text.get(chunk.start..at)?,
+                lines,
+                text.get(after..chunk.end)?,
+            ]
+            .concat(),
         ))
     }
 
@@ -309,8 +321,13 @@ impl<'t> Splice<'t> {
         let pad = " ".repeat(col);
         for (pos, (piece, was_first)) in pieces.into_iter().enumerate() {
             if compact && pos == 0 && !was_first {
-                // Own-line comments above cannot follow a `- `.
-                let rest = piece.strip_prefix(pad.as_str())?;
+                // The entry goes on the line of the `- `, where its own-line comments above
+                // cannot follow: they are dropped.
+                let mut rest: &str = &piece;
+                while rest.trim_start_matches(' ').starts_with('#') {
+                    rest = &rest[rest.find('\n')? + 1..];
+                }
+                let rest = rest.strip_prefix(pad.as_str())?;
                 if rest.starts_with([' ', '#', '\n']) {
                     return None;
                 }
@@ -396,6 +413,10 @@ fn common(o: &[Value], n: &[Value]) -> Vec<(usize, usize)> {
     while i < o.len() && j < n.len() {
         if strict_eq(&o[i], &n[j]) {
             out.push((i, j));
+            i += 1;
+            j += 1;
+        } else if table[(i + 1) * w + j + 1] == table[i * w + j] {
+            // As long a run either way: keep the two at the same place (an edit).
             i += 1;
             j += 1;
         } else if table[(i + 1) * w + j] >= table[i * w + j + 1] {

@@ -111,6 +111,18 @@ pub fn build(text: &str) -> Option<Node> {
                     Kind::Map { flow: true, .. } | Kind::Seq { flow: true, .. }
                 );
                 node.end = if flow { e } else { last_end.max(node.start) };
+                // A block sequence's event may start at its first item's content (a sequence
+                // at its key's column): it starts at that item's `-`.
+                if let Kind::Seq {
+                    flow: false, items, ..
+                } = &node.kind
+                {
+                    let first = items.first().map_or(node.start, |n| n.start);
+                    let before = text.get(..first)?.trim_end_matches(' ');
+                    if before.ends_with('-') {
+                        node.start = node.start.min(before.len() - 1);
+                    }
+                }
                 Some(node)
             }
             _ => None,
