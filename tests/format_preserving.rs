@@ -224,3 +224,21 @@ async fn an_edit_that_does_not_read_back_is_emitted_whole_and_counted() {
         text
     );
 }
+
+/// The demo repositories, `tenant create` and whole emission share one style: each fixture
+/// file is exactly what emission makes of its content.
+#[tokio::test]
+async fn fixture_files_are_in_the_emitted_style() {
+    let app = TestApp::spawn().await;
+    for tenant in ["acme", "globex", "initech"] {
+        for file in ["integrations.yml", "configuration.yml"] {
+            let text = app.git(tenant, &["show", &format!("main:{file}")]) + "\n";
+            let content = planfiles::domain::yaml::parse_mapping(&text).unwrap();
+            assert_eq!(
+                planfiles::domain::yaml::emit(&content).unwrap(),
+                text,
+                "{tenant} {file}"
+            );
+        }
+    }
+}
