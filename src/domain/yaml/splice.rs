@@ -211,7 +211,7 @@ impl<'t> Splice<'t> {
             let piece = match index.get(key.as_str()) {
                 Some(&i) => {
                     let (k, v) = &entries[i];
-                    let body = self.edited(&chunks[i], v, olds[i].1, value, || {
+                    let body = self.edited(&chunks[i], v, olds[i].1, value, k.end, || {
                         let at = if i == 0 && compact {
                             k.start
                         } else {
@@ -252,14 +252,21 @@ impl<'t> Splice<'t> {
         for step in align(old, new) {
             let piece = match step {
                 Step::Old(i, n) => {
-                    let body = self.edited(&chunks[i], &items[i], &old[i], &new[n], || {
-                        let at = if i == 0 && compact {
-                            dashes[i]
-                        } else {
-                            line_start(text, dashes[i])
-                        };
-                        render::item(&new[n], col).map(|t| (at, t, i == 0 && compact))
-                    })?;
+                    let body = self.edited(
+                        &chunks[i],
+                        &items[i],
+                        &old[i],
+                        &new[n],
+                        dashes[i] + 1,
+                        || {
+                            let at = if i == 0 && compact {
+                                dashes[i]
+                            } else {
+                                line_start(text, dashes[i])
+                            };
+                            render::item(&new[n], col).map(|t| (at, t, i == 0 && compact))
+                        },
+                    )?;
                     (body, i == 0)
                 }
                 Step::New(n) => (Cow::Owned(render::item(&new[n], col)?), false),
@@ -272,13 +279,15 @@ impl<'t> Splice<'t> {
     /// The text of an old entry's chunk for its new value: as it is when the value is
     /// unchanged, the value edited in place when it can be, else the entry emitted anew
     /// (`fresh`: where its lines start, its text, and whether that start is mid-line), with
-    /// the comments above and the lines after it kept.
+    /// the comments above, the one at the end of its first line and the lines after it kept.
+    /// `head_end` is where the entry's key or `-` ends.
     fn edited(
         &self,
         chunk: &Chunk,
         node: &Node,
         old: &Value,
         new: &Value,
+        head_end: usize,
         fresh: impl FnOnce() -> Option<(usize, String, bool)>,
     ) -> Option<Cow<'t, str>> {
         let text = self.text;
@@ -292,20 +301,43 @@ impl<'t> Splice<'t> {
             ));
         }
         let (at, lines, mid_line) = fresh()?;
-        let lines = if mid_line {
-            lines.trim_start_matches(' ')
+        let mut lines = if mid_line {
+            lines.trim_start_matches(' ').to_owned()
         } else {
-            &lines
+            lines
         };
+        // A comment at the end of the entry's first line stays at the end of its new first
+        // line.
+        if let (Some(comment), Some(nl)) = (self.line_comment(at, head_end, node), lines.find('\n'))
+        {
+            lines.insert_str(nl, &format!("  {comment}"));
+        }
         let after = line_end(text, node.end).min(chunk.end);
         Some(Cow::Owned(
             [
                 text.get(chunk.start..at)?,
-                lines,
+                &lines,
                 text.get(after..chunk.end)?,
             ]
             .concat(),
         ))
+    }
+
+    /// The comment that ends the line at `at`, after the entry's key or `-` (ending at
+    /// `head_end`) and its value when that is on the line too.
+    fn line_comment(&self, at: usize, head_end: usize, node: &Node) -> Option<&'t str> {
+        let first_line_end = line_end(self.text, at);
+        let from = if node.start < first_line_end {
+            if node.end > first_line_end {
+                return None;
+            }
+            node.end
+        } else {
+            head_end
+        };
+        let rest = self.text.get(from..first_line_end)?.trim_end();
+        let rest = rest.strip_prefix(':').unwrap_or(rest).trim_start();
+        rest.starts_with('#').then_some(rest)
     }
 
     /// Joins chunk texts in their new order. In a compact collection (the first entry on the

@@ -118,11 +118,14 @@ fn changed_scalars_are_quoted_when_the_round_trip_needs_it() {
 
 #[test]
 fn type_changes_and_block_scalars_emit_the_entry() {
-    let old = "a: 1\nb: |\n  text\n# after b\nc: [1]\n";
-    let text = edit(old, json!({"a": {"x": [1, 2]}, "b": "other", "c": [1]}));
+    let old = "a: 1  # one\nb: |  # block\n  text\n# after b\nc: [1]\nd:  # dee\n  x: 1\n";
+    let text = edit(
+        old,
+        json!({"a": {"x": [1, 2]}, "b": "other", "c": [1], "d": {}}),
+    );
     assert_eq!(
         text,
-        "a:\n  x:\n    - 1\n    - 2\nb: other\n# after b\nc: [1]\n"
+        "a:  # one\n  x:\n    - 1\n    - 2\nb: other\n# after b\nc: [1]\nd: {}  # dee\n"
     );
 }
 
