@@ -40,6 +40,7 @@ fn main() {
     let write = |n: usize, ancestry| WriteRequest {
         file: PlanFile::Configuration,
         bytes: format!("folders:\n- path: p{n}\n").into_bytes(),
+        content: None,
         preconditions: Preconditions {
             file_sha: Some(ShaCheck::BlobOrCommit(id)),
             if_match: None,

@@ -18,6 +18,7 @@ fn write(storage: &Storage, tenant: &TenantId, n: usize) {
         file: PlanFile::Integration,
         bytes: format!("aws:\n- account_id: '{n:012}'\n  regions: [us-east-1]\n  type: aws\n")
             .into_bytes(),
+        content: None,
         preconditions: Preconditions::default(),
         author: Identity::new("Bench", "bench@example.com", "bench"),
         request_id: RequestId::generate(),

@@ -1,4 +1,5 @@
 //! `Metrics`: the service's Prometheus metrics, one registry per running app (prometheus).
+use crate::domain::yaml::splice::Made;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
     Registry, TextEncoder,
@@ -14,6 +15,7 @@ pub struct Metrics {
     pub forced_writes: IntCounterVec,
     pub conflicts: IntCounterVec,
     pub git_errors: IntCounter,
+    pub yaml_writes: IntCounterVec,
     pub repacks: IntCounterVec,
     pub repack_duration: HistogramVec,
     /// Open `GET /plans/events` streams.
@@ -72,6 +74,16 @@ impl Metrics {
             "Requests that failed in git or file I/O (answered 500)",
         )
         .expect("valid metric");
+        let yaml_writes = IntCounterVec::new(
+            Opts::new(
+                "yaml_writes_total",
+                "Writes of JSON content, by file and how the text was made: edited (the stored \
+                 text, format kept), emitted (no stored text to edit) or fallback (an edit that \
+                 did not read back as the content, emitted whole instead)",
+            ),
+            &["file", "made"],
+        )
+        .expect("valid metric");
         let repacks = IntCounterVec::new(
             Opts::new(
                 "repacks_total",
@@ -109,6 +121,7 @@ impl Metrics {
             Box::new(forced_writes.clone()),
             Box::new(conflicts.clone()),
             Box::new(git_errors.clone()),
+            Box::new(yaml_writes.clone()),
             Box::new(repacks.clone()),
             Box::new(repack_duration.clone()),
         ] {
@@ -122,6 +135,9 @@ impl Metrics {
             forced_writes.with_label_values(&[file]);
             for status in ["409", "412"] {
                 conflicts.with_label_values(&[file, status]);
+            }
+            for made in Made::ALL {
+                yaml_writes.with_label_values(&[file, made.label()]);
             }
         }
         for kind in ["incremental", "merge", "full", "unknown"] {
@@ -138,6 +154,7 @@ impl Metrics {
             forced_writes,
             conflicts,
             git_errors,
+            yaml_writes,
             repacks,
             repack_duration,
             event_streams,

@@ -199,6 +199,7 @@ mod tests {
         let req = WriteRequest {
             file: PlanFile::Integration,
             bytes: b"n: 203\n".to_vec(),
+            content: None,
             preconditions: Default::default(),
             author: who,
             request_id: RequestId::parse("upkeep-test").unwrap(),

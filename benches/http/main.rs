@@ -3,8 +3,10 @@
 //!
 //!     cargo bench --bench http            # full run, about 3 minutes
 //!     cargo bench --bench http -- --quick # shorter runs, smaller histories
+//!     cargo bench --bench http -- --splice-only [--quick]  # JSON PUTs: edited vs emitted
 mod fixtures;
 mod load;
+mod splice;
 mod volume;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
@@ -143,6 +145,22 @@ fn main() {
         }
     };
     let mut targets: Vec<(String, String, bool)> = Vec::new();
+    if std::env::args().any(|a| a == "--splice-only") {
+        // Only the cost of format-preserving writes.
+        storage::init_git();
+        let dir = tempfile::tempdir().unwrap();
+        println!("volume: {}", volume::describe(dir.path()));
+        let st = Storage::open(
+            dir.path(),
+            Identity::new("planfiles", "p@localhost", "x"),
+            Default::default(),
+        )
+        .unwrap();
+        for (what, got, ok) in splice::run(&st, quick) {
+            println!("| {what} | {got} | {} |", verdict(ok));
+        }
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let tenants = dir.path().join("tenants");
     std::fs::create_dir_all(&tenants).unwrap();
@@ -311,6 +329,17 @@ fn main() {
         format!("{per_sec:.0}/s"),
         per_sec >= 5000.0,
     ));
+
+    println!("\n## PUT of JSON content: the stored text edited vs emitted whole (storage, serial)");
+    {
+        let st = Storage::open(
+            dir.path(),
+            Identity::new("planfiles", "p@localhost", "x"),
+            Default::default(),
+        )
+        .unwrap();
+        targets.extend(splice::run(&st, quick));
+    }
 
     println!("\n## Cost growth with history (serial, packed histories)");
     let shallow = "deep1";

@@ -55,6 +55,18 @@ impl IntegrationDoc {
         }
     }
 
+    /// This content with the text storage holds for it: a JSON `content` edits the stored
+    /// text, which storage checked to read back as exactly this content. Bytes that are not
+    /// such text (never the case) leave the emitted text.
+    pub fn stored_as(mut self, bytes: &[u8]) -> Self {
+        if let Ok(text) = std::str::from_utf8(bytes) {
+            if text != self.raw {
+                self.raw = text.to_owned();
+            }
+        }
+        self
+    }
+
     pub fn content(&self) -> &Mapping {
         &self.content
     }

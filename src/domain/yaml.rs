@@ -6,6 +6,7 @@ use std::fmt;
 pub mod ambiguity;
 pub mod integers;
 pub mod readers;
+pub mod splice;
 mod walk;
 pub use ambiguity::Ambiguity;
 pub use integers::WideInteger;
@@ -154,11 +155,32 @@ pub fn emit(map: &Mapping) -> Result<String, YamlError> {
     if map.is_empty() {
         return Ok("{}\n".to_owned());
     }
-    let text = serde_saphyr::to_string(map).map_err(|_| YamlError::NotRepresentable)?;
+    let text = serde_saphyr::to_string_with_options(map, splice::emitter_options())
+        .map_err(|_| YamlError::NotRepresentable)?;
     match parse_client_text(&text) {
-        Ok(back) if &back == map => Ok(text),
+        Ok(back) if strict_eq_map(&back, map) => Ok(text),
         _ => Err(YamlError::NotRepresentable),
     }
+}
+
+/// Equality that JSON readers see: mappings equal in key order too, numbers equal in kind
+/// (`1` is not `1.0`).
+pub fn strict_eq(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => strict_eq_map(a, b),
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| strict_eq(x, y))
+        }
+        _ => a == b,
+    }
+}
+
+/// [`strict_eq`] of two mappings.
+pub fn strict_eq_map(a: &Mapping, b: &Mapping) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((ka, va), (kb, vb))| ka == kb && strict_eq(va, vb))
 }
 
 /// Checks the depth and node limits of a mapping.

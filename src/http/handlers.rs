@@ -8,9 +8,11 @@ use super::query::ReadQuery;
 use super::schema::{ConfigurationFile, IntegrationFile, PutConfigurationFile, PutIntegrationFile};
 use super::{views, AppState};
 use crate::auth::Principal;
+use crate::domain::yaml::Mapping;
 use crate::domain::{ConfigurationDoc, IntegrationDoc, PlanFile, RequestId, Stored};
 use crate::storage::{Preconditions, ReadOutcome, ShaCheck, WriteRequest};
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use std::sync::Arc;
 
 pub(super) type Reply = Result<HttpResponse, ApiError>;
 
@@ -137,15 +139,18 @@ pub async fn put_integration(
     };
     let bytes = state.read_body(&req, payload).await?;
     let source_hosting = tenant.source_hosting;
-    let (file_sha, doc) = cpu(bytes.len(), move || {
+    let (file_sha, doc, edit) = cpu(bytes.len(), move || {
         let mut body = body::parse_put_body(&bytes)?;
         let file_sha = body.file_sha()?;
         if file_sha.is_some() && !source_hosting {
             return Err(ApiError::FileShaNotAllowed);
         }
-        let doc = IntegrationDoc::from_request(body.take("content")?)
-            .map_err(ApiError::InvalidContent)?;
-        Ok((file_sha, doc))
+        let content = body.take("content")?;
+        // JSON content edits the stored text; YAML text is stored byte for byte.
+        let json = content.is_object();
+        let doc = IntegrationDoc::from_request(content).map_err(ApiError::InvalidContent)?;
+        let edit = json.then(|| Arc::new(doc.content().clone()));
+        Ok((file_sha, doc, edit))
     })
     .await?;
     // Parsed: the body's share of the budget goes back before the write waits for its turn.
@@ -155,22 +160,14 @@ pub async fn put_integration(
         if_match: body::if_match(&req),
         ancestry: None,
     };
+    let bytes = doc.raw().as_bytes().to_vec();
     let outcome = state
-        .write(
-            &who,
-            &req,
-            file,
-            doc.raw().as_bytes().to_vec(),
-            preconditions,
-        )
+        .write(&who, &req, file, bytes, edit, preconditions)
         .await?;
+    let written = WrittenCommit::of(&outcome, file);
+    let doc = doc.stored_as(&outcome.bytes);
     let mut res = views::integration(Stored::Valid(doc), &[], outcome.blob, Some(outcome.commit));
-    res.extensions_mut().insert(WrittenCommit {
-        commit: outcome.commit,
-        file,
-        changed: outcome.changed,
-        forced: outcome.forced,
-    });
+    res.extensions_mut().insert(written);
     Ok(res)
 }
 
@@ -223,12 +220,13 @@ pub async fn put_configuration(
         Err(e) => return Err(state.unread(payload, e).await),
     };
     let bytes = state.read_body(&req, payload).await?;
-    let (file_sha, doc) = cpu(bytes.len(), move || {
+    let (file_sha, doc, edit) = cpu(bytes.len(), move || {
         let mut body = body::parse_put_body(&bytes)?;
         let file_sha = body.file_sha()?;
         let doc = ConfigurationDoc::from_request(body.take("payload")?)
             .map_err(ApiError::InvalidContent)?;
-        Ok((file_sha, doc))
+        let edit = Arc::new(doc.content().clone());
+        Ok((file_sha, doc, edit))
     })
     .await?;
     drop(turn);
@@ -241,22 +239,13 @@ pub async fn put_configuration(
         if_match,
         ancestry: None,
     };
+    let bytes = doc.raw().as_bytes().to_vec();
     let outcome = state
-        .write(
-            &who,
-            &req,
-            file,
-            doc.raw().as_bytes().to_vec(),
-            preconditions,
-        )
+        .write(&who, &req, file, bytes, Some(edit), preconditions)
         .await?;
     let mut res = views::configuration(Stored::Valid(doc), outcome.blob, Some(outcome.commit));
-    res.extensions_mut().insert(WrittenCommit {
-        commit: outcome.commit,
-        file,
-        changed: outcome.changed,
-        forced: outcome.forced,
-    });
+    res.extensions_mut()
+        .insert(WrittenCommit::of(&outcome, file));
     Ok(res)
 }
 
@@ -415,6 +404,7 @@ impl AppState {
         req: &HttpRequest,
         file: PlanFile,
         bytes: Vec<u8>,
+        content: Option<Arc<Mapping>>,
         preconditions: Preconditions,
     ) -> Result<crate::storage::WriteOutcome, ApiError> {
         let request_id = req
@@ -425,6 +415,7 @@ impl AppState {
         let write = WriteRequest {
             file,
             bytes,
+            content,
             preconditions,
             author: who.author(),
             request_id,

@@ -2,6 +2,7 @@
 use super::problem::{ApiError, Problem};
 use super::AppState;
 use crate::auth::Principal;
+use crate::domain::yaml::splice::Made;
 use crate::domain::{CommitId, PlanFile, RequestId};
 use actix_web::body::{BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -33,6 +34,20 @@ pub struct WrittenCommit {
     pub file: PlanFile,
     pub changed: bool,
     pub forced: bool,
+    /// For JSON content, how its text was made.
+    pub made: Option<Made>,
+}
+
+impl WrittenCommit {
+    pub fn of(outcome: &crate::storage::WriteOutcome, file: PlanFile) -> Self {
+        Self {
+            commit: outcome.commit,
+            file,
+            changed: outcome.changed,
+            forced: outcome.forced,
+            made: outcome.made,
+        }
+    }
 }
 
 pub async fn request_context(
@@ -174,6 +189,11 @@ fn record(
     let (requests, latency) = m.http_series(route, method_label(method), status.as_str());
     requests.inc();
     latency.observe(seconds);
+    if let Some(made) = written.as_ref().and_then(|w| w.made.map(|m| (w.file, m))) {
+        m.yaml_writes
+            .with_label_values(&[made.0.label(), made.1.label()])
+            .inc();
+    }
     if let Some(w) = written.filter(|w| w.changed) {
         m.commits.with_label_values(&[w.file.label()]).inc();
         if w.forced {

@@ -16,6 +16,7 @@ pub use seed::seed_if_empty;
 pub use upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
 pub use volume::{volume_kind, VolumeKind};
 
+use crate::domain::yaml::{splice::Made, Mapping};
 use crate::domain::{BlobId, CommitId, Cursor, Identity, ObjectId, PlanFile, RequestId, TenantId};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -137,7 +138,12 @@ pub enum IfMatch {
 #[derive(Debug, Clone)]
 pub struct WriteRequest {
     pub file: PlanFile,
+    /// The file's new bytes; with `content`, its whole emission, stored only when the file's
+    /// current text cannot be edited into the content.
     pub bytes: Vec<u8>,
+    /// Content sent as JSON: the current text is edited into its text under the write lock
+    /// (unchanged nodes keep their bytes), checked to read back as exactly this content.
+    pub content: Option<Arc<Mapping>>,
     pub preconditions: Preconditions,
     pub author: Identity,
     pub request_id: RequestId,
@@ -152,6 +158,10 @@ pub struct WriteOutcome {
     pub changed: bool,
     /// True when no blob-id precondition matched (the commit carries `Forced: true`).
     pub forced: bool,
+    /// The bytes the file holds now.
+    pub bytes: Vec<u8>,
+    /// For content sent as JSON, how its text was made.
+    pub made: Option<Made>,
 }
 
 /// The tenants under one data directory.
@@ -564,6 +574,7 @@ mod tests {
                 WriteRequest {
                     file: PlanFile::Configuration,
                     bytes: format!("folders:\n- path: p{n}\n").into_bytes(),
+                    content: None,
                     preconditions: Preconditions {
                         file_sha: Some(ShaCheck::BlobOrCommit(*id)),
                         if_match: None,

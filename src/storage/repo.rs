@@ -4,11 +4,13 @@ use super::{
     Ancestry, FileSnapshot, IfMatch, ShaCheck, StorageError, TenantSummary, WriteOutcome,
     WriteRequest,
 };
+use crate::domain::yaml::splice::{self, Made, Rewrite};
 use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, TenantId};
 use git2::{
     ConfigLevel, ErrorClass, ErrorCode, ObjectType, Oid, Repository, RepositoryInitOptions,
     Signature,
 };
+use std::borrow::Cow;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::Path;
 use std::path::PathBuf;
@@ -387,11 +389,6 @@ impl<'a> TenantRepo<'a> {
         sync: Option<&SyncGroup>,
     ) -> Result<WriteOutcome, StorageError> {
         let path = req.file.path();
-        let new_blob = Oid::hash_object(ObjectType::Blob, &req.bytes).map_err(git_err(
-            self.tenant,
-            "hash blob",
-            path,
-        ))?;
         let deadline = Instant::now() + WRITE_DEADLINE;
         // Held until this function returns: planfiles writers of a tenant, in any process,
         // take turns. The OS drops the lock when its holder dies.
@@ -438,19 +435,36 @@ impl<'a> TenantRepo<'a> {
                 }
             }
             let forced = !blob_matched;
+            // Made again on every attempt: the text edited is the current one.
+            let (bytes, made) = self.new_bytes(&req, current, present)?;
+            let new_blob = Oid::hash_object(ObjectType::Blob, &bytes).map_err(git_err(
+                self.tenant,
+                "hash blob",
+                path,
+            ))?;
             if present && new_blob == current {
                 return Ok(WriteOutcome {
                     commit: CommitId(to_id(head.id())),
                     blob: current_id,
                     changed: false,
                     forced,
+                    bytes: bytes.into_owned(),
+                    made,
                 });
             }
             // A syncfs round that runs while the objects are written may flush them and fail:
             // the syncs below count every round from here on.
             let objects_mark = sync.map(SyncGroup::mark);
             let NewCommit { id: commit, found } = self
-                .commit_on(&head, &req, committer, forced, new_blob, sync.is_none())
+                .commit_on(
+                    &head,
+                    &req,
+                    &bytes,
+                    committer,
+                    forced,
+                    new_blob,
+                    sync.is_none(),
+                )
                 .map_err(|e| self.explain_write_failure(e, path))?;
             // The objects are on disk before main points at them.
             match sync {
@@ -480,6 +494,8 @@ impl<'a> TenantRepo<'a> {
                         blob: BlobId(to_id(new_blob)),
                         changed: true,
                         forced,
+                        bytes: bytes.into_owned(),
+                        made,
                     });
                 }
                 // Someone outside planfiles moved main or holds its lock (planfiles writers
@@ -509,6 +525,43 @@ impl<'a> TenantRepo<'a> {
                 }
             }
         }
+    }
+
+    /// The bytes a write stores: the request's, or for JSON content the current file's text
+    /// edited into the content's text (its whole emission when that cannot be done).
+    fn new_bytes<'r>(
+        &self,
+        req: &'r WriteRequest,
+        current: Oid,
+        present: bool,
+    ) -> Result<(Cow<'r, [u8]>, Option<Made>), StorageError> {
+        let Some(content) = &req.content else {
+            return Ok((Cow::Borrowed(&req.bytes), None));
+        };
+        if !present {
+            return Ok((Cow::Borrowed(&req.bytes), Some(Made::Emitted)));
+        }
+        let blob = self.repo.find_blob(current).map_err(git_err(
+            self.tenant,
+            "read blob",
+            req.file.path(),
+        ))?;
+        let rewrite = match std::str::from_utf8(blob.content()) {
+            Ok(old) => splice::rewrite(old, content),
+            Err(_) => Rewrite::Fresh,
+        };
+        let made = rewrite.made();
+        if made == Made::Fallback {
+            tracing::warn!(
+                tenant = %self.tenant,
+                file = req.file.path(),
+                "the stored text could not be edited into the new content; emitted whole"
+            );
+        }
+        Ok(match rewrite {
+            Rewrite::Edited(text) => (Cow::Owned(text.into_bytes()), Some(made)),
+            Rewrite::Fresh | Rewrite::Fallback => (Cow::Borrowed(&req.bytes), Some(made)),
+        })
     }
 
     /// In fsync mode, syncs the loose files of `objects` (see [`TenantRepo::commit_on`]),
@@ -648,13 +701,15 @@ impl<'a> TenantRepo<'a> {
     }
 
     /// Writes the blob, the tree with that one entry replaced, and a commit on top of `head`.
-    /// `new_blob` is the id of `req.bytes`. With `track` (fsync mode) it also lists the objects the commit depends on that libgit2
+    /// `new_blob` is the id of `bytes`. With `track` (fsync mode) it also lists the objects the commit depends on that libgit2
     /// did not write here, and so did not fsync: those it found already there (it only touches
     /// them), and the tree's other entries.
+    #[allow(clippy::too_many_arguments)]
     fn commit_on(
         &self,
         head: &git2::Commit<'_>,
         req: &WriteRequest,
+        bytes: &[u8],
         committer: &Identity,
         forced: bool,
         new_blob: Oid,
@@ -667,7 +722,7 @@ impl<'a> TenantRepo<'a> {
         if track && self.is_loose(new_blob) {
             found.push(new_blob);
         }
-        let blob = self.repo.blob(&req.bytes).map_err(err("write blob"))?;
+        let blob = self.repo.blob(bytes).map_err(err("write blob"))?;
         let expected_tree = track.then(|| tree_id_with(&base, path, blob)).flatten();
         if track {
             found.extend(

@@ -96,6 +96,7 @@ fn write_with(script: Script) -> (tempfile::TempDir, PathBuf, String, bool, usiz
             WriteRequest {
                 file: PlanFile::Integration,
                 bytes: b"changed: true\n".to_vec(),
+                content: None,
                 preconditions: Preconditions::default(),
                 author: committer.clone(),
                 request_id: RequestId::parse("undo-test").unwrap(),
