@@ -21,8 +21,11 @@ token=$(PLANFILES_DATA_DIR=$work "$bin" token --tenant acme --ttl 3600 \
   --permission planfiles.repos.read)
 # positive_data_acceptance is left out on purpose: a schema-valid file_sha that is not the
 # current one must be refused with 409, which no schema can express.
+# /plans/events is left out: a stream never ends, so no check could read its whole answer
+# (tests/events.rs covers it).
 # The hooks send git's binary request bodies (POST git-upload-pack) as they are.
 PYTHONPATH=scripts SCHEMATHESIS_HOOKS=schemathesis_hooks schemathesis run "http://127.0.0.1:$port/openapi.json" \
   -H "Authorization: Bearer $token" \
   --exclude-checks positive_data_acceptance \
+  --exclude-path /plans/events \
   --max-examples "$examples" --seed 1

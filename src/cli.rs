@@ -352,7 +352,9 @@ fn serve(config: Config) -> Result<(), CliError> {
         &http::Limits::from_config(&config.server),
         config.storage.repack_loose_objects,
     )
-    .metrics_require_token(config.metrics.require_token);
+    .metrics_require_token(config.metrics.require_token)
+    .events_config(config.events.clone());
+    let events = state.events.clone();
     let listener = TcpListener::bind(&config.server.bind)
         .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;
     let addr = listener
@@ -362,12 +364,13 @@ fn serve(config: Config) -> Result<(), CliError> {
         workers: config.server.workers,
         client_request_timeout: Duration::from_secs(config.server.client_request_timeout_secs),
         shutdown_timeout: Duration::from_secs(config.server.shutdown_timeout_secs),
+        send_stall: Duration::from_secs(config.server.send_stall_secs),
     };
     tracing::info!(%addr, data_dir = %config.storage.data_dir.display(), "planfiles listening");
     actix_web::rt::System::new()
         .block_on(async move {
             let server = http::serve(state, listener, &options)?;
-            http::stop_on_signals(server.handle());
+            http::stop_on_signals(server.handle(), events);
             server.await
         })
         .map_err(|e| CliError::Io(format!("server: {e}")))?;

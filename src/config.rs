@@ -11,6 +11,48 @@ pub struct Config {
     pub commit: CommitConfig,
     pub log: LogConfig,
     pub metrics: MetricsConfig,
+    pub events: EventsConfig,
+}
+
+/// `[events]`: the change stream (`GET /plans/events`) and long-polls (`Prefer: wait`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventsConfig {
+    /// Seconds between `: keep-alive` comments on an idle stream.
+    pub heartbeat_secs: u64,
+    /// Streams and held long-polls open at once in the process; more get 503 `busy`.
+    pub max_streams: usize,
+    /// Streams and held long-polls of one tenant at once; more get 503 `busy`.
+    pub max_streams_per_tenant: usize,
+    /// The longest `Prefer: wait` honoured, in seconds.
+    pub max_wait_secs: u64,
+    /// With `storage.watch_refs` off: how often (ms) each watched tenant's ref is read.
+    pub poll_interval_ms: u64,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_secs: 15,
+            max_streams: 10_000,
+            max_streams_per_tenant: 1_000,
+            max_wait_secs: 60,
+            poll_interval_ms: 500,
+        }
+    }
+}
+
+impl EventsConfig {
+    /// The settings that must be positive, by name.
+    fn positive_settings(&self) -> [(&'static str, u64); 5] {
+        [
+            ("heartbeat_secs", self.heartbeat_secs),
+            ("max_streams", self.max_streams as u64),
+            ("max_streams_per_tenant", self.max_streams_per_tenant as u64),
+            ("max_wait_secs", self.max_wait_secs),
+            ("poll_interval_ms", self.poll_interval_ms),
+        ]
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -51,6 +93,9 @@ pub struct ServerConfig {
     /// Seconds a clone or fetch may go without the client accepting a byte; then its
     /// `git upload-pack` is stopped and its turn given to the next.
     pub clone_stall_secs: u64,
+    /// Seconds any answer may go without the client accepting a byte; then the connection
+    /// is closed (TCP_USER_TIMEOUT), so a client that stops reading holds no socket buffers.
+    pub send_stall_secs: u64,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -182,7 +227,7 @@ impl AuthConfig {
 
 impl ServerConfig {
     /// The settings that must be positive, by name: every timeout, rate, depth and size.
-    fn positive_settings(&self) -> [(&'static str, u64); 8] {
+    fn positive_settings(&self) -> [(&'static str, u64); 9] {
         [
             ("body_limit", self.body_limit as u64),
             (
@@ -195,6 +240,7 @@ impl ServerConfig {
             ("body_min_bytes_per_sec", self.body_min_bytes_per_sec),
             ("write_queue_depth", self.write_queue_depth as u64),
             ("clone_stall_secs", self.clone_stall_secs),
+            ("send_stall_secs", self.send_stall_secs),
         ]
     }
 
@@ -293,6 +339,7 @@ impl Default for ServerConfig {
             body_min_bytes_per_sec: 8 * 1024,
             write_queue_depth: 16,
             clone_stall_secs: 30,
+            send_stall_secs: 30,
         }
     }
 }
@@ -470,6 +517,18 @@ impl Config {
                 )));
             }
         }
+        for (name, value) in self.events.positive_settings() {
+            if value == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "events.{name} must be at least 1, not 0"
+                )));
+            }
+        }
+        if self.events.max_streams_per_tenant > self.events.max_streams {
+            return Err(ConfigError::Invalid(
+                "events.max_streams_per_tenant must be at most events.max_streams".into(),
+            ));
+        }
         if self.server.bodies_in_flight_bytes < self.server.body_limit {
             return Err(ConfigError::Invalid(
                 "server.bodies_in_flight_bytes must be at least server.body_limit".into(),
@@ -555,6 +614,41 @@ mod tests {
         }
     }
 
+    /// Every number in `[events]` is refused at 0 with an error naming it, and a tenant
+    /// share above the process limit is refused.
+    #[test]
+    fn zero_and_inverted_event_limits_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            Config::load(&Sources {
+                explicit_file: Some(path.clone()),
+                env: vec![],
+            })
+        };
+        for key in [
+            "heartbeat_secs",
+            "max_streams",
+            "max_streams_per_tenant",
+            "max_wait_secs",
+            "poll_interval_ms",
+        ] {
+            match load(&format!("[events]\n{key} = 0\n")) {
+                Err(ConfigError::Invalid(m)) => {
+                    assert!(m.contains(&format!("events.{key} ")), "{m}")
+                }
+                other => panic!("{key} = 0: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            load("[events]\nmax_streams = 10\nmax_streams_per_tenant = 11\n"),
+            Err(ConfigError::Invalid(_))
+        ));
+        let ok = load("[events]\nmax_streams = 10\nmax_streams_per_tenant = 10\n").unwrap();
+        assert_eq!(ok.events.max_streams_per_tenant, 10);
+    }
+
     #[test]
     fn a_missing_explicit_file_is_an_error() {
         let sources = Sources {
@@ -606,6 +700,7 @@ mod tests {
             ("body_min_bytes_per_sec", true),
             ("write_queue_depth", true),
             ("clone_stall_secs", true),
+            ("send_stall_secs", true),
             ("bodies_in_flight_bytes", true),
             ("bodies_per_tenant_bytes", true),
         ];

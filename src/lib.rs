@@ -3,6 +3,7 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod domain;
+pub mod events;
 pub mod gates;
 pub mod http;
 pub mod metrics;

@@ -1,8 +1,8 @@
 //! `Metrics`: the service's Prometheus metrics, one registry per running app (prometheus).
 use crate::domain::yaml::splice::Made;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 /// Every metric the service exports. Cheap to clone (the collectors are shared handles).
@@ -18,6 +18,12 @@ pub struct Metrics {
     pub yaml_writes: IntCounterVec,
     pub repacks: IntCounterVec,
     pub repack_duration: HistogramVec,
+    /// Open `GET /plans/events` streams.
+    pub event_streams: IntGauge,
+    /// GETs held by `Prefer: wait`.
+    pub long_polls: IntGauge,
+    /// Per-file events written to streams, by file.
+    pub events_sent: IntCounterVec,
 }
 
 impl Metrics {
@@ -93,8 +99,23 @@ impl Metrics {
             &["kind"],
         )
         .expect("valid metric");
+        let event_streams =
+            IntGauge::new("event_streams", "Open GET /plans/events streams").expect("valid metric");
+        let long_polls =
+            IntGauge::new("long_polls", "GETs held by Prefer: wait").expect("valid metric");
+        let events_sent = IntCounterVec::new(
+            Opts::new(
+                "events_sent_total",
+                "Per-file events written to event streams, by file",
+            ),
+            &["file"],
+        )
+        .expect("valid metric");
         for c in [
-            Box::new(http_requests.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(event_streams.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(long_polls.clone()),
+            Box::new(events_sent.clone()),
+            Box::new(http_requests.clone()),
             Box::new(http_latency.clone()),
             Box::new(commits.clone()),
             Box::new(forced_writes.clone()),
@@ -110,6 +131,7 @@ impl Metrics {
         // service runs: every file, conflict status and repack kind and result.
         for file in ["integration", "configuration"] {
             commits.with_label_values(&[file]);
+            events_sent.with_label_values(&[file]);
             forced_writes.with_label_values(&[file]);
             for status in ["409", "412"] {
                 conflicts.with_label_values(&[file, status]);
@@ -135,6 +157,9 @@ impl Metrics {
             yaml_writes,
             repacks,
             repack_duration,
+            event_streams,
+            long_polls,
+            events_sent,
         }
     }
 

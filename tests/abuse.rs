@@ -12,11 +12,19 @@ use std::time::{Duration, Instant};
 /// The binary with short timeouts: 1 s for request heads, `body_secs` for bodies.
 /// A server with `head_secs` for a client to send its headers and `body_secs` for its body.
 fn start_with(dir: &std::path::Path, head_secs: u64, body_secs: u64) -> Server {
+    start_configured(
+        dir,
+        &format!("client_request_timeout_secs = {head_secs}\nbody_timeout_secs = {body_secs}\n"),
+    )
+}
+
+/// The binary with these lines added to its `[server]` table.
+fn start_configured(dir: &std::path::Path, server: &str) -> Server {
     copy_tree(&fixture_dir().join("tenants"), &dir.join("data/tenants"));
     let config = dir.join("planfiles.toml");
     std::fs::write(
         &config,
-        format!("[server]\nclient_request_timeout_secs = {head_secs}\nbody_timeout_secs = {body_secs}\nworkers = 2\n[storage]\nrepack_loose_objects = 0\n"),
+        format!("[server]\n{server}workers = 2\n[storage]\nrepack_loose_objects = 0\n"),
     )
     .unwrap();
     serve(dir, &[("PLANFILES_CONFIG", config.to_str().unwrap())])
@@ -244,4 +252,55 @@ async fn a_body_that_never_finishes_gets_408_and_changes_nothing() {
     assert!(started.elapsed() < Duration::from_secs(3));
     assert_eq!(common::git_in(&repo, &["rev-parse", "main"]), head);
     get_ok(&reqwest::Client::new(), &server).await;
+}
+
+/// A client that asks for a large answer and then stops reading is disconnected once it has
+/// accepted no bytes for `server.send_stall_secs`: the server's socket and its buffers are
+/// freed instead of staying open for as long as the client likes.
+#[tokio::test]
+async fn a_client_that_stops_reading_an_answer_is_disconnected() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start_configured(dir.path(), "send_stall_secs = 1\n");
+    let tok = token("acme", ALL);
+    let client = reqwest::Client::new();
+    // A document of about 900 KB: its GET answer (content and raw_content) is about 1.8 MB,
+    // far more than the socket buffers on both sides hold.
+    let entries: serde_json::Map<String, Value> = (0..900)
+        .map(|i| (format!("k{i}"), Value::String("x".repeat(1000))))
+        .collect();
+    let res = client
+        .put(format!("{}/plans/integration-file", server.addr))
+        .bearer_auth(&tok)
+        .json(&json!({ "content": entries }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket
+        .connect(host(&server).parse().unwrap())
+        .await
+        .unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream
+        .write_all(
+            format!(
+                "GET /plans/integration-file HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {tok}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // Read nothing for a while: the receive window shuts, the server's probes go unanswered.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let mut got = Vec::new();
+    let end = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got))
+        .await
+        .expect("the connection neither ended nor delivered");
+    let err = end.expect_err("the whole answer arrived: the stalled connection was kept");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+    assert!(got.len() < 1_800_000, "{} bytes arrived", got.len());
+    // The server is fine and serves the next client.
+    get_ok(&client, &server).await;
 }

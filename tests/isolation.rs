@@ -129,6 +129,54 @@ async fn a_hot_tenants_writes_queue_per_tenant_and_overflow_is_busy() {
     app.fsck("globex");
 }
 
+/// A client that retries a refused write at once, ignoring `Retry-After`, is paced: each
+/// refusal for a full queue takes a quarter second, so one connection's retry loop makes a
+/// few requests a second instead of thousands that would take the CPU from other tenants.
+#[tokio::test]
+async fn retrying_at_once_into_a_full_queue_is_paced() {
+    let app = spawn_with(planfiles::http::Limits {
+        write_queue_depth: 1,
+        queue_timeout: std::time::Duration::from_secs(5),
+        ..Default::default()
+    })
+    .await;
+    let lock = hold_write_lock(&app, "globex");
+    let hot = common::token("globex", common::ALL);
+    // One write takes the queue's only place and waits on the lock.
+    let first_body = serde_json::json!({"content": {"first": 1}});
+    let queued = app.put_integration(&hot, &first_body);
+    let retry_loop = async {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let started = std::time::Instant::now();
+        let mut refused = 0;
+        while started.elapsed() < std::time::Duration::from_secs(1) {
+            let res = app
+                .put_integration(&hot, &serde_json::json!({"content": {"retry": refused}}))
+                .await;
+            assert_eq!(res.status(), 503);
+            assert!(res.headers().contains_key("retry-after"));
+            refused += 1;
+        }
+        refused
+    };
+    let (first, refused) = tokio::join!(
+        async {
+            let res = queued.await;
+            res.status().as_u16()
+        },
+        async {
+            let n = retry_loop.await;
+            drop(lock);
+            n
+        }
+    );
+    assert!(
+        (2..=5).contains(&refused),
+        "a retry loop on one connection made {refused} requests in 1 s"
+    );
+    assert_eq!(first, 200, "the queued write lands once the lock is free");
+}
+
 /// Sends the head of a PUT that declares `length` bytes, and then `sent` of them.
 async fn start_put(
     app: &TestApp,

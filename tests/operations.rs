@@ -361,11 +361,26 @@ async fn openapi_document_is_valid_and_complete() {
         ("/git/{repo}/info/refs", &["get"][..]),
         ("/git/{repo}/git-upload-pack", &["post"][..]),
         ("/git/{repo}/git-receive-pack", &["post"][..]),
+        ("/plans/events", &["get"][..]),
+        ("/plans/events/tickets", &["post"][..]),
     ] {
         for m in methods {
             assert!(doc["paths"][path][m].is_object(), "{m} {path} missing");
         }
     }
+    let events = &doc["paths"]["/plans/events"]["get"];
+    assert!(
+        events["responses"]["200"]["content"]["text/event-stream"].is_object(),
+        "the stream's media type"
+    );
+    for status in ["400", "401", "403", "503"] {
+        assert!(events["responses"][status].is_object(), "events: {status}");
+    }
+    let get = &doc["paths"]["/plans/integration-file"]["get"];
+    assert!(
+        get["responses"]["304"]["headers"]["ETag"].is_object(),
+        "the 304"
+    );
     let put = &doc["paths"]["/plans/configuration-file"]["put"];
     for status in [
         "200", "400", "401", "403", "404", "409", "412", "413", "415", "422", "428", "503", "507",

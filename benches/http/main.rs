@@ -74,6 +74,7 @@ fn start_planfiles(data_dir: &Path) -> String {
         workers: 2,
         client_request_timeout: Duration::from_secs(5),
         shutdown_timeout: Duration::from_secs(1),
+        send_stall: Duration::from_secs(30),
     };
     std::thread::spawn(move || {
         actix_web::rt::System::new()

@@ -32,6 +32,12 @@ impl Attack {
         Attack::Junk,
     ];
 
+    /// The row's letter, as `ATTACKS=` names it (the bench only; tests include this file).
+    #[allow(dead_code)]
+    pub fn letter(self) -> char {
+        self.label().chars().next().unwrap_or('?')
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             Attack::HotWrites => "a. 64 writers on one hot tenant",

@@ -113,8 +113,14 @@ async fn main() {
         &data.join("tenants"),
     );
     let big_commit = attacks::make_big(&data.join("tenants/initech.git"), 16);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_planfiles"))
-        .env_remove("PLANFILES_CONFIG")
+    // ATTACKS=ae runs only those rows; CONFIG=path serves with that config file (A/B runs).
+    let only: Option<String> = std::env::var("ATTACKS").ok();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_planfiles"));
+    match std::env::var_os("CONFIG") {
+        Some(path) => child.env("PLANFILES_CONFIG", path),
+        None => child.env_remove("PLANFILES_CONFIG"),
+    };
+    let mut child = child
         .env("PLANFILES_DATA_DIR", &data)
         .env("PLANFILES_BIND", "127.0.0.1:0")
         .env("PLANFILES_JWT_SECRET", SECRET)
@@ -184,6 +190,12 @@ async fn main() {
     row("none (unloaded)", &base_run, series_unloaded.to_string(), 0);
     let mut failed = Vec::new();
     for (i, attack) in Attack::ALL.into_iter().enumerate() {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.contains(attack.letter()))
+        {
+            continue;
+        }
         let running = attacks::start(attack, &target);
         // Past the queue timeout (10 s), so that the 503s of waits that end are seen too.
         tokio::time::sleep(Duration::from_secs(11)).await;

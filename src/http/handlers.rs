@@ -16,6 +16,9 @@ use std::sync::Arc;
 
 pub(super) type Reply = Result<HttpResponse, ApiError>;
 
+/// How long a write refused for a full queue waits before its 503 (see `shed_write`).
+const SHED_HOLD: std::time::Duration = std::time::Duration::from_millis(250);
+
 #[utoipa::path(
     get,
     path = "/plans/integration-file",
@@ -24,15 +27,20 @@ pub(super) type Reply = Result<HttpResponse, ApiError>;
     params(
         ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
         ("ref" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of the tenant's history: read the file as it was there"),
+        ("If-None-Match" = Option<String>, Header, description = "Quoted blob ids (or *): 304 when the file is one of them"),
+        ("Prefer" = Option<String>, Header, description = "wait=N (RFC 7240) with If-None-Match: hold the request up to N seconds (at most events.max_wait_secs) until the file changes"),
     ),
     responses(
         (status = 200, description = "The current file (or the file at ref, with commit_sha)", body = IntegrationFile,
-            headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+            headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
+        (status = 304, description = "Not modified: the file is one If-None-Match listed (after the wait, with Prefer: wait)",
+            headers(("ETag" = String, description = "The blob id, quoted"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
         (status = 400, description = "invalid_query: ref is not a 40-hex commit id", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.integrations.read (or the write permission)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "tenant_not_found, or unknown_ref: ref is not in the tenant's history", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: with Prefer: wait, the stream limits are reached; Retry-After", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -41,7 +49,9 @@ pub async fn get_integration(
     who: Principal,
     req: HttpRequest,
 ) -> Reply {
-    state.get_file(&who, &req, PlanFile::Integration).await
+    state
+        .get_file_conditional(&who, &req, PlanFile::Integration)
+        .await
 }
 
 #[utoipa::path(
@@ -52,15 +62,20 @@ pub async fn get_integration(
     params(
         ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
         ("ref" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of the tenant's history: read the file as it was there"),
+        ("If-None-Match" = Option<String>, Header, description = "Quoted blob ids (or *): 304 when the file is one of them"),
+        ("Prefer" = Option<String>, Header, description = "wait=N (RFC 7240) with If-None-Match: hold the request up to N seconds (at most events.max_wait_secs) until the file changes"),
     ),
     responses(
         (status = 200, description = "The current file (or the file at ref, with commit_sha)", body = ConfigurationFile,
-            headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+            headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
+        (status = 304, description = "Not modified: the file is one If-None-Match listed (after the wait, with Prefer: wait)",
+            headers(("ETag" = String, description = "The blob id, quoted"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
         (status = 400, description = "invalid_query: ref is not a 40-hex commit id", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.preferences.read (or the write permission)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "tenant_not_found, or unknown_ref: ref is not in the tenant's history", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: with Prefer: wait, the stream limits are reached; Retry-After", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -69,7 +84,9 @@ pub async fn get_configuration(
     who: Principal,
     req: HttpRequest,
 ) -> Reply {
-    state.get_file(&who, &req, PlanFile::Configuration).await
+    state
+        .get_file_conditional(&who, &req, PlanFile::Configuration)
+        .await
 }
 
 #[utoipa::path(
@@ -111,7 +128,7 @@ pub async fn put_integration(
     let file = PlanFile::Integration;
     // Load shedding first: a tenant with queued writes exists, so refusing here keeps the
     // order of checks for everyone else, and a flood of writes costs no disk read each.
-    if let Err(e) = state.shed_write(&who, file) {
+    if let Err(e) = state.shed_write(&who, file).await {
         return Err(state.unread(payload, e).await);
     }
     let tenant = state.tenant(&who, file).await?;
@@ -193,7 +210,7 @@ pub async fn put_configuration(
     let file = PlanFile::Configuration;
     // Load shedding first: a tenant with queued writes exists, so refusing here keeps the
     // order of checks for everyone else, and a flood of writes costs no disk read each.
-    if let Err(e) = state.shed_write(&who, file) {
+    if let Err(e) = state.shed_write(&who, file).await {
         return Err(state.unread(payload, e).await);
     }
     state.tenant(&who, file).await?;
@@ -256,7 +273,12 @@ impl AppState {
     /// A GET: the file at the head of `main` (from the response cache while `main` has not
     /// moved), or at the commit of a `?ref=`. Checks in order: the tenant exists (404), the
     /// read permission (403), the query (400), the ref (404).
-    async fn get_file(&self, who: &Principal, req: &HttpRequest, file: PlanFile) -> Reply {
+    pub(super) async fn get_file(
+        &self,
+        who: &Principal,
+        req: &HttpRequest,
+        file: PlanFile,
+    ) -> Reply {
         let query = ReadQuery::parse(req.query_string());
         let tenant = who.tenant();
         if let Ok(ReadQuery { at: Some(at) }) = query {
@@ -328,8 +350,12 @@ impl AppState {
     }
 
     /// 503 `busy` at once, before the body is read, when the tenant's write queue is full.
-    fn shed_write(&self, who: &Principal, file: PlanFile) -> Result<(), ApiError> {
+    /// 503 `busy` when the tenant's write queue is full. The refusal is held for
+    /// [`SHED_HOLD`] first: a client that retries at once, ignoring `Retry-After`, then
+    /// cannot turn its own refusals into a loop that takes the CPU from other tenants.
+    async fn shed_write(&self, who: &Principal, file: PlanFile) -> Result<(), ApiError> {
         if who.can_write(file) && self.writers.queue_full(who.tenant()) {
+            tokio::time::sleep(SHED_HOLD).await;
             return Err(ApiError::from_write(
                 crate::writer::WriteError::QueueFull {
                     tenant: who.tenant().clone(),

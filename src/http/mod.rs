@@ -2,6 +2,8 @@
 mod body;
 mod budget;
 mod cache;
+mod conditional;
+mod events;
 mod git;
 mod handlers;
 mod history;
@@ -11,6 +13,8 @@ mod ops;
 mod problem;
 mod query;
 mod schema;
+mod socket;
+mod sse;
 mod views;
 
 pub use body::{parse_put_body, BodyPace, PutBody};
@@ -50,6 +54,8 @@ pub struct AppState {
     /// Turns to parse and render a stored file (`?ref=`, a GET after a change): up to a
     /// megabyte of YAML costs tens of megabytes while it is rendered.
     pub renders: crate::gates::Turns,
+    /// The change feed, the limits of streams and long-polls, tickets, and their shutdown.
+    pub events: crate::events::Events,
 }
 
 /// Stored files parsed and rendered at once, in all and for one tenant.
@@ -103,6 +109,8 @@ impl AppState {
         repack_threshold: usize,
     ) -> Self {
         let upkeep = crate::upkeep::Upkeep::new(storage.clone(), repack_threshold, metrics.clone());
+        let events =
+            crate::events::Events::new(storage.clone(), metrics.clone(), Default::default());
         Self {
             writers: crate::writer::Writers::new(
                 storage.clone(),
@@ -124,7 +132,15 @@ impl AppState {
                 limits.queue_timeout,
             ),
             renders: crate::gates::Turns::new(RENDERS, RENDERS_PER_TENANT, limits.queue_timeout),
+            events,
         }
+    }
+
+    /// The `[events]` settings (limits, heartbeat, waits, polling).
+    pub fn events_config(mut self, config: crate::config::EventsConfig) -> Self {
+        self.events =
+            crate::events::Events::new(self.storage.clone(), self.metrics.clone(), config);
+        self
     }
 
     /// With `true`, `/metrics` needs a token with `planfiles.metrics.read`.
@@ -157,6 +173,8 @@ pub struct ServerOptions {
     pub workers: usize,
     pub client_request_timeout: Duration,
     pub shutdown_timeout: Duration,
+    /// A connection whose client accepts no bytes for this long is closed.
+    pub send_stall: Duration,
 }
 
 /// Adds the routes of the service to an app.
@@ -190,6 +208,18 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .route(web::get().to(history::configuration))
             .default_service(web::to(handlers::get_only)),
     );
+    cfg.service(
+        web::resource("/plans/events")
+            .name("/plans/events")
+            .route(web::get().to(events::stream))
+            .default_service(web::to(handlers::get_only)),
+    )
+    .service(
+        web::resource("/plans/events/tickets")
+            .name("/plans/events/tickets")
+            .route(web::post().to(events::ticket))
+            .default_service(web::to(events::post_only)),
+    );
     cfg.configure(git::routes);
     for (path, handler) in [
         ("/healthz", web::get().to(ops::healthz)),
@@ -219,6 +249,7 @@ pub fn serve(
             .configure(routes)
             .default_service(web::to(handlers::not_found))
     })
+    .on_connect(socket::on_connect(options.send_stall))
     .disable_signals()
     .client_request_timeout(options.client_request_timeout)
     .shutdown_timeout(options.shutdown_timeout.as_secs())
@@ -229,8 +260,9 @@ pub fn serve(
     Ok(server.run())
 }
 
-/// On SIGTERM or SIGINT: stop accepting, let in-flight requests finish, then return.
-pub fn stop_on_signals(handle: actix_web::dev::ServerHandle) {
+/// On SIGTERM or SIGINT: end the event streams and held requests, stop accepting, let
+/// in-flight requests finish, then return.
+pub fn stop_on_signals(handle: actix_web::dev::ServerHandle, events: crate::events::Events) {
     actix_web::rt::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let (Ok(mut term), Ok(mut int)) = (
@@ -245,6 +277,7 @@ pub fn stop_on_signals(handle: actix_web::dev::ServerHandle) {
             _ = int.recv() => "SIGINT",
         };
         tracing::info!(signal = name, "shutting down: finishing in-flight requests");
+        events.shut_down();
         handle.stop(true).await;
     });
 }

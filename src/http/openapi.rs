@@ -1,10 +1,11 @@
 //! The OpenAPI 3.1 document, generated from the handlers' annotations and the body types (utoipa).
+use super::events::{FileEvent, HeadEvent, Ticket};
 use super::problem::Problem;
 use super::schema::{
     Author, ConfigurationContent, ConfigurationFile, FileStatus, Folder, GitBytes, Health,
     HistoryEntry, HistoryPage, IntegrationFile, PutConfigurationFile, PutIntegrationFile,
 };
-use super::{git, handlers, history, ops};
+use super::{events, git, handlers, history, ops};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -22,6 +23,8 @@ use utoipa::{Modify, OpenApi};
         handlers::put_configuration,
         history::integration,
         history::configuration,
+        events::stream,
+        events::ticket,
         git::info_refs,
         git::upload_pack,
         git::refuse_push,
@@ -33,7 +36,7 @@ use utoipa::{Modify, OpenApi};
     components(schemas(
         IntegrationFile, ConfigurationFile, PutIntegrationFile, PutConfigurationFile,
         ConfigurationContent, Folder, FileStatus, Problem, Health, HistoryPage, HistoryEntry,
-        Author, GitBytes
+        Author, GitBytes, HeadEvent, FileEvent, Ticket
     )),
     modifiers(&BearerJwt),
 )]

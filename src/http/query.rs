@@ -20,14 +20,17 @@ pub struct HistoryQuery {
     pub cursor: Option<Cursor>,
 }
 
-fn pairs(query: &str) -> Result<Vec<(String, String)>, ApiError> {
+pub(super) fn pairs(query: &str) -> Result<Vec<(String, String)>, ApiError> {
     web::Query::<Vec<(String, String)>>::from_query(query)
         .map(web::Query::into_inner)
         .map_err(|e| ApiError::InvalidQuery(format!("the query string cannot be read: {e}")))
 }
 
 /// The one value of `name`, if present; sent twice is an error.
-fn single<'a>(pairs: &'a [(String, String)], name: &str) -> Result<Option<&'a str>, ApiError> {
+pub(super) fn single<'a>(
+    pairs: &'a [(String, String)],
+    name: &str,
+) -> Result<Option<&'a str>, ApiError> {
     let mut found = pairs
         .iter()
         .filter(|(k, _)| k == name)

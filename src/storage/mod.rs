@@ -2,6 +2,7 @@
 mod cursor_key;
 mod durable;
 mod error;
+mod feed;
 mod repo;
 mod seed;
 mod upload_pack;
@@ -10,6 +11,7 @@ mod watch;
 
 pub use durable::Durability;
 pub use error::StorageError;
+pub use feed::{ChangeFeed, FileChange, HeadState, Replay, Subscription, Update};
 pub use seed::seed_if_empty;
 pub use upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
 pub use volume::{volume_kind, VolumeKind};
@@ -266,6 +268,29 @@ impl Storage {
     ) -> Self {
         self.upload_packs = Arc::new(upload_pack::CloneTurns::new(turns, stall, queue_timeout));
         self
+    }
+
+    /// False with `watch_refs(false)`: nothing may rely on inotify seeing ref changes.
+    pub fn watches_refs(&self) -> bool {
+        self.watch.enabled()
+    }
+
+    /// `main`'s commit and both files' blob ids in it.
+    pub fn head_state(&self, tenant: &TenantId) -> Result<HeadState, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.head_state()
+    }
+
+    /// What the commits after `from` up to `to` on `main`'s first-parent line changed, oldest
+    /// first, at most `max_commits` commits at a time; a reset when `from` is not on the line
+    /// that leads to `to` (within 10,000 commits).
+    pub fn replay(
+        &self,
+        tenant: &TenantId,
+        from: CommitId,
+        to: CommitId,
+        max_commits: usize,
+    ) -> Result<Replay, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.replay(from, to, max_commits)
     }
 
     pub fn tenants_dir(&self) -> &Path {

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
+mod changes;
 mod history;
 mod upkeep;
 #[cfg(test)]

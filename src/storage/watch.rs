@@ -58,7 +58,19 @@ struct Inner {
     buffer: Vec<u8>,
 }
 
-const MASK: WatchMask = WatchMask::CREATE
+/// Whether an event named `name` in a watched folder may have moved `main`: anything in
+/// `refs/heads`, and in the repository folder `packed-refs` or the folder itself.
+pub(super) fn concerns_main(is_repo: bool, name: Option<&std::ffi::OsStr>) -> bool {
+    !is_repo || name.is_none_or(|n| n == "packed-refs")
+}
+
+/// The folders of a repository whose changes may move `main`, and whether each is the
+/// repository folder itself (where only `packed-refs` matters).
+pub(super) fn watched_folders(repo: &Path) -> [(std::path::PathBuf, bool); 2] {
+    [(repo.join("refs/heads"), false), (repo.to_owned(), true)]
+}
+
+pub(super) const MASK: WatchMask = WatchMask::CREATE
     .union(WatchMask::DELETE)
     .union(WatchMask::MOVED_FROM)
     .union(WatchMask::MOVED_TO)
@@ -157,7 +169,7 @@ impl HeadWatch {
         let mut added = Vec::with_capacity(pending.len());
         for (i, since, mut watches) in pending {
             let mut wds = Vec::with_capacity(2);
-            for (path, is_repo) in [(repo.join("refs/heads"), false), (repo.to_owned(), true)] {
+            for (path, is_repo) in watched_folders(repo) {
                 match watches.add(&path, MASK) {
                     Ok(wd) => wds.push((wd, is_repo)),
                     Err(_) => break,
@@ -235,10 +247,7 @@ impl Inner {
                 };
                 let ignored = event.mask.contains(EventMask::IGNORED);
                 for (tenant, is_repo) in owners {
-                    let relevant = !is_repo
-                        || event.name.is_none()
-                        || event.name.is_some_and(|n| n == "packed-refs");
-                    if relevant || ignored {
+                    if concerns_main(*is_repo, event.name) || ignored {
                         self.known.remove(tenant);
                         self.changed.insert(tenant.clone(), self.epoch);
                     }

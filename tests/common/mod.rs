@@ -39,6 +39,12 @@ thread_local! {
     pub static WRITE_HOOK: std::cell::RefCell<Option<storage::WriteHook>> = const { std::cell::RefCell::new(None) };
 }
 
+thread_local! {
+    /// Set by a test before `spawn` to start the server with these `[events]` settings and
+    /// `storage.watch_refs` (the bool).
+    pub static EVENTS: std::cell::RefCell<Option<(planfiles::config::EventsConfig, bool)>> = const { std::cell::RefCell::new(None) };
+}
+
 fn limits() -> planfiles::http::Limits {
     LIMITS.with(|l| l.borrow().clone()).unwrap_or_default()
 }
@@ -85,6 +91,8 @@ pub struct TestApp {
     pub client: reqwest::Client,
     handle: actix_web::dev::ServerHandle,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Ended first on drop, so that open streams do not hold the graceful stop.
+    pub events: planfiles::events::Events,
 }
 
 /// Copies a directory tree.
@@ -147,11 +155,16 @@ impl TestApp {
             Some(hook) => storage.write_hook(hook),
             None => storage,
         };
-        let storage = storage.clone_limits(
-            storage::CLONE_TURNS,
-            Duration::from_secs(30),
-            Duration::from_secs(10),
-        );
+        let (events, watch_refs) = EVENTS
+            .with(|e| e.borrow_mut().take())
+            .unwrap_or_else(|| (Default::default(), true));
+        let storage = storage
+            .clone_limits(
+                storage::CLONE_TURNS,
+                Duration::from_secs(30),
+                Duration::from_secs(10),
+            )
+            .watch_refs(watch_refs);
         let state = AppState::new(
             storage,
             Verifier::from_config(&auth).unwrap(),
@@ -159,13 +172,16 @@ impl TestApp {
             &limits(),
             threshold,
         )
-        .metrics_require_token(self_metrics_token());
+        .metrics_require_token(self_metrics_token())
+        .events_config(events);
+        let events = state.events.clone();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = format!("http://{}", listener.local_addr().unwrap());
         let options = ServerOptions {
             workers: 2,
             client_request_timeout: Duration::from_secs(5),
             shutdown_timeout: Duration::from_secs(5),
+            send_stall: Duration::from_secs(30),
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -182,11 +198,58 @@ impl TestApp {
             client: reqwest::Client::new(),
             handle,
             thread: Some(thread),
+            events,
         }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.addr, path)
+    }
+
+    /// `GET /plans/events` with a bearer token (if any), a query and a `Last-Event-ID`.
+    pub async fn events(
+        &self,
+        token: Option<&str>,
+        query: &str,
+        last_event_id: Option<&str>,
+    ) -> reqwest::Response {
+        let mut req = self.client.get(self.url(&format!("/plans/events{query}")));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// `POST /plans/events/tickets`.
+    pub async fn event_ticket(&self, token: &str) -> reqwest::Response {
+        self.client
+            .post(self.url("/plans/events/tickets"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// A GET of a file with `If-None-Match` and, if given, `Prefer: wait=N`.
+    pub async fn get_if_none_match(
+        &self,
+        file: &str,
+        token: &str,
+        etag: &str,
+        wait: Option<u64>,
+    ) -> reqwest::Response {
+        let mut req = self
+            .client
+            .get(self.url(&format!("/plans/{file}")))
+            .bearer_auth(token)
+            .header("If-None-Match", etag);
+        if let Some(secs) = wait {
+            req = req.header("Prefer", format!("wait={secs}"));
+        }
+        req.send().await.unwrap()
     }
 
     pub async fn get_integration(&self, token: &str) -> reqwest::Response {
@@ -300,6 +363,7 @@ impl TestApp {
 
 impl Drop for TestApp {
     fn drop(&mut self) {
+        self.events.shut_down();
         let stop = self.handle.stop(true);
         std::thread::spawn(move || futures_executor(stop));
         if let Some(t) = self.thread.take() {

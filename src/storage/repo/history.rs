@@ -1,6 +1,6 @@
 //! A file's history and old versions: commits on `main`'s first-parent line that changed it.
 use super::{empty_blob_oid, git_err, to_id, to_oid, TenantRepo, MAIN};
-use crate::domain::{BlobId, CommitId, PlanFile};
+use crate::domain::{BlobId, CommitId, PlanFile, RequestId};
 use crate::storage::{FileSnapshot, HistoryEntry, StorageError};
 use git2::{ObjectType, Oid};
 use std::time::{Duration, UNIX_EPOCH};
@@ -60,36 +60,34 @@ impl TenantRepo<'_> {
                 return Ok((entries, Some(CommitId(to_id(oid)))));
             }
             let commit = self.repo.find_commit(oid).map_err(err("read commit"))?;
-            let (blob, present) = self.blob_in(oid, file)?;
-            let parent_blob = match commit.parent_id(0) {
-                Ok(parent) => Some(self.blob_in(parent, file)?),
-                Err(_) => None,
-            };
-            let changed = match parent_blob {
-                Some((before, was_present)) => before != blob || was_present != present,
-                None => present,
-            };
-            if !changed {
+            let Some(blob) = self.changed_in(&commit, file)? else {
                 continue;
-            }
-            let author = commit.author();
-            let seconds = u64::try_from(author.when().seconds()).unwrap_or(0);
-            let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
-            entries.push(HistoryEntry {
-                commit: CommitId(to_id(oid)),
-                blob: BlobId(to_id(blob)),
-                author_name: String::from_utf8_lossy(author.name_bytes()).into_owned(),
-                author_email: String::from_utf8_lossy(author.email_bytes()).into_owned(),
-                time: UNIX_EPOCH + Duration::from_secs(seconds),
-                forced: is_forced(&message),
-                message,
-            });
+            };
+            entries.push(entry(&commit, blob));
         }
         Ok((entries, None))
     }
 
+    /// Whether `commit` changed `file` (against its first parent; a root commit changed every
+    /// file it has), and the file's blob id after it.
+    pub(in crate::storage) fn changed_in(
+        &self,
+        commit: &git2::Commit<'_>,
+        file: PlanFile,
+    ) -> Result<Option<Oid>, StorageError> {
+        let (blob, present) = self.blob_in(commit.id(), file)?;
+        let changed = match commit.parent_id(0) {
+            Ok(parent) => {
+                let (before, was_present) = self.blob_in(parent, file)?;
+                before != blob || was_present != present
+            }
+            Err(_) => present,
+        };
+        Ok(changed.then_some(blob))
+    }
+
     /// The blob id of `file` in `commit` (the empty blob when absent) and whether it is there.
-    fn blob_in(&self, commit: Oid, file: PlanFile) -> Result<(Oid, bool), StorageError> {
+    pub(super) fn blob_in(&self, commit: Oid, file: PlanFile) -> Result<(Oid, bool), StorageError> {
         let err = |op| git_err(self.tenant, op, file.path());
         let tree = self
             .repo
@@ -144,6 +142,37 @@ impl TenantRepo<'_> {
 /// The most commits one history page looks at.
 const SCAN_BUDGET: usize = 2_000;
 
+/// The history entry of `commit`, after which the file's blob is `blob`.
+pub(super) fn entry(commit: &git2::Commit<'_>, blob: Oid) -> HistoryEntry {
+    let author = commit.author();
+    let seconds = u64::try_from(author.when().seconds()).unwrap_or(0);
+    let message = String::from_utf8_lossy(commit.message_bytes()).into_owned();
+    HistoryEntry {
+        commit: CommitId(to_id(commit.id())),
+        blob: BlobId(to_id(blob)),
+        author_name: String::from_utf8_lossy(author.name_bytes()).into_owned(),
+        author_email: String::from_utf8_lossy(author.email_bytes()).into_owned(),
+        time: UNIX_EPOCH + Duration::from_secs(seconds),
+        forced: is_forced(&message),
+        message,
+    }
+}
+
+/// The value of the `Request-Id` trailer planfiles writes, when the message's trailer block
+/// has one that is a valid request id.
+pub(super) fn request_id(message: &str) -> Option<RequestId> {
+    message
+        .lines()
+        .rev()
+        .take_while(|l| !l.trim().is_empty())
+        .find_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            key.trim()
+                .eq_ignore_ascii_case("request-id")
+                .then(|| RequestId::parse(value.trim()))?
+        })
+}
+
 /// True when the message carries the `Forced: true` trailer planfiles writes.
 fn is_forced(message: &str) -> bool {
     message
@@ -155,7 +184,27 @@ fn is_forced(message: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::is_forced;
+    use super::{is_forced, request_id};
+
+    #[test]
+    fn request_id_is_read_from_the_trailer_block_only() {
+        let id = |m: &str| request_id(m).map(|r| r.as_str().to_owned());
+        assert_eq!(
+            id("Update x\n\nRequest-Id: abc-1\nForced: true\n").as_deref(),
+            Some("abc-1")
+        );
+        assert_eq!(
+            id("Update x\n\nRequest-Id: a b\n"),
+            None,
+            "not a valid request id"
+        );
+        assert_eq!(
+            id("Request-Id: a\n\nSigned-off-by: x\n"),
+            None,
+            "not in the trailers"
+        );
+        assert_eq!(id("Update x\n"), None);
+    }
 
     #[test]
     fn forced_is_read_from_the_trailer_block_only() {

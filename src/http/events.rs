@@ -1,0 +1,183 @@
+//! The change stream: `GET /plans/events` (Server-Sent Events) and `POST /plans/events/tickets`.
+use super::handlers::{blocking, Reply};
+use super::problem::{ApiError, Problem};
+use super::sse::{self, Resume};
+use super::AppState;
+use crate::auth::{AuthError, Principal};
+use crate::domain::PlanFile;
+use crate::events::{Full, Grant, Kind, TICKET_TTL};
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// The first event of a stream (`event: head`), and `event: reset`: `main` now.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HeadEvent {
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: String,
+    /// Null when the token may not read the integration file.
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
+    pub integration_file_sha: Option<String>,
+    /// Null when the token may not read the configuration file.
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
+    pub configuration_file_sha: Option<String>,
+}
+
+/// One file changed by one commit (`event: integration-file` or `configuration-file`, `id:`
+/// the commit): the file's history entry, plus `file` and the commit's `Request-Id` trailer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FileEvent {
+    /// `integration-file` or `configuration-file`.
+    pub file: &'static str,
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: String,
+    /// The file's blob id after the commit.
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub file_sha: String,
+    pub author: super::schema::Author,
+    /// The author date, RFC 3339.
+    pub date: String,
+    /// The whole commit message, trailers included.
+    pub message: String,
+    /// True when the commit carries the `Forced: true` trailer.
+    pub forced: bool,
+    /// The `Request-Id` trailer; null when the commit has none (plain git).
+    pub request_id: Option<String>,
+}
+
+/// A ticket for `GET /plans/events?ticket=` (browsers' `EventSource` cannot send headers).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Ticket {
+    /// Single use; 64 hex digits.
+    pub ticket: String,
+    /// Seconds it stays valid.
+    pub expires_in: u64,
+}
+
+#[utoipa::path(
+    get,
+    path = "/plans/events",
+    tag = "events",
+    description = "Server-Sent Events for the token's tenant: first `event: head` (data HeadEvent), then per commit on main's first-parent line and per changed file the token may read `event: integration-file` or `configuration-file` (data FileEvent, `id:` the commit), `event: reset` (data HeadEvent) when the resume point is no longer on main's line, and `: keep-alive` comments. With Last-Event-ID or since, the commits after that one are replayed first (then `event: head`).",
+    params(
+        ("Last-Event-ID" = Option<String>, Header, description = "A commit id from this stream: resume after it (sent by EventSource on reconnect; wins over since)"),
+        ("since" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit id: resume after it"),
+        ("ticket" = Option<String>, Query, description = "A ticket from POST /plans/events/tickets, instead of the Authorization header"),
+    ),
+    responses(
+        (status = 200, description = "The event stream (text/event-stream; data lines are HeadEvent or FileEvent JSON)", content_type = "text/event-stream", body = String),
+        (status = 400, description = "invalid_query: since or Last-Event-ID is not a 40-hex commit id", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, a refused token, or a used, expired or unknown ticket", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token may read neither file", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: events.max_streams or events.max_streams_per_tenant reached; Retry-After", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn stream(state: web::Data<AppState>, req: HttpRequest) -> Reply {
+    let query = sse::EventsQuery::parse(req.query_string());
+    let grant = match query.as_ref().ok().and_then(|q| q.ticket.as_deref()) {
+        Some(ticket) => state.events.tickets().redeem(ticket).ok_or_else(|| {
+            ApiError::Unauthorized(AuthError::Invalid(
+                "the ticket is used, expired or unknown".into(),
+            ))
+        })?,
+        None => grant_of(&bearer(&state, &req)?),
+    };
+    exists(&state, &grant).await?;
+    readable(&grant)?;
+    let resume = Resume::from_request(&req, query?)?;
+    let slot = state
+        .events
+        .admit(&grant.tenant, Kind::Stream)
+        .map_err(busy)?;
+    let subscription = state
+        .events
+        .subscribe(&grant.tenant)
+        .await
+        .map_err(|e| ApiError::from_storage(e, PlanFile::Integration))?;
+    let body = sse::start(state.events.clone(), grant, resume, subscription, slot);
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CONTENT_TYPE, "text/event-stream"))
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        // Proxies that buffer (nginx) would hold the events back.
+        .insert_header(("X-Accel-Buffering", "no"))
+        .streaming(body))
+}
+
+#[utoipa::path(
+    post,
+    path = "/plans/events/tickets",
+    tag = "events",
+    description = "A single-use ticket, valid 30 s, for GET /plans/events?ticket= (for browsers' EventSource, which cannot send Authorization). It carries the token's tenant and read permissions.",
+    responses(
+        (status = 200, description = "The ticket", body = Ticket),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token may read neither file", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: too many tickets outstanding; Retry-After", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn ticket(state: web::Data<AppState>, who: Principal) -> Reply {
+    let grant = grant_of(&who);
+    exists(&state, &grant).await?;
+    readable(&grant)?;
+    let ticket = state
+        .events
+        .tickets()
+        .issue(grant)
+        .ok_or_else(|| ApiError::busy("too many event tickets are outstanding", 5))?;
+    Ok(HttpResponse::Ok()
+        .insert_header((header::CACHE_CONTROL, "no-store"))
+        .json(Ticket {
+            ticket,
+            expires_in: TICKET_TTL.as_secs(),
+        }))
+}
+
+pub async fn post_only() -> Reply {
+    Err(ApiError::MethodNotAllowed("POST"))
+}
+
+fn bearer(state: &AppState, req: &HttpRequest) -> Result<Principal, ApiError> {
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    state
+        .verifier
+        .verify_header(header)
+        .map_err(ApiError::Unauthorized)
+}
+
+fn grant_of(who: &Principal) -> Grant {
+    Grant {
+        tenant: who.tenant().clone(),
+        integration: who.can_read(PlanFile::Integration),
+        configuration: who.can_read(PlanFile::Configuration),
+    }
+}
+
+async fn exists(state: &AppState, grant: &Grant) -> Result<(), ApiError> {
+    let (storage, tenant) = (state.storage.clone(), grant.tenant.clone());
+    blocking(move || storage.tenant(&tenant), PlanFile::Integration).await?;
+    Ok(())
+}
+
+fn readable(grant: &Grant) -> Result<(), ApiError> {
+    if grant.integration || grant.configuration {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(
+            "jit.integrations.read jit.preferences.read",
+        ))
+    }
+}
+
+pub(super) fn busy(full: Full) -> ApiError {
+    ApiError::busy(full.to_string(), 5)
+}

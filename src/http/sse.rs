@@ -1,0 +1,327 @@
+//! One event stream: a task that turns a tenant's updates into Server-Sent Events, behind a bounded buffer.
+//!
+//! The task waits on the tenant's channel, the shutdown signal and the client's going away
+//! (heartbeats come from the body itself); it costs no thread and no CPU while nothing
+//! happens. Its events go through a channel of [`BUFFER`] chunks to the response body: a
+//! client that accepts nothing for [`STALL`] while that buffer is full is dropped (its
+//! connection is closed with an error when next written), and resumes with `Last-Event-ID`.
+use super::events::{FileEvent, HeadEvent};
+use super::problem::ApiError;
+use super::schema::Author;
+use crate::domain::{CommitId, ObjectId};
+use crate::events::{Events, Grant, Slot};
+use crate::storage::{FileChange, HeadState, Replay, Subscription, Update};
+use actix_web::web::Bytes;
+use actix_web::HttpRequest;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Chunks (one event each) buffered for a client before its stream waits.
+const BUFFER: usize = 64;
+/// How long a stream waits for a client that accepts nothing while its buffer is full.
+const STALL: Duration = Duration::from_secs(5);
+/// Commits of a replay read at once.
+const REPLAY_STEP: usize = 256;
+/// `retry:` sent first: how long `EventSource` waits before it reconnects.
+const RETRY_MS: u64 = 2_000;
+
+/// The query of `GET /plans/events`.
+#[derive(Debug, Default)]
+pub struct EventsQuery {
+    pub since: Option<String>,
+    pub ticket: Option<String>,
+}
+
+impl EventsQuery {
+    /// Other parameters are ignored; a token is never read from the query.
+    pub fn parse(query: &str) -> Result<Self, ApiError> {
+        if query.is_empty() {
+            return Ok(Self::default());
+        }
+        let pairs = super::query::pairs(query)?;
+        Ok(Self {
+            since: super::query::single(&pairs, "since")?.map(str::to_owned),
+            ticket: super::query::single(&pairs, "ticket")?.map(str::to_owned),
+        })
+    }
+}
+
+/// Where a stream starts: at the head now, or after a commit the client has seen.
+#[derive(Debug, Clone, Copy)]
+pub enum Resume {
+    Head,
+    After(CommitId),
+}
+
+impl Resume {
+    /// `Last-Event-ID` (what `EventSource` sends on reconnect) wins over `?since=`.
+    pub fn from_request(req: &HttpRequest, query: EventsQuery) -> Result<Self, ApiError> {
+        let header = req.headers().get("last-event-id");
+        let (name, raw) = match (header, query.since) {
+            (Some(h), _) => (
+                "Last-Event-ID",
+                h.to_str()
+                    .map_err(|_| ApiError::InvalidQuery("Last-Event-ID is not text".into()))?
+                    .to_owned(),
+            ),
+            (None, Some(s)) => ("since", s),
+            (None, None) => return Ok(Resume::Head),
+        };
+        let id = ObjectId::parse(raw.trim())
+            .map_err(|e| ApiError::InvalidQuery(format!("{name} {e}")))?;
+        Ok(Resume::After(CommitId(id)))
+    }
+}
+
+/// Starts the stream's task; returns the response body.
+pub fn start(
+    events: Events,
+    grant: Grant,
+    resume: Resume,
+    subscription: Subscription,
+    slot: Slot,
+) -> Body {
+    let (tx, rx) = mpsc::channel(BUFFER);
+    let dropped = Arc::new(AtomicBool::new(false));
+    let task = Task {
+        events,
+        grant,
+        subscription,
+        out: tx,
+        dropped: dropped.clone(),
+        _slot: slot,
+    };
+    let every = Duration::from_secs(task.events.config().heartbeat_secs);
+    actix_web::rt::spawn(task.run(resume));
+    Body {
+        rx,
+        dropped,
+        beat: Box::pin(tokio::time::sleep(every)),
+        every,
+    }
+}
+
+/// The response body: the task's chunks, and a `: keep-alive` comment after each
+/// `heartbeat_secs` without one (made here, so that a heartbeat wakes only the connection,
+/// not the stream's task); an error (the connection is closed) once the client was dropped
+/// for not reading. A heartbeat written to a closed connection ends the response, which
+/// ends the task and frees its slot.
+pub struct Body {
+    rx: mpsc::Receiver<Bytes>,
+    dropped: Arc<AtomicBool>,
+    beat: Pin<Box<tokio::time::Sleep>>,
+    every: Duration,
+}
+
+impl futures_util::Stream for Body {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(chunk)) => Ok(chunk),
+            Poll::Ready(None) if self.dropped.swap(false, Ordering::Relaxed) => {
+                Err(std::io::Error::other("the client did not read its stream"))
+            }
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => match self.beat.as_mut().poll(cx) {
+                Poll::Ready(()) => Ok(Bytes::from_static(b": keep-alive\n\n")),
+                Poll::Pending => return Poll::Pending,
+            },
+        };
+        let at = tokio::time::Instant::now() + self.every;
+        self.beat.as_mut().reset(at);
+        Poll::Ready(Some(next))
+    }
+}
+
+/// Why a stream ends.
+enum End {
+    /// The client went away or was dropped, or the server is shutting down.
+    Closed,
+    Failed(String),
+}
+
+struct Task {
+    events: Events,
+    grant: Grant,
+    subscription: Subscription,
+    out: mpsc::Sender<Bytes>,
+    dropped: Arc<AtomicBool>,
+    _slot: Slot,
+}
+
+impl Task {
+    async fn run(mut self, resume: Resume) {
+        let tenant = self.grant.tenant.clone();
+        match self.follow(resume).await {
+            End::Closed => {}
+            End::Failed(e) => tracing::warn!(%tenant, error = %e, "an event stream ended"),
+        }
+    }
+
+    async fn follow(&mut self, resume: Resume) -> End {
+        let shutdown = self.events.shutting_down();
+        tokio::pin!(shutdown);
+        if let Err(end) = self.send(format!("retry: {RETRY_MS}\n\n")).await {
+            return end;
+        }
+        let first = self.subscription.current();
+        let (mut at, head) = match resume {
+            Resume::Head => (first.head.commit, first.head.clone()),
+            // The head read now, not the feed's (which may lag a commit the client already
+            // saw elsewhere): the `head` event after the replay must not move it back.
+            Resume::After(commit) => match self.read_head().await {
+                Ok(head) => (commit, head),
+                Err(end) => return end,
+            },
+        };
+        let start = Update {
+            head: head.clone(),
+            since: None,
+            replay: None,
+        };
+        if let Err(end) = self.catch_up(&mut at, &start).await {
+            return end;
+        }
+        if let Err(end) = self.send(self.head("head", &head)).await {
+            return end;
+        }
+        loop {
+            let update = tokio::select! {
+                update = self.subscription.changed() => update,
+                () = self.out.closed() => return End::Closed,
+                () = &mut shutdown => return End::Closed,
+            };
+            if let Err(end) = self.catch_up(&mut at, &update).await {
+                return end;
+            }
+        }
+    }
+
+    /// Sends what happened after `at` up to `update`'s head, and moves `at` there: the
+    /// update's own replay when it starts at `at` (read once for every stream), else one
+    /// read here, in steps.
+    async fn catch_up(&mut self, at: &mut CommitId, update: &Update) -> Result<(), End> {
+        let target = update.head.commit;
+        let mut shared = update.replay.clone().filter(|_| update.since == Some(*at));
+        while *at != target {
+            let replay = match shared.take() {
+                Some(replay) => replay,
+                None => {
+                    let replay = self.read_replay(*at, target, REPLAY_STEP).await?;
+                    // An update older than where the stream is (the feed lags a commit the
+                    // stream already sent): nothing to send, and no reset.
+                    if matches!(replay, Replay::Reset(_))
+                        && !matches!(self.read_replay(target, *at, 1).await?, Replay::Reset(_))
+                    {
+                        return Ok(());
+                    }
+                    Arc::new(replay)
+                }
+            };
+            match &*replay {
+                Replay::Changes { changes, through } => {
+                    for change in changes {
+                        if self.grant.can_read(change.file) {
+                            self.send(file_event(change)).await?;
+                            self.events
+                                .metrics()
+                                .events_sent
+                                .with_label_values(&[change.file.label()])
+                                .inc();
+                        }
+                    }
+                    if *through == *at {
+                        return Err(End::Failed("a replay made no progress".into()));
+                    }
+                    *at = *through;
+                }
+                Replay::Reset(head) => {
+                    self.send(self.head("reset", head)).await?;
+                    *at = head.commit;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn read_replay(&self, from: CommitId, to: CommitId, step: usize) -> Result<Replay, End> {
+        let (storage, tenant) = (self.events.storage().clone(), self.grant.tenant.clone());
+        match actix_web::web::block(move || storage.replay(&tenant, from, to, step)).await {
+            Ok(Ok(replay)) => Ok(replay),
+            Ok(Err(e)) => Err(End::Failed(e.to_string())),
+            Err(e) => Err(End::Failed(format!("the replay task failed: {e}"))),
+        }
+    }
+
+    async fn read_head(&self) -> Result<HeadState, End> {
+        let (storage, tenant) = (self.events.storage().clone(), self.grant.tenant.clone());
+        match actix_web::web::block(move || storage.head_state(&tenant)).await {
+            Ok(Ok(head)) => Ok(head),
+            Ok(Err(e)) => Err(End::Failed(e.to_string())),
+            Err(e) => Err(End::Failed(format!("the head task failed: {e}"))),
+        }
+    }
+
+    fn head(&self, kind: &str, head: &HeadState) -> String {
+        let data = HeadEvent {
+            commit_sha: head.commit.to_string(),
+            integration_file_sha: self.grant.integration.then(|| head.integration.to_string()),
+            configuration_file_sha: self
+                .grant
+                .configuration
+                .then(|| head.configuration.to_string()),
+        };
+        frame(kind, &head.commit, &data)
+    }
+
+    /// Queues a chunk; waits at most [`STALL`] for room.
+    async fn send(&self, chunk: String) -> Result<(), End> {
+        match self.out.send_timeout(Bytes::from(chunk), STALL).await {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::SendTimeoutError::Timeout(_)) => {
+                self.dropped.store(true, Ordering::Relaxed);
+                tracing::info!(tenant = %self.grant.tenant, "dropped an event stream whose client does not read it");
+                Err(End::Closed)
+            }
+            Err(mpsc::error::SendTimeoutError::Closed(_)) => Err(End::Closed),
+        }
+    }
+}
+
+fn file_event(change: &FileChange) -> String {
+    let e = &change.entry;
+    let data = FileEvent {
+        file: event_name(change.file),
+        commit_sha: e.commit.to_string(),
+        file_sha: e.blob.to_string(),
+        author: Author {
+            name: e.author_name.clone(),
+            email: e.author_email.clone(),
+        },
+        date: humantime::format_rfc3339_seconds(e.time).to_string(),
+        message: e.message.clone(),
+        forced: e.forced,
+        request_id: change.request_id.as_ref().map(|r| r.as_str().to_owned()),
+    };
+    frame(event_name(change.file), &e.commit, &data)
+}
+
+fn event_name(file: crate::domain::PlanFile) -> &'static str {
+    match file {
+        crate::domain::PlanFile::Integration => "integration-file",
+        crate::domain::PlanFile::Configuration => "configuration-file",
+    }
+}
+
+/// One event in the format of the HTML standard: JSON has no raw newline, so one `data:`
+/// line.
+fn frame(kind: &str, id: &CommitId, data: &impl serde::Serialize) -> String {
+    let json = serde_json::to_string(data).expect("event data serializes");
+    format!("event: {kind}\nid: {id}\ndata: {json}\n\n")
+}

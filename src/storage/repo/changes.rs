@@ -1,0 +1,84 @@
+//! The change feed's git reads: the head's state, and what each commit of `main`'s first-parent line changed after a resume point.
+use super::history::{entry, request_id};
+use super::{git_err, to_id, to_oid, TenantRepo, MAIN};
+use crate::domain::{BlobId, CommitId, PlanFile};
+use crate::storage::{FileChange, HeadState, Replay, StorageError};
+use git2::Oid;
+
+/// A resume point further back than this many commits of the first-parent line is answered
+/// with a reset: the client reads the files again rather than a replay of that length.
+pub(in crate::storage) const MAX_REPLAY_COMMITS: usize = 10_000;
+
+impl TenantRepo<'_> {
+    /// `main`'s commit and the blob ids of both files in it (the empty blob when absent).
+    pub(in crate::storage) fn head_state(&self) -> Result<HeadState, StorageError> {
+        let head =
+            self.repo
+                .refname_to_id(MAIN)
+                .map_err(git_err(self.tenant, "resolve main", ""))?;
+        self.state_at(head)
+    }
+
+    fn state_at(&self, commit: Oid) -> Result<HeadState, StorageError> {
+        let (integration, _) = self.blob_in(commit, PlanFile::Integration)?;
+        let (configuration, _) = self.blob_in(commit, PlanFile::Configuration)?;
+        Ok(HeadState {
+            commit: CommitId(to_id(commit)),
+            integration: BlobId(to_id(integration)),
+            configuration: BlobId(to_id(configuration)),
+        })
+    }
+
+    /// What the commits after `from` up to `to` on `to`'s first-parent line changed, oldest
+    /// first, at most `max_commits` of them (`through` says where the replay stopped). A
+    /// reset when `from` is not on that line within [`MAX_REPLAY_COMMITS`] commits.
+    pub(in crate::storage) fn replay(
+        &self,
+        from: CommitId,
+        to: CommitId,
+        max_commits: usize,
+    ) -> Result<Replay, StorageError> {
+        let err = |op| git_err(self.tenant, op, "");
+        let (from, to) = (to_oid(&from.0), to_oid(&to.0));
+        // The line from `to` back to `from`, newest first: only ids, then the oldest
+        // `max_commits` of them are read whole.
+        let mut line = Vec::new();
+        let mut at = to;
+        while at != from {
+            if line.len() == MAX_REPLAY_COMMITS {
+                return self.reset(to);
+            }
+            line.push(at);
+            let commit = self.repo.find_commit(at).map_err(err("read commit"))?;
+            match commit.parent_id(0) {
+                Ok(parent) => at = parent,
+                Err(_) => return self.reset(to),
+            }
+        }
+        let take = line.len().min(max_commits.max(1));
+        let mut changes = Vec::new();
+        let mut through = from;
+        for &oid in line.iter().rev().take(take) {
+            let commit = self.repo.find_commit(oid).map_err(err("read commit"))?;
+            for file in [PlanFile::Integration, PlanFile::Configuration] {
+                if let Some(blob) = self.changed_in(&commit, file)? {
+                    let entry = entry(&commit, blob);
+                    changes.push(FileChange {
+                        file,
+                        request_id: request_id(&entry.message),
+                        entry,
+                    });
+                }
+            }
+            through = oid;
+        }
+        Ok(Replay::Changes {
+            changes,
+            through: CommitId(to_id(through)),
+        })
+    }
+
+    fn reset(&self, to: Oid) -> Result<Replay, StorageError> {
+        Ok(Replay::Reset(self.state_at(to)?))
+    }
+}
