@@ -1,16 +1,16 @@
 //! The four plans endpoints and the fallbacks for unknown paths and methods.
 use super::body;
 use super::cache::Rendered;
-use super::middleware::WrittenCommit;
 use super::problem::ApiError;
 use super::problem::Problem;
 use super::query::ReadQuery;
 use super::schema::{ConfigurationFile, IntegrationFile, PutConfigurationFile, PutIntegrationFile};
+use super::versions::{self, Part, Planned, Shape, WriteOptions};
 use super::{views, AppState};
 use crate::auth::Principal;
-use crate::domain::{ConfigurationDoc, IntegrationDoc, PlanFile, RequestId, Stored};
-use crate::storage::{Preconditions, ReadOutcome, ShaCheck, WriteRequest};
-use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use crate::domain::PlanFile;
+use crate::storage::ReadOutcome;
+use actix_web::{web, HttpRequest, HttpResponse};
 
 pub(super) type Reply = Result<HttpResponse, ApiError>;
 
@@ -119,42 +119,28 @@ pub async fn put_integration(
         Err(e) => return Err(state.unread(payload, e).await),
     };
     let bytes = state.read_body(&req, payload).await?;
-    let source_hosting = tenant.source_hosting;
-    let (file_sha, doc) = cpu(bytes.len(), move || {
+    let options = WriteOptions::from_request(&req)?;
+    let record = options.record(&req, &bytes);
+    let (source_hosting, if_match) = (tenant.source_hosting, body::if_match(&req));
+    let (part, subject) = cpu(bytes.len(), move || {
         let mut body = body::parse_put_body(&bytes)?;
-        let file_sha = body.file_sha()?;
-        if file_sha.is_some() && !source_hosting {
-            return Err(ApiError::FileShaNotAllowed);
-        }
-        let doc = IntegrationDoc::from_request(body.take("content")?)
-            .map_err(ApiError::InvalidContent)?;
-        Ok((file_sha, doc))
+        let sha = versions::file_sha(file, &body, source_hosting)?;
+        let doc = versions::new_doc(file, &mut body)?;
+        let subject = body.message()?;
+        let pre = versions::preconditions(file, sha, if_match)?;
+        Ok((Part::new(doc, pre), subject))
     })
     .await?;
     // Parsed: the body's share of the budget goes back before the write waits for its turn.
     drop(turn);
-    let preconditions = Preconditions {
-        file_sha: file_sha.map(ShaCheck::Blob),
-        if_match: body::if_match(&req),
-        ancestry: None,
+    let planned = Planned {
+        parts: vec![part],
+        subject,
+        restored_from: None,
+        record,
+        dry_run: options.dry_run,
     };
-    let outcome = state
-        .write(
-            &who,
-            &req,
-            file,
-            doc.raw().as_bytes().to_vec(),
-            preconditions,
-        )
-        .await?;
-    let mut res = views::integration(Stored::Valid(doc), &[], outcome.blob, Some(outcome.commit));
-    res.extensions_mut().insert(WrittenCommit {
-        commit: outcome.commit,
-        file,
-        changed: outcome.changed,
-        forced: outcome.forced,
-    });
-    Ok(res)
+    state.run_write(&who, &req, planned, Shape::Single).await
 }
 
 #[utoipa::path(
@@ -206,41 +192,27 @@ pub async fn put_configuration(
         Err(e) => return Err(state.unread(payload, e).await),
     };
     let bytes = state.read_body(&req, payload).await?;
-    let (file_sha, doc) = cpu(bytes.len(), move || {
+    let options = WriteOptions::from_request(&req)?;
+    let record = options.record(&req, &bytes);
+    let if_match = body::if_match(&req);
+    let (part, subject) = cpu(bytes.len(), move || {
         let mut body = body::parse_put_body(&bytes)?;
-        let file_sha = body.file_sha()?;
-        let doc = ConfigurationDoc::from_request(body.take("payload")?)
-            .map_err(ApiError::InvalidContent)?;
-        Ok((file_sha, doc))
+        let sha = versions::file_sha(file, &body, false)?;
+        let doc = versions::new_doc(file, &mut body)?;
+        let subject = body.message()?;
+        let pre = versions::preconditions(file, sha, if_match)?;
+        Ok((Part::new(doc, pre), subject))
     })
     .await?;
     drop(turn);
-    let if_match = body::if_match(&req);
-    if file_sha.is_none() && if_match.is_none() {
-        return Err(ApiError::PreconditionRequired);
-    }
-    let preconditions = Preconditions {
-        file_sha: file_sha.map(ShaCheck::BlobOrCommit),
-        if_match,
-        ancestry: None,
+    let planned = Planned {
+        parts: vec![part],
+        subject,
+        restored_from: None,
+        record,
+        dry_run: options.dry_run,
     };
-    let outcome = state
-        .write(
-            &who,
-            &req,
-            file,
-            doc.raw().as_bytes().to_vec(),
-            preconditions,
-        )
-        .await?;
-    let mut res = views::configuration(Stored::Valid(doc), outcome.blob, Some(outcome.commit));
-    res.extensions_mut().insert(WrittenCommit {
-        commit: outcome.commit,
-        file,
-        changed: outcome.changed,
-        forced: outcome.forced,
-    });
-    Ok(res)
+    state.run_write(&who, &req, planned, Shape::Single).await
 }
 
 pub(super) fn require(granted: bool, permission: &'static str) -> Result<(), ApiError> {
@@ -257,6 +229,10 @@ pub async fn not_found(req: HttpRequest) -> Reply {
 
 pub async fn get_only() -> Reply {
     Err(ApiError::MethodNotAllowed("GET"))
+}
+
+pub async fn post_only() -> Reply {
+    Err(ApiError::MethodNotAllowed("POST"))
 }
 
 pub async fn get_put_only() -> Reply {
@@ -333,13 +309,13 @@ impl AppState {
 
     /// `err`, once the body is read and thrown away: a server that answers and closes with
     /// unread data makes the client's kernel drop the answer. Holds no memory or budget.
-    async fn unread(&self, payload: web::Payload, err: ApiError) -> ApiError {
+    pub(super) async fn unread(&self, payload: web::Payload, err: ApiError) -> ApiError {
         body::discard(payload, self.body_limit, self.body_pace).await;
         err
     }
 
     /// 503 `busy` at once, before the body is read, when the tenant's write queue is full.
-    fn shed_write(&self, who: &Principal, file: PlanFile) -> Result<(), ApiError> {
+    pub(super) fn shed_write(&self, who: &Principal, file: PlanFile) -> Result<(), ApiError> {
         if who.can_write(file) && self.writers.queue_full(who.tenant()) {
             return Err(ApiError::from_write(
                 crate::writer::WriteError::QueueFull {
@@ -354,7 +330,7 @@ impl AppState {
 
     /// A turn to parse and render a stored file of `tenant`; 503 `busy` when it does not come
     /// in time.
-    async fn render_turn(
+    pub(super) async fn render_turn(
         &self,
         tenant: &crate::domain::TenantId,
     ) -> Result<crate::gates::Turn, ApiError> {
@@ -375,38 +351,12 @@ impl AppState {
         blocking(move || storage.tenant(&tenant), file).await
     }
 
-    async fn read_body(
+    pub(super) async fn read_body(
         &self,
         req: &HttpRequest,
         payload: web::Payload,
     ) -> Result<web::BytesMut, ApiError> {
         body::read_put_body(req, payload, self.body_limit, self.body_pace).await
-    }
-
-    async fn write(
-        &self,
-        who: &Principal,
-        req: &HttpRequest,
-        file: PlanFile,
-        bytes: Vec<u8>,
-        preconditions: Preconditions,
-    ) -> Result<crate::storage::WriteOutcome, ApiError> {
-        let request_id = req
-            .extensions()
-            .get::<RequestId>()
-            .cloned()
-            .unwrap_or_else(RequestId::generate);
-        let write = WriteRequest {
-            file,
-            bytes,
-            preconditions,
-            author: who.author(),
-            request_id,
-        };
-        self.writers
-            .write(who.tenant(), write)
-            .await
-            .map_err(|e| ApiError::from_write(e, file))
     }
 }
 
@@ -417,7 +367,7 @@ const PARSE_INLINE_BYTES: usize = 64 * 1024;
 /// Parses a body of `size` bytes: inline when small, else on the blocking pool, so that one
 /// large body (up to a whole megabyte of JSON and YAML) never stalls its worker's other
 /// connections.
-async fn cpu<T: Send + 'static>(
+pub(super) async fn cpu<T: Send + 'static>(
     size: usize,
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {

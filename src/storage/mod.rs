@@ -2,9 +2,11 @@
 mod cursor_key;
 mod durable;
 mod error;
+mod inflight;
 mod repo;
 mod seed;
 mod upload_pack;
+mod versions;
 mod volume;
 mod watch;
 
@@ -12,6 +14,10 @@ pub use durable::Durability;
 pub use error::StorageError;
 pub use seed::seed_if_empty;
 pub use upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
+pub use versions::{
+    Change, CommitOutcome, CommitRequest, FileDiff, FileOutcome, IdempotencyRecord, IdempotentHit,
+    InFlight, IDEMPOTENCY_COMMITS, IDEMPOTENCY_WINDOW,
+};
 pub use volume::{volume_kind, VolumeKind};
 
 use crate::domain::{BlobId, CommitId, Cursor, Identity, ObjectId, PlanFile, RequestId, TenantId};
