@@ -1,10 +1,12 @@
 //! The OpenAPI 3.1 document, generated from the handlers' annotations and the body types (utoipa).
 use super::problem::Problem;
 use super::schema::{
-    Author, ConfigurationContent, ConfigurationFile, FileStatus, Folder, GitBytes, Health,
-    HistoryEntry, HistoryPage, IntegrationFile, PutConfigurationFile, PutIntegrationFile,
+    Author, CommitsAnswer, ConfigurationContent, ConfigurationFile, DiffSide, FileDiff, FileStatus,
+    Folder, GitBytes, Health, HistoryEntry, HistoryPage, IntegrationFile, PatchOp, PostCommits,
+    PutConfigurationFile, PutConfigurationPart, PutIntegrationFile, PutIntegrationPart,
+    RestoreFile,
 };
-use super::{git, handlers, history, ops};
+use super::{git, handlers, history, ops, versions};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -22,6 +24,11 @@ use utoipa::{Modify, OpenApi};
         handlers::put_configuration,
         history::integration,
         history::configuration,
+        versions::post_commits,
+        versions::restore_integration,
+        versions::restore_configuration,
+        versions::diff_integration,
+        versions::diff_configuration,
         git::info_refs,
         git::upload_pack,
         git::refuse_push,
@@ -33,7 +40,8 @@ use utoipa::{Modify, OpenApi};
     components(schemas(
         IntegrationFile, ConfigurationFile, PutIntegrationFile, PutConfigurationFile,
         ConfigurationContent, Folder, FileStatus, Problem, Health, HistoryPage, HistoryEntry,
-        Author, GitBytes
+        Author, GitBytes, PostCommits, PutIntegrationPart, PutConfigurationPart, CommitsAnswer,
+        RestoreFile, FileDiff, DiffSide, PatchOp
     )),
     modifiers(&BearerJwt),
 )]

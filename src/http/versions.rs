@@ -2,7 +2,11 @@
 use super::body::{self, PutBody};
 use super::handlers::{blocking, require, Reply};
 use super::middleware::WrittenCommit;
-use super::problem::ApiError;
+use super::problem::{ApiError, Problem};
+#[allow(unused_imports)]
+use super::schema::{
+    CommitsAnswer, ConfigurationFile, FileDiff, IntegrationFile, PostCommits, RestoreFile,
+};
 use super::{views, AppState};
 use crate::auth::Principal;
 use crate::domain::idempotency::fingerprint;
@@ -433,6 +437,34 @@ pub(super) fn new_doc(file: PlanFile, body: &mut PutBody) -> Result<NewDoc, ApiE
 }
 
 /// `POST /plans/commits`: both files (or one) in one commit, all or nothing.
+#[utoipa::path(
+    post,
+    path = "/plans/commits",
+    tag = "versions",
+    description = "Write one or both files in one commit, all or nothing. Each part follows its PUT's rules and needs its own write permission; a failed part is named by the problem's pointer (/integration-file/..., /configuration-file/...).",
+    request_body(content = PostCommits, content_type = "application/json"),
+    params(
+        ("dry_run" = Option<bool>, Query, description = "true: run every check, write nothing; commit_sha is null and a patch is added"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; a retry with the same request answers the first answer"),
+        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
+    ),
+    responses(
+        (status = 200, description = "Written (or unchanged): the commit and the new state of each part sent", body = CommitsAnswer, headers(("Idempotent-Replayed" = String, description = "true when this answers an earlier request with the same Idempotency-Key"))),
+        (status = 400, description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks the write permission of a file sent", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "sha_mismatch (current_sha), or idempotency_key_in_flight", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid_content (with the JSON pointer), or idempotency_key_reused", body = Problem, content_type = "application/problem+json"),
+        (status = 428, description = "precondition_required: no file_sha (and no If-Match) for the configuration file", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy; retry", body = Problem, content_type = "application/problem+json"),
+        (status = 507, description = "storage_full", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn post_commits(
     state: web::Data<AppState>,
     who: Principal,
@@ -500,6 +532,36 @@ pub async fn post_commits(
 }
 
 /// `POST /plans/integration-file/restore`.
+#[utoipa::path(
+    post,
+    path = "/plans/integration-file/restore",
+    tag = "versions",
+    description = "Write the file back as it was in a commit of main's history (bytes exactly), as a new commit with the trailer Restored-From. Preconditions as the file's PUT.",
+    request_body(content = RestoreFile, content_type = "application/json"),
+    params(
+        ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
+        ("dry_run" = Option<bool>, Query, description = "true: run every check, write nothing; commit_sha is null and a patch is added"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; a retry with the same request answers the first answer"),
+        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
+    ),
+    responses(
+        (status = 200, description = "Restored (or unchanged): the PUT's answer", body = IntegrationFile, headers(("ETag" = String, description = "The new blob id, quoted"), ("Idempotent-Replayed" = String, description = "true on a replay"))),
+        (status = 404, description = "tenant_not_found, or unknown_ref: commit is not main or an ancestor", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks the write permission of a file sent", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "sha_mismatch (current_sha), or idempotency_key_in_flight", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid_content (with the JSON pointer), or idempotency_key_reused", body = Problem, content_type = "application/problem+json"),
+        (status = 428, description = "precondition_required: no file_sha (and no If-Match) for the configuration file", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy; retry", body = Problem, content_type = "application/problem+json"),
+        (status = 507, description = "storage_full", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn restore_integration(
     state: web::Data<AppState>,
     who: Principal,
@@ -512,6 +574,36 @@ pub async fn restore_integration(
 }
 
 /// `POST /plans/configuration-file/restore`.
+#[utoipa::path(
+    post,
+    path = "/plans/configuration-file/restore",
+    tag = "versions",
+    description = "Write the file back as it was in a commit of main's history (bytes exactly), as a new commit with the trailer Restored-From. Preconditions as the file's PUT.",
+    request_body(content = RestoreFile, content_type = "application/json"),
+    params(
+        ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
+        ("dry_run" = Option<bool>, Query, description = "true: run every check, write nothing; commit_sha is null and a patch is added"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; a retry with the same request answers the first answer"),
+        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
+    ),
+    responses(
+        (status = 200, description = "Restored (or unchanged): the PUT's answer", body = ConfigurationFile, headers(("ETag" = String, description = "The new blob id, quoted"), ("Idempotent-Replayed" = String, description = "true on a replay"))),
+        (status = 404, description = "tenant_not_found, or unknown_ref: commit is not main or an ancestor", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks the write permission of a file sent", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "sha_mismatch (current_sha), or idempotency_key_in_flight", body = Problem, content_type = "application/problem+json"),
+        (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid_content (with the JSON pointer), or idempotency_key_reused", body = Problem, content_type = "application/problem+json"),
+        (status = 428, description = "precondition_required: no file_sha (and no If-Match) for the configuration file", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy; retry", body = Problem, content_type = "application/problem+json"),
+        (status = 507, description = "storage_full", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn restore_configuration(
     state: web::Data<AppState>,
     who: Principal,
@@ -524,6 +616,27 @@ pub async fn restore_configuration(
 }
 
 /// `GET /plans/integration-file/diff`.
+#[utoipa::path(
+    get,
+    path = "/plans/integration-file/diff",
+    tag = "versions",
+    description = "What changed in the file between two commits of main's history: an RFC 6902 patch keyed by account_id / path, and the unified diff.",
+    params(
+        ("from" = String, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of main's history"),
+        ("to" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of main's history (default: main)"),
+        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
+    ),
+    responses(
+        (status = 200, description = "The diff", body = FileDiff),
+        (status = 400, description = "invalid_query: from missing, or not a 40-hex id", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks the read permission of the file", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "tenant_not_found, or unknown_ref", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy; retry", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn diff_integration(
     state: web::Data<AppState>,
     who: Principal,
@@ -533,6 +646,27 @@ pub async fn diff_integration(
 }
 
 /// `GET /plans/configuration-file/diff`.
+#[utoipa::path(
+    get,
+    path = "/plans/configuration-file/diff",
+    tag = "versions",
+    description = "What changed in the file between two commits of main's history: an RFC 6902 patch keyed by account_id / path, and the unified diff.",
+    params(
+        ("from" = String, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of main's history"),
+        ("to" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of main's history (default: main)"),
+        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
+    ),
+    responses(
+        (status = 200, description = "The diff", body = FileDiff),
+        (status = 400, description = "invalid_query: from missing, or not a 40-hex id", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks the read permission of the file", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "tenant_not_found, or unknown_ref", body = Problem, content_type = "application/problem+json"),
+        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy; retry", body = Problem, content_type = "application/problem+json"),
+    ),
+    security(("bearer" = []))
+)]
 pub async fn diff_configuration(
     state: web::Data<AppState>,
     who: Principal,
