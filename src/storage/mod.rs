@@ -3,6 +3,7 @@ mod cursor_key;
 mod durable;
 mod error;
 mod inflight;
+mod recent_keys;
 mod repo;
 mod seed;
 mod upload_pack;
@@ -173,6 +174,8 @@ pub struct Storage {
     cursors: Arc<cursor_key::CursorKey>,
     /// A test seam: called by every write just before it moves `main`.
     write_hook: Option<WriteHook>,
+    /// What idempotency lookups learnt of recent history, so the next reads only what is new.
+    recent_keys: Arc<recent_keys::RecentKeys>,
 }
 
 /// Called with the tenant and its repository's path by a write after its commit is made and
@@ -221,6 +224,7 @@ impl Storage {
             )),
             cursors: Arc::new(cursor_key::CursorKey::new(data_dir)),
             write_hook: None,
+            recent_keys: Arc::default(),
         })
     }
 

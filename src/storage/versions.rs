@@ -140,7 +140,8 @@ impl Storage {
         tenant: &TenantId,
         key: &str,
     ) -> Result<Option<IdempotentHit>, StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.find_idempotent(key)
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
+            .find_idempotent(key, &self.recent_keys)
     }
 
     /// Marks a write with `key` as in flight, for every process on this data dir; `None` when

@@ -1,9 +1,11 @@
 //! Diffs between two versions of a file, and the lookup of idempotency keys in recent history.
-use super::{git_err, to_id, TenantRepo, MAIN};
+use super::{git_err, to_id, to_oid, TenantRepo, MAIN};
 use crate::domain::{CommitId, PlanFile};
+use crate::storage::recent_keys::{key_hash, RecentKeys, Scan, Seen};
 use crate::storage::versions::{FileDiff, IdempotentHit, IDEMPOTENCY_COMMITS, IDEMPOTENCY_WINDOW};
 use crate::storage::StorageError;
 use git2::{DiffOptions, Patch};
+use std::collections::VecDeque;
 
 pub(in crate::storage) const KEY_TRAILER: &str = "Idempotency-Key: ";
 pub(in crate::storage) const FINGERPRINT_TRAILER: &str = "Idempotency-Fingerprint: ";
@@ -46,12 +48,14 @@ impl TenantRepo<'_> {
         Ok(FileDiff { from, to, text })
     }
 
-    /// See [`crate::storage::Storage::find_idempotent`]: walks `main`'s first-parent line
-    /// from the head, at most [`IDEMPOTENCY_COMMITS`] commits and none committed more than
-    /// [`IDEMPOTENCY_WINDOW`] ago.
+    /// See [`crate::storage::Storage::find_idempotent`]: the commits of `main`'s
+    /// first-parent line from the head, at most [`IDEMPOTENCY_COMMITS`] and none committed
+    /// more than [`IDEMPOTENCY_WINDOW`] ago. Only the commits added since the last lookup of
+    /// this tenant (in `recent`) are read.
     pub(in crate::storage) fn find_idempotent(
         &self,
         key: &str,
+        recent: &RecentKeys,
     ) -> Result<Option<IdempotentHit>, StorageError> {
         let err = |op| git_err(self.tenant, op, "");
         let head = self.repo.refname_to_id(MAIN).map_err(err("resolve main"))?;
@@ -59,32 +63,80 @@ impl TenantRepo<'_> {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|now| now.saturating_sub(IDEMPOTENCY_WINDOW).as_secs() as i64)
             .unwrap_or(0);
+        let prior = recent.take(self.tenant);
+        let mut fresh = VecDeque::new();
+        let mut joined = None;
         let mut at = head;
-        for _ in 0..IDEMPOTENCY_COMMITS {
-            let commit = self.repo.find_commit(at).map_err(err("read commit"))?;
-            if commit.committer().when().seconds() < oldest {
+        while fresh.len() < IDEMPOTENCY_COMMITS {
+            if let Some(prior) = prior.as_ref().filter(|p| to_oid(&p.head) == at) {
+                joined = Some(prior.commits.clone());
                 break;
             }
-            if let Some(fingerprint) = recorded(commit.message_bytes(), key) {
-                return Ok(Some(IdempotentHit {
-                    commit: CommitId(to_id(at)),
-                    fingerprint,
-                }));
+            let commit = self.repo.find_commit(at).map_err(err("read commit"))?;
+            let time = commit.committer().when().seconds();
+            fresh.push_back(Seen {
+                commit: to_id(at),
+                time,
+                key: recorded_key(commit.message_bytes()).map(key_hash),
+            });
+            if time < oldest {
+                break;
             }
             match commit.parent_id(0) {
                 Ok(parent) => at = parent,
                 Err(_) => break,
             }
         }
-        Ok(None)
+        if let Some(older) = joined {
+            fresh.extend(older);
+            fresh.truncate(IDEMPOTENCY_COMMITS);
+        }
+        let wanted = key_hash(key);
+        let mut hit = None;
+        for seen in fresh.iter().take_while(|s| s.time >= oldest) {
+            if seen.key != Some(wanted) {
+                continue;
+            }
+            let commit = self
+                .repo
+                .find_commit(to_oid(&seen.commit))
+                .map_err(err("read commit"))?;
+            if let Some(fingerprint) = recorded(commit.message_bytes(), key) {
+                hit = Some(IdempotentHit {
+                    commit: CommitId(seen.commit),
+                    fingerprint,
+                });
+                break;
+            }
+        }
+        recent.put(
+            self.tenant,
+            Scan {
+                head: to_id(head),
+                commits: fresh,
+            },
+        );
+        Ok(hit)
     }
+}
+
+/// The trailer block of a commit message: its last paragraph.
+fn trailer_block(message: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(message).ok()?;
+    text.trim_end().rsplit("\n\n").next()
+}
+
+/// The idempotency key a commit message records, if any.
+fn recorded_key(message: &[u8]) -> Option<&str> {
+    trailer_block(message)?
+        .lines()
+        .find_map(|l| l.strip_prefix(KEY_TRAILER))
 }
 
 /// The fingerprint recorded with `key` in the trailer block of a commit message, if that
 /// message records `key`.
 fn recorded(message: &[u8], key: &str) -> Option<String> {
-    let text = std::str::from_utf8(message).ok()?;
-    let trailers = text.trim_end().rsplit("\n\n").next()?;
+    let trailers = trailer_block(message)?;
     let mut lines = trailers.lines();
     lines.find(|l| l.strip_prefix(KEY_TRAILER) == Some(key))?;
     trailers
