@@ -8,9 +8,12 @@
 //!
 //! This is also where a tenant's writes can later share work: the writer whose turn it is
 //! could keep the repository open and commit the writes queued behind it together.
-use crate::domain::TenantId;
+use crate::domain::{CommitId, TenantId};
 use crate::gates::Gates;
-use crate::storage::{ShaCheck, Storage, StorageError, WriteOutcome, WriteRequest};
+use crate::storage::{
+    CommitOutcome, CommitRequest, IdempotentHit, ShaCheck, Storage, StorageError, WriteOutcome,
+    WriteRequest,
+};
 use crate::upkeep::Upkeep;
 use std::time::Duration;
 
@@ -23,6 +26,10 @@ pub enum WriteError {
     QueueFull { tenant: TenantId, waiting: usize },
     #[error("the write of tenant {tenant} did not get its turn within {} s", waited.as_secs())]
     TimedOut { tenant: TenantId, waited: Duration },
+    #[error("a write of tenant {tenant} with this idempotency key is in flight")]
+    KeyInFlight { tenant: TenantId },
+    #[error("tenant {tenant}: commit {commit} recorded this idempotency key for another request")]
+    KeyReused { tenant: TenantId, commit: CommitId },
     #[error("the write task of tenant {tenant} failed: {message}")]
     Task { tenant: TenantId, message: String },
 }
@@ -61,8 +68,22 @@ impl Writers {
     pub async fn write(
         &self,
         tenant: &TenantId,
-        mut req: WriteRequest,
+        req: WriteRequest,
     ) -> Result<WriteOutcome, WriteError> {
+        let Committed::Written(outcome) = self.commit(tenant, req.into()).await? else {
+            unreachable!("a write without an idempotency key is never a replay");
+        };
+        Ok(outcome.into_single())
+    }
+
+    /// Commits one or both files once it is this tenant's turn (a dry run too: it checks
+    /// against the same head a real write would see). With an idempotency key, first marks
+    /// the key in flight (409 for a second one) and looks for an earlier commit with it.
+    pub async fn commit(
+        &self,
+        tenant: &TenantId,
+        mut req: CommitRequest,
+    ) -> Result<Committed, WriteError> {
         let lease = self.turns.lease(tenant);
         if lease.users > self.depth {
             return Err(WriteError::QueueFull {
@@ -70,19 +91,53 @@ impl Writers {
                 waiting: lease.users - 1,
             });
         }
+        let task_err = |e: tokio::task::JoinError| WriteError::Task {
+            tenant: tenant.clone(),
+            message: e.to_string(),
+        };
+        let mut in_flight = None;
+        if let (Some(record), false) = (req.idempotency.clone(), req.dry_run) {
+            let (storage, owned) = (self.storage.clone(), tenant.clone());
+            let (marker, hit) = tokio::task::spawn_blocking(move || {
+                let Some(marker) = storage.claim_in_flight(&owned, &record.key)? else {
+                    return Ok((None, None));
+                };
+                let hit = storage.find_idempotent(&owned, &record.key)?;
+                Ok::<_, StorageError>((Some(marker), hit))
+            })
+            .await
+            .map_err(task_err)??;
+            let Some(marker) = marker else {
+                return Err(WriteError::KeyInFlight {
+                    tenant: tenant.clone(),
+                });
+            };
+            let record = req.idempotency.as_ref().expect("checked above");
+            match hit {
+                Some(hit) if hit.fingerprint == record.fingerprint => {
+                    return Ok(Committed::Replayed(hit))
+                }
+                Some(hit) => {
+                    return Err(WriteError::KeyReused {
+                        tenant: tenant.clone(),
+                        commit: hit.commit,
+                    })
+                }
+                None => in_flight = Some(marker),
+            }
+        }
         // A commit hash as file_sha: the history walk happens here, before the turn and the
         // write lock; under them only the commits added since are looked at.
-        if let (Some(ShaCheck::BlobOrCommit(id)), None) =
-            (req.preconditions.file_sha, req.preconditions.ancestry)
-        {
-            let (storage, owned) = (self.storage.clone(), tenant.clone());
-            let found = tokio::task::spawn_blocking(move || storage.ancestry(&owned, id))
-                .await
-                .map_err(|e| WriteError::Task {
-                    tenant: tenant.clone(),
-                    message: e.to_string(),
-                })??;
-            req.preconditions.ancestry = Some(found);
+        for change in &mut req.changes {
+            if let (Some(ShaCheck::BlobOrCommit(id)), None) =
+                (change.preconditions.file_sha, change.preconditions.ancestry)
+            {
+                let (storage, owned) = (self.storage.clone(), tenant.clone());
+                let found = tokio::task::spawn_blocking(move || storage.ancestry(&owned, id))
+                    .await
+                    .map_err(task_err)??;
+                change.preconditions.ancestry = Some(found);
+            }
         }
         let turn = tokio::time::timeout(self.wait, lease.semaphore().clone().acquire_owned())
             .await
@@ -92,22 +147,28 @@ impl Writers {
             })?
             .expect("the semaphore is never closed");
         let (storage, upkeep, owned) = (self.storage.clone(), self.upkeep.clone(), tenant.clone());
-        // The turn moves into the blocking task: it ends when the write does, even when the
-        // client goes away meanwhile.
+        // The turn (and the key's in-flight marker) move into the blocking task: they end
+        // when the write does, even when the client goes away meanwhile.
         let (outcome, due) = tokio::task::spawn_blocking(move || {
-            let _turn = (turn, lease);
-            let outcome = storage.write(&owned, req)?;
-            let due = outcome.changed && upkeep.due(&owned);
+            let _turn = (turn, lease, in_flight);
+            let outcome = storage.commit(&owned, req)?;
+            let due = outcome.changed() && upkeep.due(&owned);
             Ok::<_, StorageError>((outcome, due))
         })
         .await
-        .map_err(|e| WriteError::Task {
-            tenant: tenant.clone(),
-            message: e.to_string(),
-        })??;
+        .map_err(task_err)??;
         if due {
             self.upkeep.spawn(tenant.clone());
         }
-        Ok(outcome)
+        Ok(Committed::Written(outcome))
     }
+}
+
+/// What [`Writers::commit`] did.
+#[derive(Debug)]
+pub enum Committed {
+    /// Committed now (or nothing changed, or a dry run).
+    Written(CommitOutcome),
+    /// An earlier commit recorded the same key and request: nothing was written.
+    Replayed(IdempotentHit),
 }

@@ -363,6 +363,11 @@ async fn openapi_document_is_valid_and_complete() {
         ("/git/{repo}/git-receive-pack", &["post"][..]),
         ("/plans/events", &["get"][..]),
         ("/plans/events/tickets", &["post"][..]),
+        ("/plans/commits", &["post"][..]),
+        ("/plans/integration-file/restore", &["post"][..]),
+        ("/plans/configuration-file/restore", &["post"][..]),
+        ("/plans/integration-file/diff", &["get"][..]),
+        ("/plans/configuration-file/diff", &["get"][..]),
     ] {
         for m in methods {
             assert!(doc["paths"][path][m].is_object(), "{m} {path} missing");
@@ -426,6 +431,10 @@ async fn openapi_document_is_valid_and_complete() {
         "busy",
         "storage_full",
         "not_ready",
+        "unknown_ref",
+        "invalid_idempotency_key",
+        "idempotency_key_in_flight",
+        "idempotency_key_reused",
     ] {
         assert!(
             readme.contains(&format!("`{code}`")),

@@ -34,6 +34,14 @@ impl PlanFile {
         }
     }
 
+    /// The file's name in URLs and in the parts of `POST /plans/commits`.
+    pub fn part_name(self) -> &'static str {
+        match self {
+            PlanFile::Integration => "integration-file",
+            PlanFile::Configuration => "configuration-file",
+        }
+    }
+
     /// Label used in metrics and logs.
     pub fn label(self) -> &'static str {
         match self {

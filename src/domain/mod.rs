@@ -1,18 +1,23 @@
 //! Domain types: values that can only be valid once constructed (parse, don't validate).
+pub mod commit_message;
 pub mod configuration;
 pub mod cursor;
 pub mod file;
+pub mod idempotency;
 pub mod identity;
 pub mod integration;
 pub mod json_guard;
+pub mod json_patch;
 pub mod object_id;
 pub mod request_id;
 pub mod tenant;
 pub mod yaml;
 
+pub use commit_message::CommitMessage;
 pub use configuration::ConfigurationDoc;
 pub use cursor::Cursor;
 pub use file::PlanFile;
+pub use idempotency::IdempotencyKey;
 pub use identity::Identity;
 pub use integration::IntegrationDoc;
 pub use object_id::{BlobId, CommitId, ObjectId};

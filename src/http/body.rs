@@ -1,6 +1,6 @@
 //! Request bodies and headers into domain values, in the contract's order (415, 413, 400, 422).
 use super::problem::ApiError;
-use crate::domain::{json_guard, yaml, ContentError, ObjectId};
+use crate::domain::{json_guard, yaml, CommitId, CommitMessage, ContentError, ObjectId};
 use crate::storage::IfMatch;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest};
@@ -22,6 +22,39 @@ impl PutBody {
             Some(other) => Err(ApiError::InvalidFileSha(format!(
                 "must be a string, found {}",
                 yaml::kind(other)
+            ))),
+        }
+    }
+
+    /// The optional `message` field (the commit subject), cleaned.
+    pub fn message(&self) -> Result<Option<CommitMessage>, ApiError> {
+        CommitMessage::from_field(self.0.get("message"), "/message")
+            .map_err(ApiError::InvalidContent)
+    }
+
+    /// The `commit` field of a restore: 40 hex digits (422 at `/commit` otherwise).
+    pub fn commit(&self) -> Result<CommitId, ApiError> {
+        let bad = |m: String| ApiError::InvalidContent(ContentError::new("/commit", m));
+        match self.0.get("commit") {
+            None | Some(Value::Null) => Err(bad("is required".into())),
+            Some(Value::String(s)) => ObjectId::parse(s)
+                .map(CommitId)
+                .map_err(|e| bad(e.to_string())),
+            Some(other) => Err(bad(format!(
+                "must be a string, found {}",
+                yaml::kind(other)
+            ))),
+        }
+    }
+
+    /// An optional part of `POST /plans/commits`: a JSON object (absent or null: `None`).
+    pub fn part(&mut self, field: &str) -> Result<Option<PutBody>, ApiError> {
+        match self.0.remove(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(PutBody(map))),
+            Some(other) => Err(ApiError::InvalidContent(ContentError::new(
+                format!("/{field}"),
+                format!("must be an object, found {}", yaml::kind(&other)),
             ))),
         }
     }

@@ -139,10 +139,6 @@ pub async fn ticket(state: web::Data<AppState>, who: Principal) -> Reply {
         }))
 }
 
-pub async fn post_only() -> Reply {
-    Err(ApiError::MethodNotAllowed("POST"))
-}
-
 fn bearer(state: &AppState, req: &HttpRequest) -> Result<Principal, ApiError> {
     let header = req
         .headers()

@@ -1,18 +1,16 @@
 //! The four plans endpoints and the fallbacks for unknown paths and methods.
 use super::body;
 use super::cache::Rendered;
-use super::middleware::WrittenCommit;
 use super::problem::ApiError;
 use super::problem::Problem;
 use super::query::ReadQuery;
 use super::schema::{ConfigurationFile, IntegrationFile, PutConfigurationFile, PutIntegrationFile};
+use super::versions::{self, Part, Planned, Shape, WriteOptions};
 use super::{views, AppState};
 use crate::auth::Principal;
-use crate::domain::yaml::Mapping;
-use crate::domain::{ConfigurationDoc, IntegrationDoc, PlanFile, RequestId, Stored};
-use crate::storage::{Preconditions, ReadOutcome, ShaCheck, WriteRequest};
-use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
-use std::sync::Arc;
+use crate::domain::PlanFile;
+use crate::storage::ReadOutcome;
+use actix_web::{web, HttpRequest, HttpResponse};
 
 pub(super) type Reply = Result<HttpResponse, ApiError>;
 
@@ -97,21 +95,23 @@ pub async fn get_configuration(
     request_body(content = PutIntegrationFile, content_type = "application/json"),
     params(
         ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
+        ("dry_run" = Option<bool>, Query, description = "true: run every check, write nothing; commit_sha is null and a patch is added"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; a retry with the same request answers the first answer (Idempotent-Replayed: true)"),
         ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
     ),
     responses(
         (status = 200, description = "Written (or unchanged): the new state and commit_sha", body = IntegrationFile,
             headers(("ETag" = String, description = "The new blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
-        (status = 400, description = "invalid_json, invalid_file_sha or file_sha_not_allowed", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.integrations.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
         (status = 408, description = "body_timeout: the body did not arrive in time", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "sha_mismatch: the file changed since it was read (current_sha)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "sha_mismatch: the file changed since it was read (current_sha); idempotency_key_in_flight", body = Problem, content_type = "application/problem+json"),
         (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_content, with the JSON pointer of the first bad element", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid_content, with the JSON pointer of the first bad element; idempotency_key_reused", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "precondition_required: no file_sha and no If-Match", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "busy: the branch kept moving; retry", body = Problem, content_type = "application/problem+json"),
@@ -138,37 +138,28 @@ pub async fn put_integration(
         Err(e) => return Err(state.unread(payload, e).await),
     };
     let bytes = state.read_body(&req, payload).await?;
-    let source_hosting = tenant.source_hosting;
-    let (file_sha, doc, edit) = cpu(bytes.len(), move || {
+    let options = WriteOptions::from_request(&req)?;
+    let record = options.record(&req, &bytes);
+    let (source_hosting, if_match) = (tenant.source_hosting, body::if_match(&req));
+    let (part, subject) = cpu(bytes.len(), move || {
         let mut body = body::parse_put_body(&bytes)?;
-        let file_sha = body.file_sha()?;
-        if file_sha.is_some() && !source_hosting {
-            return Err(ApiError::FileShaNotAllowed);
-        }
-        let content = body.take("content")?;
-        // JSON content edits the stored text; YAML text is stored byte for byte.
-        let json = content.is_object();
-        let doc = IntegrationDoc::from_request(content).map_err(ApiError::InvalidContent)?;
-        let edit = json.then(|| Arc::new(doc.content().clone()));
-        Ok((file_sha, doc, edit))
+        let sha = versions::file_sha(file, &body, source_hosting)?;
+        let (doc, json) = versions::new_doc(file, &mut body)?;
+        let subject = body.message()?;
+        let pre = versions::preconditions(file, sha, if_match)?;
+        Ok((Part::new(doc, json, pre), subject))
     })
     .await?;
     // Parsed: the body's share of the budget goes back before the write waits for its turn.
     drop(turn);
-    let preconditions = Preconditions {
-        file_sha: file_sha.map(ShaCheck::Blob),
-        if_match: body::if_match(&req),
-        ancestry: None,
+    let planned = Planned {
+        parts: vec![part],
+        subject,
+        restored_from: None,
+        record,
+        dry_run: options.dry_run,
     };
-    let bytes = doc.raw().as_bytes().to_vec();
-    let outcome = state
-        .write(&who, &req, file, bytes, edit, preconditions)
-        .await?;
-    let written = WrittenCommit::of(&outcome, file);
-    let doc = doc.stored_as(&outcome.bytes);
-    let mut res = views::integration(Stored::Valid(doc), &[], outcome.blob, Some(outcome.commit));
-    res.extensions_mut().insert(written);
-    Ok(res)
+    state.run_write(&who, &req, planned, Shape::Single).await
 }
 
 #[utoipa::path(
@@ -179,21 +170,23 @@ pub async fn put_integration(
     request_body(content = PutConfigurationFile, content_type = "application/json"),
     params(
         ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
+        ("dry_run" = Option<bool>, Query, description = "true: run every check, write nothing; commit_sha is null and a patch is added"),
+        ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; a retry with the same request answers the first answer (Idempotent-Replayed: true)"),
         ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
     ),
     responses(
         (status = 200, description = "Written (or unchanged): the new state and commit_sha", body = ConfigurationFile,
             headers(("ETag" = String, description = "The new blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
-        (status = 400, description = "invalid_json, invalid_file_sha or file_sha_not_allowed", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.preferences.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
         (status = 408, description = "body_timeout: the body did not arrive in time", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "sha_mismatch: the file changed since it was read (current_sha)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "sha_mismatch: the file changed since it was read (current_sha); idempotency_key_in_flight", body = Problem, content_type = "application/problem+json"),
         (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_content, with the JSON pointer of the first bad element", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "invalid_content, with the JSON pointer of the first bad element; idempotency_key_reused", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "precondition_required: no file_sha and no If-Match", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "busy: the branch kept moving; retry", body = Problem, content_type = "application/problem+json"),
@@ -220,33 +213,27 @@ pub async fn put_configuration(
         Err(e) => return Err(state.unread(payload, e).await),
     };
     let bytes = state.read_body(&req, payload).await?;
-    let (file_sha, doc, edit) = cpu(bytes.len(), move || {
+    let options = WriteOptions::from_request(&req)?;
+    let record = options.record(&req, &bytes);
+    let if_match = body::if_match(&req);
+    let (part, subject) = cpu(bytes.len(), move || {
         let mut body = body::parse_put_body(&bytes)?;
-        let file_sha = body.file_sha()?;
-        let doc = ConfigurationDoc::from_request(body.take("payload")?)
-            .map_err(ApiError::InvalidContent)?;
-        let edit = Arc::new(doc.content().clone());
-        Ok((file_sha, doc, edit))
+        let sha = versions::file_sha(file, &body, false)?;
+        let (doc, json) = versions::new_doc(file, &mut body)?;
+        let subject = body.message()?;
+        let pre = versions::preconditions(file, sha, if_match)?;
+        Ok((Part::new(doc, json, pre), subject))
     })
     .await?;
     drop(turn);
-    let if_match = body::if_match(&req);
-    if file_sha.is_none() && if_match.is_none() {
-        return Err(ApiError::PreconditionRequired);
-    }
-    let preconditions = Preconditions {
-        file_sha: file_sha.map(ShaCheck::BlobOrCommit),
-        if_match,
-        ancestry: None,
+    let planned = Planned {
+        parts: vec![part],
+        subject,
+        restored_from: None,
+        record,
+        dry_run: options.dry_run,
     };
-    let bytes = doc.raw().as_bytes().to_vec();
-    let outcome = state
-        .write(&who, &req, file, bytes, Some(edit), preconditions)
-        .await?;
-    let mut res = views::configuration(Stored::Valid(doc), outcome.blob, Some(outcome.commit));
-    res.extensions_mut()
-        .insert(WrittenCommit::of(&outcome, file));
-    Ok(res)
+    state.run_write(&who, &req, planned, Shape::Single).await
 }
 
 pub(super) fn require(granted: bool, permission: &'static str) -> Result<(), ApiError> {
@@ -263,6 +250,10 @@ pub async fn not_found(req: HttpRequest) -> Reply {
 
 pub async fn get_only() -> Reply {
     Err(ApiError::MethodNotAllowed("GET"))
+}
+
+pub async fn post_only() -> Reply {
+    Err(ApiError::MethodNotAllowed("POST"))
 }
 
 pub async fn get_put_only() -> Reply {
@@ -344,7 +335,7 @@ impl AppState {
 
     /// `err`, once the body is read and thrown away: a server that answers and closes with
     /// unread data makes the client's kernel drop the answer. Holds no memory or budget.
-    async fn unread(&self, payload: web::Payload, err: ApiError) -> ApiError {
+    pub(super) async fn unread(&self, payload: web::Payload, err: ApiError) -> ApiError {
         body::discard(payload, self.body_limit, self.body_pace).await;
         err
     }
@@ -353,7 +344,7 @@ impl AppState {
     /// 503 `busy` when the tenant's write queue is full. The refusal is held for
     /// [`SHED_HOLD`] first: a client that retries at once, ignoring `Retry-After`, then
     /// cannot turn its own refusals into a loop that takes the CPU from other tenants.
-    async fn shed_write(&self, who: &Principal, file: PlanFile) -> Result<(), ApiError> {
+    pub(super) async fn shed_write(&self, who: &Principal, file: PlanFile) -> Result<(), ApiError> {
         if who.can_write(file) && self.writers.queue_full(who.tenant()) {
             tokio::time::sleep(SHED_HOLD).await;
             return Err(ApiError::from_write(
@@ -369,7 +360,7 @@ impl AppState {
 
     /// A turn to parse and render a stored file of `tenant`; 503 `busy` when it does not come
     /// in time.
-    async fn render_turn(
+    pub(super) async fn render_turn(
         &self,
         tenant: &crate::domain::TenantId,
     ) -> Result<crate::gates::Turn, ApiError> {
@@ -390,40 +381,12 @@ impl AppState {
         blocking(move || storage.tenant(&tenant), file).await
     }
 
-    async fn read_body(
+    pub(super) async fn read_body(
         &self,
         req: &HttpRequest,
         payload: web::Payload,
     ) -> Result<web::BytesMut, ApiError> {
         body::read_put_body(req, payload, self.body_limit, self.body_pace).await
-    }
-
-    async fn write(
-        &self,
-        who: &Principal,
-        req: &HttpRequest,
-        file: PlanFile,
-        bytes: Vec<u8>,
-        content: Option<Arc<Mapping>>,
-        preconditions: Preconditions,
-    ) -> Result<crate::storage::WriteOutcome, ApiError> {
-        let request_id = req
-            .extensions()
-            .get::<RequestId>()
-            .cloned()
-            .unwrap_or_else(RequestId::generate);
-        let write = WriteRequest {
-            file,
-            bytes,
-            content,
-            preconditions,
-            author: who.author(),
-            request_id,
-        };
-        self.writers
-            .write(who.tenant(), write)
-            .await
-            .map_err(|e| ApiError::from_write(e, file))
     }
 }
 
@@ -434,7 +397,7 @@ const PARSE_INLINE_BYTES: usize = 64 * 1024;
 /// Parses a body of `size` bytes: inline when small, else on the blocking pool, so that one
 /// large body (up to a whole megabyte of JSON and YAML) never stalls its worker's other
 /// connections.
-async fn cpu<T: Send + 'static>(
+pub(super) async fn cpu<T: Send + 'static>(
     size: usize,
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {

@@ -38,18 +38,6 @@ pub struct WrittenCommit {
     pub made: Option<Made>,
 }
 
-impl WrittenCommit {
-    pub fn of(outcome: &crate::storage::WriteOutcome, file: PlanFile) -> Self {
-        Self {
-            commit: outcome.commit,
-            file,
-            changed: outcome.changed,
-            forced: outcome.forced,
-            made: outcome.made,
-        }
-    }
-}
-
 pub async fn request_context(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,

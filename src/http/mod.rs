@@ -15,6 +15,7 @@ mod query;
 mod schema;
 mod socket;
 mod sse;
+mod versions;
 mod views;
 
 pub use body::{parse_put_body, BodyPace, PutBody};
@@ -218,8 +219,43 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         web::resource("/plans/events/tickets")
             .name("/plans/events/tickets")
             .route(web::post().to(events::ticket))
-            .default_service(web::to(events::post_only)),
+            .default_service(web::to(handlers::post_only)),
     );
+    for (path, handler) in [
+        ("/plans/commits", web::post().to(versions::post_commits)),
+        (
+            "/plans/integration-file/restore",
+            web::post().to(versions::restore_integration),
+        ),
+        (
+            "/plans/configuration-file/restore",
+            web::post().to(versions::restore_configuration),
+        ),
+    ] {
+        cfg.service(
+            web::resource(path)
+                .name(path)
+                .route(handler)
+                .default_service(web::to(handlers::post_only)),
+        );
+    }
+    for (path, handler) in [
+        (
+            "/plans/integration-file/diff",
+            web::get().to(versions::diff_integration),
+        ),
+        (
+            "/plans/configuration-file/diff",
+            web::get().to(versions::diff_configuration),
+        ),
+    ] {
+        cfg.service(
+            web::resource(path)
+                .name(path)
+                .route(handler)
+                .default_service(web::to(handlers::get_only)),
+        );
+    }
     cfg.configure(git::routes);
     for (path, handler) in [
         ("/healthz", web::get().to(ops::healthz)),

@@ -2,10 +2,12 @@
 use super::events::{FileEvent, HeadEvent, Ticket};
 use super::problem::Problem;
 use super::schema::{
-    Author, ConfigurationContent, ConfigurationFile, FileStatus, Folder, GitBytes, Health,
-    HistoryEntry, HistoryPage, IntegrationFile, PutConfigurationFile, PutIntegrationFile,
+    Author, CommitsAnswer, ConfigurationContent, ConfigurationFile, DiffSide, FileDiff, FileStatus,
+    Folder, GitBytes, Health, HistoryEntry, HistoryPage, IntegrationFile, PatchOp, PostCommits,
+    PutConfigurationFile, PutConfigurationPart, PutIntegrationFile, PutIntegrationPart,
+    RestoreFile,
 };
-use super::{events, git, handlers, history, ops};
+use super::{events, git, handlers, history, ops, versions};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -25,6 +27,11 @@ use utoipa::{Modify, OpenApi};
         history::configuration,
         events::stream,
         events::ticket,
+        versions::post_commits,
+        versions::restore_integration,
+        versions::restore_configuration,
+        versions::diff_integration,
+        versions::diff_configuration,
         git::info_refs,
         git::upload_pack,
         git::refuse_push,
@@ -36,7 +43,9 @@ use utoipa::{Modify, OpenApi};
     components(schemas(
         IntegrationFile, ConfigurationFile, PutIntegrationFile, PutConfigurationFile,
         ConfigurationContent, Folder, FileStatus, Problem, Health, HistoryPage, HistoryEntry,
-        Author, GitBytes, HeadEvent, FileEvent, Ticket
+        Author, GitBytes, HeadEvent, FileEvent, Ticket,
+        Author, GitBytes, PostCommits, PutIntegrationPart, PutConfigurationPart, CommitsAnswer,
+        RestoreFile, FileDiff, DiffSide, PatchOp
     )),
     modifiers(&BearerJwt),
 )]

@@ -20,6 +20,10 @@ pub struct Problem {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
     pub current_sha: Option<BlobId>,
+    /// On errors of one part of `POST /plans/commits`: the JSON pointer of what failed, such
+    /// as `/configuration-file/file_sha`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pointer: Option<String>,
     pub request_id: String,
 }
 
@@ -71,6 +75,18 @@ pub enum ApiError {
     InvalidBody(String),
     #[error("commit {0} is not in the tenant's history")]
     UnknownRef(CommitId),
+    #[error("Idempotency-Key {0}")]
+    InvalidIdempotencyKey(&'static str),
+    #[error("a request with this Idempotency-Key is still in flight; retry when it has answered")]
+    IdempotencyKeyInFlight,
+    #[error("this Idempotency-Key was used by commit {0} for another request")]
+    IdempotencyKeyReused(CommitId),
+    /// An error of one part (one file) of `POST /plans/commits`.
+    #[error("{}: {}", part_pointer(*file, inner), inner)]
+    Part {
+        file: PlanFile,
+        inner: Box<ApiError>,
+    },
     #[error("this git endpoint is read-only: clone and fetch work, push does not")]
     PushNotAllowed,
     #[error("the token is for another tenant")]
@@ -166,6 +182,22 @@ impl ApiError {
             InvalidQuery(_) => (StatusCode::BAD_REQUEST, "invalid_query", "Invalid query"),
             InvalidBody(_) => (StatusCode::BAD_REQUEST, "invalid_body", "Invalid body"),
             UnknownRef(_) => (StatusCode::NOT_FOUND, "unknown_ref", "Unknown ref"),
+            InvalidIdempotencyKey(_) => (
+                StatusCode::BAD_REQUEST,
+                "invalid_idempotency_key",
+                "Invalid Idempotency-Key",
+            ),
+            IdempotencyKeyInFlight => (
+                StatusCode::CONFLICT,
+                "idempotency_key_in_flight",
+                "Idempotency-Key in flight",
+            ),
+            IdempotencyKeyReused(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "Idempotency-Key reused",
+            ),
+            Part { inner, .. } => inner.parts(),
             PushNotAllowed => (
                 StatusCode::FORBIDDEN,
                 "push_not_allowed",
@@ -188,9 +220,37 @@ impl ApiError {
 
     fn current_sha(&self) -> Option<BlobId> {
         match self {
+            ApiError::Part { inner, .. } => inner.current_sha(),
             ApiError::ShaMismatch { current, .. }
             | ApiError::PreconditionFailed { current, .. } => Some(*current),
             _ => None,
+        }
+    }
+}
+
+/// The JSON pointer of what failed in one part of `POST /plans/commits`.
+fn part_pointer(file: PlanFile, inner: &ApiError) -> String {
+    let at = match inner {
+        ApiError::InvalidContent(e) => e.pointer.as_str(),
+        ApiError::InvalidFileSha(_)
+        | ApiError::FileShaNotAllowed
+        | ApiError::PreconditionRequired
+        | ApiError::ShaMismatch { .. } => "/file_sha",
+        _ => "",
+    };
+    format!("/{}{at}", file.part_name())
+}
+
+impl ApiError {
+    /// This error, as the error of the part `file` of a request of both files.
+    pub fn in_part(self, file: PlanFile) -> Self {
+        match self {
+            part @ ApiError::Part { .. } => part,
+            inner if inner.status_code().is_client_error() => ApiError::Part {
+                file,
+                inner: Box::new(inner),
+            },
+            other => other,
         }
     }
 }
@@ -215,7 +275,17 @@ impl ResponseError for ApiError {
             other => other.to_string(),
         };
         let mut res = HttpResponse::build(status);
-        match self {
+        let (inner, pointer) = match self {
+            ApiError::Part { file, inner } => (&**inner, Some(part_pointer(*file, inner))),
+            other => (other, None),
+        };
+        let detail = match (self, inner) {
+            (ApiError::Part { .. }, ApiError::InvalidContent(e)) => {
+                format!("{}: {}", pointer.clone().unwrap_or_default(), e.message)
+            }
+            _ => detail,
+        };
+        match inner {
             ApiError::Unauthorized(AuthError::Missing) => {
                 res.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
             }
@@ -247,6 +317,7 @@ impl ResponseError for ApiError {
             detail,
             code,
             current_sha: self.current_sha(),
+            pointer,
             request_id: String::new(),
         };
         let mut response = res.finish();
@@ -280,6 +351,8 @@ impl ApiError {
                 ),
                 waited.as_secs().clamp(1, 5),
             ),
+            WriteError::KeyInFlight { .. } => ApiError::IdempotencyKeyInFlight,
+            WriteError::KeyReused { commit, .. } => ApiError::IdempotencyKeyReused(commit),
             e @ WriteError::Task { .. } => ApiError::Internal(e.to_string()),
         }
     }

@@ -85,6 +85,26 @@ impl HistoryQuery {
     }
 }
 
+/// The one value of the parameter `name` in a query string, if present (other parameters are
+/// ignored); sent twice is an error.
+pub fn single_param(query: &str, name: &str) -> Result<Option<String>, ApiError> {
+    if query.is_empty() {
+        return Ok(None);
+    }
+    let pairs = pairs(query)?;
+    Ok(single(&pairs, name)?.map(str::to_owned))
+}
+
+/// The query of a diff: `from` (required) and `to` (default: `main`), commit ids.
+pub fn diff_query(query: &str) -> Result<(CommitId, Option<CommitId>), ApiError> {
+    let pairs = pairs(query)?;
+    let from = single(&pairs, "from")?
+        .ok_or_else(|| ApiError::InvalidQuery("from is required".into()))
+        .and_then(|r| commit("from", r))?;
+    let to = single(&pairs, "to")?.map(|r| commit("to", r)).transpose()?;
+    Ok((from, to))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -85,6 +85,9 @@ pub struct PutIntegrationFile {
     /// Only for tenants with source hosting: the blob id from the last read. Omit to force.
     #[schema(nullable, pattern = "^[0-9a-fA-F]{40}$")]
     pub file_sha: Option<String>,
+    /// The commit subject: one line of 1-200 characters once control characters are removed.
+    #[schema(nullable, min_length = 1)]
+    pub message: Option<String>,
 }
 
 /// One folder rule of the configuration file. Other keys are kept.
@@ -112,6 +115,103 @@ pub struct PutConfigurationFile {
     /// (An `If-Match` header may stand in for it.)
     #[schema(pattern = "^[0-9a-fA-F]{40}$")]
     pub file_sha: String,
+    /// The commit subject: one line of 1-200 characters once control characters are removed.
+    #[schema(nullable, min_length = 1)]
+    pub message: Option<String>,
+}
+
+/// Body of `POST /plans/commits`: one or both files, each under its own PUT's rules.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct PostCommits {
+    #[schema(rename = "integration-file", nullable)]
+    pub integration_file: Option<PutIntegrationPart>,
+    #[schema(rename = "configuration-file", nullable)]
+    pub configuration_file: Option<PutConfigurationPart>,
+    /// The commit subject (default `Update integrations.yml, configuration.yml`).
+    #[schema(nullable, min_length = 1)]
+    pub message: Option<String>,
+}
+
+/// The integration part of `POST /plans/commits`.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct PutIntegrationPart {
+    #[schema(schema_with = integration_content)]
+    pub content: Value,
+    #[schema(nullable, pattern = "^[0-9a-fA-F]{40}$")]
+    pub file_sha: Option<String>,
+}
+
+/// The configuration part of `POST /plans/commits` (`If-Match` does not apply here).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct PutConfigurationPart {
+    pub payload: ConfigurationContent,
+    #[schema(pattern = "^[0-9a-fA-F]{40}$")]
+    pub file_sha: String,
+}
+
+/// Answer of `POST /plans/commits`: the GET body of each part sent (with `patch` on a dry run).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct CommitsAnswer {
+    /// The new commit (the head when nothing changed); null on a dry run.
+    #[schema(nullable, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: Option<String>,
+    #[schema(rename = "integration-file", nullable)]
+    pub integration_file: Option<IntegrationFile>,
+    #[schema(rename = "configuration-file", nullable)]
+    pub configuration_file: Option<ConfigurationFile>,
+}
+
+/// Body of `POST /plans/<file>/restore`.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct RestoreFile {
+    /// `main` or one of its ancestors: the file is written back as it was there.
+    #[schema(pattern = "^[0-9a-fA-F]{40}$")]
+    pub commit: String,
+    /// As in the file's PUT.
+    #[schema(nullable, pattern = "^[0-9a-fA-F]{40}$")]
+    pub file_sha: Option<String>,
+    #[schema(nullable, min_length = 1)]
+    pub message: Option<String>,
+}
+
+/// One side of a diff.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct DiffSide {
+    #[schema(pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: String,
+    #[schema(pattern = "^[0-9a-f]{40}$")]
+    pub file_sha: String,
+}
+
+/// One RFC 6902 operation (`add`, `remove`, `replace`, `move`).
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct PatchOp {
+    pub op: String,
+    pub path: String,
+    #[schema(nullable)]
+    pub from: Option<String>,
+    #[schema(value_type = Object, nullable)]
+    pub value: Option<Value>,
+}
+
+/// Answer of `GET /plans/<file>/diff`.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+pub struct FileDiff {
+    pub from: DiffSide,
+    pub to: DiffSide,
+    /// RFC 6902 JSON Patch from the parsed `from` content to the parsed `to` content; arrays
+    /// of objects with `account_id` or `path` are diffed by that key.
+    pub patch: Vec<PatchOp>,
+    /// The unified diff of the two YAML texts, as `git diff` prints it.
+    pub text: String,
 }
 
 /// Body of `/healthz` and `/readyz`.

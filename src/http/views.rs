@@ -6,15 +6,6 @@ use actix_web::http::{header, StatusCode};
 use actix_web::web::Bytes;
 use actix_web::HttpResponse;
 
-pub fn integration(
-    stored: Stored<IntegrationDoc>,
-    raw: &[u8],
-    sha: BlobId,
-    commit: Option<CommitId>,
-) -> HttpResponse {
-    respond(integration_body(stored, raw, sha, commit), etag(sha))
-}
-
 /// A GET's body for a stored file, serialized once (the response cache keeps it).
 pub fn stored_body(file: PlanFile, bytes: &[u8], sha: BlobId, commit: Option<CommitId>) -> Bytes {
     match file {
@@ -27,7 +18,7 @@ pub fn stored_body(file: PlanFile, bytes: &[u8], sha: BlobId, commit: Option<Com
     }
 }
 
-fn integration_body(
+pub(super) fn integration_body(
     stored: Stored<IntegrationDoc>,
     raw: &[u8],
     sha: BlobId,
@@ -59,15 +50,7 @@ fn integration_body(
     to_bytes(&body)
 }
 
-pub fn configuration(
-    stored: Stored<ConfigurationDoc>,
-    sha: BlobId,
-    commit: Option<CommitId>,
-) -> HttpResponse {
-    respond(configuration_body(stored, sha, commit), etag(sha))
-}
-
-fn configuration_body(
+pub(super) fn configuration_body(
     stored: Stored<ConfigurationDoc>,
     sha: BlobId,
     commit: Option<CommitId>,

@@ -3,9 +3,12 @@ mod cursor_key;
 mod durable;
 mod error;
 mod feed;
+mod inflight;
+mod recent_keys;
 mod repo;
 mod seed;
 mod upload_pack;
+mod versions;
 mod volume;
 mod watch;
 
@@ -14,6 +17,10 @@ pub use error::StorageError;
 pub use feed::{ChangeFeed, FileChange, HeadState, Replay, Subscription, Update};
 pub use seed::seed_if_empty;
 pub use upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
+pub use versions::{
+    Change, CommitOutcome, CommitRequest, FileDiff, FileOutcome, IdempotencyRecord, IdempotentHit,
+    InFlight, IDEMPOTENCY_COMMITS, IDEMPOTENCY_WINDOW,
+};
 pub use volume::{volume_kind, VolumeKind};
 
 use crate::domain::yaml::{splice::Made, Mapping};
@@ -179,6 +186,8 @@ pub struct Storage {
     cursors: Arc<cursor_key::CursorKey>,
     /// A test seam: called by every write just before it moves `main`.
     write_hook: Option<WriteHook>,
+    /// What idempotency lookups learnt of recent history, so the next reads only what is new.
+    recent_keys: Arc<recent_keys::RecentKeys>,
 }
 
 /// Called with the tenant and its repository's path by a write after its commit is made and
@@ -227,6 +236,7 @@ impl Storage {
             )),
             cursors: Arc::new(cursor_key::CursorKey::new(data_dir)),
             write_hook: None,
+            recent_keys: Arc::default(),
         })
     }
 

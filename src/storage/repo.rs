@@ -1,9 +1,7 @@
 //! The git2 side of storage: one tenant's bare repository, read and written with libgit2.
 use super::durable::{SyncGroup, SyncMark};
-use super::{
-    Ancestry, FileSnapshot, IfMatch, ShaCheck, StorageError, TenantSummary, WriteOutcome,
-    WriteRequest,
-};
+use super::versions::Change;
+use super::{Ancestry, FileSnapshot, StorageError, TenantSummary, WriteOutcome, WriteRequest};
 use crate::domain::yaml::splice::{self, Made, Rewrite};
 use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, TenantId};
 use git2::{
@@ -17,8 +15,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 mod changes;
+mod commit;
 mod history;
 mod upkeep;
+mod versions;
 #[cfg(test)]
 mod write_tests;
 
@@ -380,158 +380,21 @@ impl<'a> TenantRepo<'a> {
         self.in_history(head, oid)
     }
 
-    /// Writes one file (see [`crate::storage::Storage::write`]). `sync` is the group to share
-    /// `syncfs` with; `None` when libgit2 fsyncs by itself.
+    /// Writes one file (see [`crate::storage::Storage::write`]): a commit of one change.
     pub(super) fn write(
         &self,
         req: WriteRequest,
         committer: &Identity,
         sync: Option<&SyncGroup>,
     ) -> Result<WriteOutcome, StorageError> {
-        let path = req.file.path();
-        let deadline = Instant::now() + WRITE_DEADLINE;
-        // Held until this function returns: planfiles writers of a tenant, in any process,
-        // take turns. The OS drops the lock when its holder dies.
-        let _write_lock = self.lock_for_write(deadline, path)?;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let (head, current, present) = self.head_and_blob(req.file)?;
-            let current_id = BlobId(to_id(current));
-            // A write is a "matching" write when a blob-id precondition names the current file.
-            let mut blob_matched = false;
-            match req.preconditions.file_sha {
-                None => {}
-                Some(ShaCheck::Blob(id)) | Some(ShaCheck::BlobOrCommit(id))
-                    if to_oid(&id) == current =>
-                {
-                    blob_matched = true;
-                }
-                Some(ShaCheck::BlobOrCommit(id))
-                    if self.in_history_since(
-                        head.id(),
-                        to_oid(&id),
-                        req.preconditions.ancestry,
-                    ) => {}
-                Some(_) => {
-                    return Err(StorageError::ShaMismatch {
-                        tenant: self.tenant.clone(),
-                        file: path,
-                        current: current_id,
-                    })
-                }
-            }
-            match &req.preconditions.if_match {
-                None | Some(IfMatch::Any) => {}
-                Some(IfMatch::Tags(tags)) if tags.iter().any(|t| t == current_id.as_str()) => {
-                    blob_matched = true
-                }
-                Some(IfMatch::Tags(_)) => {
-                    return Err(StorageError::PreconditionFailed {
-                        tenant: self.tenant.clone(),
-                        file: path,
-                        current: current_id,
-                    })
-                }
-            }
-            let forced = !blob_matched;
-            // Made again on every attempt: the text edited is the current one.
-            let (bytes, made) = self.new_bytes(&req, current, present)?;
-            let new_blob = Oid::hash_object(ObjectType::Blob, &bytes).map_err(git_err(
-                self.tenant,
-                "hash blob",
-                path,
-            ))?;
-            if present && new_blob == current {
-                return Ok(WriteOutcome {
-                    commit: CommitId(to_id(head.id())),
-                    blob: current_id,
-                    changed: false,
-                    forced,
-                    bytes: bytes.into_owned(),
-                    made,
-                });
-            }
-            // A syncfs round that runs while the objects are written may flush them and fail:
-            // the syncs below count every round from here on.
-            let objects_mark = sync.map(SyncGroup::mark);
-            let NewCommit { id: commit, found } = self
-                .commit_on(
-                    &head,
-                    &req,
-                    &bytes,
-                    committer,
-                    forced,
-                    new_blob,
-                    sync.is_none(),
-                )
-                .map_err(|e| self.explain_write_failure(e, path))?;
-            // The objects are on disk before main points at them.
-            match sync {
-                Some(_) => self.group_sync_since(sync, objects_mark, path)?,
-                None => self.sync_objects(&found, path)?,
-            }
-            let ref_mark = sync.map(SyncGroup::mark);
-            if let Some(hook) = &self.before_ref_update {
-                (hook.0)(self.tenant, &self.path);
-            }
-            match self.repo.reference_matching(
-                MAIN,
-                commit,
-                true,
-                head.id(),
-                &format!("planfiles: update {path}"),
-            ) {
-                Ok(_) => {
-                    // And the ref is on disk before the 200. A write that fails changes
-                    // nothing: when that sync fails, main goes back, unless it moved again.
-                    if let Err(e) = self.group_sync_since(sync, ref_mark, path) {
-                        self.undo_unsynced(head.id(), commit, sync, path, &e);
-                        return Err(e);
-                    }
-                    return Ok(WriteOutcome {
-                        commit: CommitId(to_id(commit)),
-                        blob: BlobId(to_id(new_blob)),
-                        changed: true,
-                        forced,
-                        bytes: bytes.into_owned(),
-                        made,
-                    });
-                }
-                // Someone outside planfiles moved main or holds its lock (planfiles writers
-                // take turns on the write lock): rebase onto the new head and check our own
-                // preconditions again.
-                Err(e)
-                    if matches!(
-                        e.code(),
-                        ErrorCode::Modified | ErrorCode::Locked | ErrorCode::NotFound
-                    ) =>
-                {
-                    if e.code() == ErrorCode::Locked {
-                        self.remove_stale_ref_lock();
-                    }
-                    if Instant::now() >= deadline {
-                        return Err(StorageError::Contended {
-                            tenant: self.tenant.clone(),
-                            file: path,
-                            attempts: attempt,
-                        });
-                    }
-                    backoff(attempt);
-                }
-                Err(e) => {
-                    return Err(self
-                        .explain_write_failure(git_err(self.tenant, "move main", path)(e), path))
-                }
-            }
-        }
+        Ok(self.commit(&req.into(), committer, sync)?.into_single())
     }
 
     /// The bytes a write stores: the request's, or for JSON content the current file's text
     /// edited into the content's text (its whole emission when that cannot be done).
     fn new_bytes<'r>(
         &self,
-        req: &'r WriteRequest,
+        req: &'r Change,
         current: Oid,
         present: bool,
     ) -> Result<(Cow<'r, [u8]>, Option<Made>), StorageError> {
@@ -700,78 +563,6 @@ impl<'a> TenantRepo<'a> {
         StorageError::io(op, path, e)
     }
 
-    /// Writes the blob, the tree with that one entry replaced, and a commit on top of `head`.
-    /// `new_blob` is the id of `bytes`. With `track` (fsync mode) it also lists the objects the commit depends on that libgit2
-    /// did not write here, and so did not fsync: those it found already there (it only touches
-    /// them), and the tree's other entries.
-    #[allow(clippy::too_many_arguments)]
-    fn commit_on(
-        &self,
-        head: &git2::Commit<'_>,
-        req: &WriteRequest,
-        bytes: &[u8],
-        committer: &Identity,
-        forced: bool,
-        new_blob: Oid,
-        track: bool,
-    ) -> Result<NewCommit, StorageError> {
-        let path = req.file.path();
-        let err = |op| git_err(self.tenant, op, path);
-        let mut found = Vec::new();
-        let base = head.tree().map_err(err("read head tree"))?;
-        if track && self.is_loose(new_blob) {
-            found.push(new_blob);
-        }
-        let blob = self.repo.blob(bytes).map_err(err("write blob"))?;
-        let expected_tree = track.then(|| tree_id_with(&base, path, blob)).flatten();
-        if track {
-            found.extend(
-                base.iter()
-                    .filter(|e| e.name_bytes() != path.as_bytes())
-                    .map(|e| e.id()),
-            );
-            found.extend(expected_tree.filter(|t| self.is_loose(*t)));
-        }
-        let mut builder = self
-            .repo
-            .treebuilder(Some(&base))
-            .map_err(err("build tree"))?;
-        builder
-            .insert(path, blob, FILE_MODE)
-            .map_err(err("build tree"))?;
-        let tree_oid = builder.write().map_err(err("write tree"))?;
-        if track && expected_tree != Some(tree_oid) {
-            // Not foreseen (an unusual entry in the old tree): sync it to be sure.
-            found.push(tree_oid);
-        }
-        let tree = self
-            .repo
-            .find_tree(tree_oid)
-            .map_err(err("read new tree"))?;
-        let author = signature(&req.author).map_err(err("author signature"))?;
-        let committer = signature(committer).map_err(err("committer signature"))?;
-        let mut message = format!("Update {path}\n\nRequest-Id: {}\n", req.request_id);
-        if forced {
-            message.push_str("Forced: true\n");
-        }
-        let buffer = self
-            .repo
-            .commit_create_buffer(&author, &committer, &message, &tree, &[head])
-            .map_err(err("write commit"))?;
-        if track {
-            let id = Oid::hash_object(ObjectType::Commit, &buffer).map_err(err("hash commit"))?;
-            if self.is_loose(id) {
-                found.push(id);
-            }
-        }
-        let id = self
-            .repo
-            .odb()
-            .and_then(|odb| odb.write(ObjectType::Commit, &buffer))
-            .map_err(err("write commit"))?;
-        Ok(NewCommit { id, found })
-    }
-
     /// The file of the loose object `oid`.
     fn loose_path(&self, oid: Oid) -> PathBuf {
         let hex = oid.to_string();
@@ -791,14 +582,24 @@ struct NewCommit {
 }
 
 /// The id of `base` with the blob entry `name` set to `blob`, as git would write it, computed
-/// without writing it (entries sorted as git sorts them: a folder as if its name ended in `/`).
+/// without writing it.
+#[cfg(test)]
 fn tree_id_with(base: &git2::Tree<'_>, name: &str, blob: Oid) -> Option<Oid> {
+    tree_id_with_all(base, &[(name, blob)])
+}
+
+/// The id of `base` with each blob entry of `set` replaced, as git would write it, computed
+/// without writing it (entries sorted as git sorts them: a folder as if its name ended in `/`).
+fn tree_id_with_all(base: &git2::Tree<'_>, set: &[(&str, Oid)]) -> Option<Oid> {
     let mut entries: Vec<(Vec<u8>, i32, Oid)> = base
         .iter()
-        .filter(|e| e.name_bytes() != name.as_bytes())
+        .filter(|e| !set.iter().any(|(n, _)| e.name_bytes() == n.as_bytes()))
         .map(|e| (e.name_bytes().to_vec(), e.filemode(), e.id()))
         .collect();
-    entries.push((name.as_bytes().to_vec(), FILE_MODE, blob));
+    entries.extend(
+        set.iter()
+            .map(|(name, blob)| (name.as_bytes().to_vec(), FILE_MODE, *blob)),
+    );
     let key = |(name, mode, _): &(Vec<u8>, i32, Oid)| {
         let mut key = name.clone();
         if *mode == 0o040000 {

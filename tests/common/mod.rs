@@ -310,6 +310,65 @@ impl TestApp {
             .unwrap()
     }
 
+    /// Any request: `method` on `path` with a bearer token, an optional JSON body and headers.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self
+            .client
+            .request(method, self.url(path))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            req = req.json(body);
+        }
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// `POST /plans/commits` (`query` such as `?dry_run=true`, or empty).
+    pub async fn post_commits(&self, token: &str, query: &str, body: &Value) -> reqwest::Response {
+        self.send(
+            "POST",
+            &format!("/plans/commits{query}"),
+            token,
+            Some(body),
+            &[],
+        )
+        .await
+    }
+
+    /// `POST /plans/<file>/restore`; `file` is `integration-file` or `configuration-file`.
+    pub async fn restore(&self, token: &str, file: &str, body: &Value) -> reqwest::Response {
+        self.send(
+            "POST",
+            &format!("/plans/{file}/restore"),
+            token,
+            Some(body),
+            &[],
+        )
+        .await
+    }
+
+    /// `GET /plans/<file>/diff?<query>`.
+    pub async fn diff(&self, token: &str, file: &str, query: &str) -> reqwest::Response {
+        self.send(
+            "GET",
+            &format!("/plans/{file}/diff?{query}"),
+            token,
+            None,
+            &[],
+        )
+        .await
+    }
+
     /// The text of `/metrics` (without a token).
     pub async fn metrics(&self) -> String {
         self.client

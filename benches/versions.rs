@@ -1,0 +1,278 @@
+//! The versions benchmark (issue 16): `POST /plans/commits` against the single-file PUT, diff
+//! and restore of a commit 1,000 deep in a long history, and what an `Idempotency-Key` adds
+//! to a PUT (looked up in 1,000 recent commits).
+//!
+//!     cargo bench --bench versions            # 100,000-commit history
+//!     cargo bench --bench versions -- --quick # 10,000 commits, fewer requests
+#[allow(dead_code)]
+#[path = "http/fixtures.rs"]
+mod fixtures;
+#[allow(dead_code)]
+#[path = "http/load.rs"]
+mod load;
+
+use load::Run;
+use planfiles::auth::{mint_hs256, Verifier};
+use planfiles::config::AuthConfig;
+use planfiles::domain::{Identity, TenantId};
+use planfiles::http::{self, AppState, ServerOptions};
+use planfiles::storage::{self, Storage};
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "bench-secret-0123456789abcdef";
+
+fn token(tenant: &str) -> String {
+    mint_hs256(
+        SECRET,
+        &planfiles::auth::MintRequest {
+            tenant: TenantId::parse(tenant).unwrap(),
+            permissions: vec![
+                "jit.integrations.write".into(),
+                "jit.preferences.write".into(),
+            ],
+            sub: Some("bench".into()),
+            email: Some("bench@example.com".into()),
+            name: Some("Bench".into()),
+            ttl_secs: 3600,
+        },
+    )
+    .unwrap()
+}
+
+fn start_planfiles(data_dir: &Path) -> String {
+    storage::init_git();
+    let storage = Storage::open(
+        data_dir,
+        Identity::new("planfiles", "p@localhost", "x"),
+        Default::default(),
+    )
+    .unwrap()
+    .head_lookup_threads(2);
+    let state = AppState::new(
+        storage,
+        Verifier::from_config(&AuthConfig {
+            secret: SECRET.into(),
+            ..AuthConfig::default()
+        })
+        .unwrap(),
+        planfiles::metrics::Metrics::new(),
+        &Default::default(),
+        2000,
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    let options = ServerOptions {
+        workers: 2,
+        client_request_timeout: Duration::from_secs(5),
+        shutdown_timeout: Duration::from_secs(1),
+        send_stall: Duration::from_secs(30),
+    };
+    std::thread::spawn(move || {
+        actix_web::rt::System::new()
+            .block_on(async move { http::serve(state, listener, &options).unwrap().await })
+    });
+    addr
+}
+
+/// One request; `n` numbers it, so that bodies (and keys) differ.
+type Make = dyn Fn(u64) -> (reqwest::Method, String, Value, Option<String>);
+
+async fn serial(client: &reqwest::Client, tenant: &str, make: &Make, from: u64, count: u64) -> Run {
+    let t = token(tenant);
+    let start = Instant::now();
+    let mut run = Run::empty();
+    for n in from..from + count {
+        let (method, url, body, key) = make(n);
+        let mut req = client.request(method, url).bearer_auth(&t).json(&body);
+        if let Some(key) = key {
+            req = req.header("Idempotency-Key", key);
+        }
+        let began = Instant::now();
+        let ok = match req.send().await {
+            Ok(res) => {
+                let ok = res.status().is_success();
+                let _ = res.bytes().await;
+                ok
+            }
+            Err(_) => false,
+        };
+        run.hist
+            .saturating_record(began.elapsed().as_micros() as u64);
+        run.requests += 1;
+        run.errors += u64::from(!ok);
+    }
+    run.elapsed = start.elapsed();
+    run
+}
+
+fn account(n: u64) -> Value {
+    json!({"aws": [{"account_id": format!("{n:012}"), "regions": ["us-east-1"], "type": "aws"}]})
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (deep, count, rounds) = if quick {
+        (10_000, 40, 2)
+    } else {
+        (100_000, 150, 4)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = dir.path().join("tenants");
+    std::fs::create_dir_all(&tenants).unwrap();
+    {
+        storage::init_git();
+        let st = Storage::open(
+            dir.path(),
+            Identity::new("planfiles", "p@localhost", "x"),
+            Default::default(),
+        )
+        .unwrap();
+        for id in ["v0", "idem", "plain"] {
+            st.create_tenant(&TenantId::parse(id).unwrap(), false)
+                .unwrap();
+        }
+    }
+    let t = Instant::now();
+    let deep_repo = tenants.join("deep.git");
+    fixtures::history(&deep_repo, deep);
+    println!(
+        "# planfiles versions benchmark ({}); history of {deep} commits built in {:.1} s",
+        if quick { "quick" } else { "full" },
+        t.elapsed().as_secs_f64()
+    );
+    let addr = start_planfiles(dir.path());
+    std::thread::sleep(Duration::from_millis(200));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = load::client();
+    let mut targets: Vec<(String, String, bool)> = Vec::new();
+
+    println!(
+        "\n## POST /plans/commits (both files) against the single-file PUT, serial, interleaved"
+    );
+    let a = addr.clone();
+    let put: Box<Make> = Box::new(move |n| {
+        (
+            reqwest::Method::PUT,
+            format!("{a}/plans/integration-file"),
+            json!({"content": account(n)}),
+            None,
+        )
+    });
+    let a = addr.clone();
+    let v0_head = fixtures::git(&tenants.join("v0.git"), &["rev-parse", "main"]);
+    let commits: Box<Make> = Box::new(move |n| {
+        (
+            reqwest::Method::POST,
+            format!("{a}/plans/commits"),
+            json!({
+                "integration-file": {"content": account(n)},
+                // A commit of the history forces the configuration file.
+                "configuration-file": {"payload": {"folders": [{"path": format!("p{n}")}]}, "file_sha": v0_head},
+            }),
+            None,
+        )
+    });
+    let (mut p, mut c) = (Run::empty(), Run::empty());
+    for r in 0..rounds {
+        let from = r * count * 2;
+        p.add(&rt.block_on(serial(&client, "v0", &*put, from, count)));
+        c.add(&rt.block_on(serial(&client, "v0", &*commits, from + count, count)));
+    }
+    println!("{}", p.line("PUT /plans/integration-file"));
+    println!("{}", c.line("POST /plans/commits (2 files)"));
+    println!("ratio commits/PUT p50: {:.2}", c.ms(0.5) / p.ms(0.5));
+
+    println!("\n## Diff and restore of a commit 1,000 deep in {deep} commits");
+    let target = fixtures::git(&deep_repo, &["rev-parse", "main~1000"]);
+    let other = fixtures::git(&deep_repo, &["rev-parse", "main~1001"]);
+    let a = addr.clone();
+    let t2 = target.clone();
+    let diff: Box<Make> = Box::new(move |_| {
+        (
+            reqwest::Method::GET,
+            format!("{a}/plans/integration-file/diff?from={t2}"),
+            Value::Null,
+            None,
+        )
+    });
+    // GET with a JSON null body is still a GET; the server ignores it.
+    let d = rt.block_on(serial(&client, "deep", &*diff, 0, count));
+    let a = addr.clone();
+    let restore: Box<Make> = Box::new(move |n| {
+        let commit = if n % 2 == 0 { &target } else { &other };
+        (
+            reqwest::Method::POST,
+            format!("{a}/plans/integration-file/restore"),
+            json!({"commit": commit}),
+            None,
+        )
+    });
+    let r = rt.block_on(serial(&client, "deep", &*restore, 0, count));
+    println!("{}", d.line("GET diff from main~1000"));
+    println!("{}", r.line("POST restore main~1000/1001"));
+    targets.push((
+        "diff at depth 1,000 p50 < 20 ms".into(),
+        format!("{:.2} ms", d.ms(0.5)),
+        d.ms(0.5) < 20.0,
+    ));
+    targets.push((
+        "restore at depth 1,000 p50 < 20 ms".into(),
+        format!("{:.2} ms", r.ms(0.5)),
+        r.ms(0.5) < 20.0,
+    ));
+
+    println!(
+        "\n## Idempotency-Key on a PUT, looked up in 1,000 recent commits (none with the key)"
+    );
+    // 1,000 recent commits on both tenants, so that the lookup walks its whole window.
+    let a = addr.clone();
+    let fill: Box<Make> = Box::new(move |n| {
+        (
+            reqwest::Method::PUT,
+            format!("{a}/plans/integration-file"),
+            json!({"content": account(n)}),
+            None,
+        )
+    });
+    for tenant in ["idem", "plain"] {
+        rt.block_on(serial(&client, tenant, &*fill, 0, 1000));
+    }
+    let a = addr.clone();
+    let with_key: Box<Make> = Box::new(move |n| {
+        (
+            reqwest::Method::PUT,
+            format!("{a}/plans/integration-file"),
+            json!({"content": account(n)}),
+            Some(format!("bench-{n}")),
+        )
+    });
+    let (mut k, mut nk) = (Run::empty(), Run::empty());
+    for r in 0..rounds {
+        let from = 10_000 + r * count;
+        nk.add(&rt.block_on(serial(&client, "plain", &*fill, from, count)));
+        k.add(&rt.block_on(serial(&client, "idem", &*with_key, from, count)));
+    }
+    println!("{}", nk.line("PUT without a key"));
+    println!("{}", k.line("PUT with Idempotency-Key"));
+    let extra = (k.ms(0.5) / nk.ms(0.5) - 1.0) * 100.0;
+    targets.push((
+        "PUT with Idempotency-Key p50 <= +10%".into(),
+        format!("{extra:+.0}%"),
+        extra <= 10.0,
+    ));
+
+    println!("\n## Targets");
+    println!("| measure | result | target |\n|---|---|---|");
+    for (what, got, ok) in &targets {
+        println!(
+            "| {what} | {got} | {} |",
+            if *ok { "met" } else { "NOT MET" }
+        );
+    }
+}

@@ -1,0 +1,82 @@
+//! `CommitMessage`: a caller's `"message"`, cleaned to one line of 1-200 characters, used as the commit subject.
+use super::ContentError;
+use serde_json::Value;
+
+/// The most characters a message keeps.
+pub const MAX_CHARS: usize = 200;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitMessage(String);
+
+impl CommitMessage {
+    /// The optional `message` field of a write's body (`null` is absent). Control characters
+    /// (line breaks included) and the Unicode line, paragraph and bidirectional controls are
+    /// removed and the ends trimmed; then it must hold 1-200 characters (422, at `pointer`).
+    pub fn from_field(value: Option<&Value>, pointer: &str) -> Result<Option<Self>, ContentError> {
+        let text = match value {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::String(s)) => s,
+            Some(_) => return Err(ContentError::new(pointer, "must be a string")),
+        };
+        let cleaned: String = text.chars().filter(|c| !is_removed(*c)).collect();
+        let cleaned = cleaned.trim();
+        let count = cleaned.chars().count();
+        if count == 0 {
+            return Err(ContentError::new(
+                pointer,
+                "is empty once control characters are removed",
+            ));
+        }
+        if count > MAX_CHARS {
+            return Err(ContentError::new(
+                pointer,
+                format!("has {count} characters; at most {MAX_CHARS} are allowed"),
+            ));
+        }
+        Ok(Some(Self(cleaned.to_owned())))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+fn is_removed(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_are_cleaned_then_bounded() {
+        let ok = |v: Value| {
+            CommitMessage::from_field(Some(&v), "/message")
+                .unwrap()
+                .map(|m| m.into_string())
+        };
+        let bad = |v: Value| CommitMessage::from_field(Some(&v), "/message").unwrap_err();
+        assert_eq!(ok(json!(null)), None);
+        assert_eq!(
+            ok(json!("Add the prod account")).as_deref(),
+            Some("Add the prod account")
+        );
+        assert_eq!(ok(json!("a\nb\r\tc\u{7}")).as_deref(), Some("abc"));
+        assert_eq!(ok(json!(" \u{202e}x ")).as_deref(), Some("x"));
+        assert_eq!(
+            ok(json!("é".repeat(200))).map(|s| s.chars().count()),
+            Some(200)
+        );
+        assert_eq!(bad(json!("é".repeat(201))).pointer, "/message");
+        assert_eq!(bad(json!("\n\u{1}")).pointer, "/message");
+        assert_eq!(bad(json!("   ")).pointer, "/message");
+        assert_eq!(bad(json!(3)).pointer, "/message");
+    }
+}

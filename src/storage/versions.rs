@@ -1,0 +1,191 @@
+//! Versions: commits of one or both files (with a subject, a restore source and an idempotency record), diffs and idempotent replays.
+use super::{repo, FileSnapshot, Preconditions, Storage, StorageError, WriteRequest};
+use crate::domain::yaml::{splice::Made, Mapping};
+use crate::domain::{BlobId, CommitId, Identity, PlanFile, RequestId, TenantId};
+use std::sync::Arc;
+
+/// A new version of one file, and what must hold of the current one.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub file: PlanFile,
+    /// The file's new bytes; with `content`, its whole emission, stored only when the file's
+    /// current text cannot be edited into the content.
+    pub bytes: Vec<u8>,
+    /// Content sent as JSON: the current text is edited into its text under the write lock
+    /// (unchanged nodes keep their bytes), checked to read back as exactly this content.
+    pub content: Option<Arc<Mapping>>,
+    pub preconditions: Preconditions,
+}
+
+/// What a write records so that a retry can be told from a new request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    /// The `Idempotency-Key` header (1-255 printable ASCII, checked by the caller).
+    pub key: String,
+    /// A fingerprint of the request (its target and its body bytes).
+    pub fingerprint: String,
+}
+
+/// A write of one or both files as one commit: all its changes or none.
+#[derive(Debug, Clone)]
+pub struct CommitRequest {
+    /// One change per file, at least one, each file at most once.
+    pub changes: Vec<Change>,
+    /// The commit subject (one cleaned line); `Update <paths>` when absent.
+    pub subject: Option<String>,
+    /// A restore: the commit the bytes come from (the `Restored-From` trailer).
+    pub restored_from: Option<CommitId>,
+    pub idempotency: Option<IdempotencyRecord>,
+    /// Check everything, write nothing (no object, no ref, no lock).
+    pub dry_run: bool,
+    pub author: Identity,
+    pub request_id: RequestId,
+}
+
+impl From<WriteRequest> for CommitRequest {
+    fn from(req: WriteRequest) -> Self {
+        CommitRequest {
+            changes: vec![Change {
+                file: req.file,
+                bytes: req.bytes,
+                content: req.content,
+                preconditions: req.preconditions,
+            }],
+            subject: None,
+            restored_from: None,
+            idempotency: None,
+            dry_run: false,
+            author: req.author,
+            request_id: req.request_id,
+        }
+    }
+}
+
+/// What a commit (or a dry run of it) did to one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileOutcome {
+    pub file: PlanFile,
+    /// The file's blob id after the write.
+    pub blob: BlobId,
+    /// False when the bytes equalled the stored bytes.
+    pub changed: bool,
+    /// True when no blob-id precondition matched.
+    pub forced: bool,
+    /// On a dry run: the bytes stored now, for the patch a client is shown.
+    pub before: Option<Vec<u8>>,
+    /// The bytes the file holds after the write (or would, on a dry run).
+    pub bytes: Vec<u8>,
+    /// For content sent as JSON, how its text was made.
+    pub made: Option<Made>,
+}
+
+/// The result of a successful [`Storage::commit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// The new commit, or the head when nothing changed; `None` on a dry run.
+    pub commit: Option<CommitId>,
+    /// One per change, in the request's order.
+    pub files: Vec<FileOutcome>,
+}
+
+impl CommitOutcome {
+    /// The outcome of a commit of one change, as a single-file write reports it.
+    pub fn into_single(self) -> super::WriteOutcome {
+        let file = self
+            .files
+            .into_iter()
+            .next()
+            .expect("one change, one outcome");
+        super::WriteOutcome {
+            commit: self.commit.expect("not a dry run"),
+            blob: file.blob,
+            changed: file.changed,
+            forced: file.forced,
+            bytes: file.bytes,
+            made: file.made,
+        }
+    }
+
+    /// True when a commit was made.
+    pub fn changed(&self) -> bool {
+        self.files.iter().any(|f| f.changed)
+    }
+}
+
+/// An earlier commit that recorded an idempotency key.
+#[derive(Debug, Clone)]
+pub struct IdempotentHit {
+    pub commit: CommitId,
+    /// The fingerprint recorded with the key.
+    pub fingerprint: String,
+}
+
+/// How far back a key is looked for: the last [`IDEMPOTENCY_COMMITS`] commits of `main`'s
+/// first-parent line, and none older than [`IDEMPOTENCY_WINDOW`] (whichever is smaller).
+pub const IDEMPOTENCY_COMMITS: usize = 1000;
+pub const IDEMPOTENCY_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// A file in two commits, and the unified diff between them.
+#[derive(Debug, Clone)]
+pub struct FileDiff {
+    pub from: FileSnapshot,
+    pub to: FileSnapshot,
+    /// As `git diff from to -- <file>` prints it; empty when the bytes are equal.
+    pub text: String,
+}
+
+/// While held, a write with this idempotency key is in flight in this process; others, in any
+/// process, are told so. Released (and its marker file removed) on drop, or by the OS when the
+/// process dies.
+pub struct InFlight(#[allow(dead_code)] super::inflight::Marker);
+
+impl Storage {
+    /// Commits one or both files if every change's preconditions hold (all or nothing).
+    pub fn commit(
+        &self,
+        tenant: &TenantId,
+        req: CommitRequest,
+    ) -> Result<CommitOutcome, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
+            .with_write_hook(self.write_hook.clone())
+            .commit(&req, &self.committer, self.sync.as_deref())
+    }
+
+    /// `file` in `from` and `to` (both `main` or ancestors of it; `to` defaults to `main`) and
+    /// the unified diff between them.
+    pub fn diff(
+        &self,
+        tenant: &TenantId,
+        file: PlanFile,
+        from: CommitId,
+        to: Option<CommitId>,
+    ) -> Result<FileDiff, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.diff(file, from, to)
+    }
+
+    /// The commit among the recent ones (see [`IDEMPOTENCY_COMMITS`]) that recorded `key`.
+    pub fn find_idempotent(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+    ) -> Result<Option<IdempotentHit>, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
+            .find_idempotent(key, &self.recent_keys)
+    }
+
+    /// Marks a write with `key` as in flight, for every process on this data dir; `None` when
+    /// one is in flight already.
+    pub fn claim_in_flight(
+        &self,
+        tenant: &TenantId,
+        key: &str,
+    ) -> Result<Option<InFlight>, StorageError> {
+        let path = self.repo_path(tenant);
+        if !path.is_dir() {
+            return Err(StorageError::TenantNotFound(tenant.clone()));
+        }
+        super::inflight::Marker::claim(&path, key)
+            .map(|m| m.map(InFlight))
+            .map_err(|e| StorageError::io("mark an idempotency key in flight", &path, e))
+    }
+}

@@ -1,0 +1,357 @@
+//! `Idempotency-Key`: replays, reuse, in-flight across processes, no-op retries, the look-back window and a retry after `kill -9`.
+mod common;
+
+use common::process::{data_dir_with_fixture, serve};
+use common::{git_in, problem, token, TestApp, ALL};
+use planfiles::domain::{Identity, TenantId};
+use planfiles::storage::{Durability, Storage};
+use serde_json::{json, Value};
+
+fn key(k: &str) -> [(&str, &str); 1] {
+    [("Idempotency-Key", k)]
+}
+
+#[tokio::test]
+async fn a_retry_answers_the_first_answer_even_after_main_moved() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let sha = app.blob("acme", "integrations.yml");
+    let body = json!({"content": {"first": 1}, "file_sha": sha});
+    let first = app
+        .send(
+            "PUT",
+            "/plans/integration-file",
+            &t,
+            Some(&body),
+            &key("k-1"),
+        )
+        .await;
+    assert_eq!(first.status(), 200);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let first: Value = first.json().await.unwrap();
+    let commit = first["commit_sha"].as_str().unwrap().to_owned();
+    let tr = app.git("acme", &["log", "-1", "--format=%(trailers:only,unfold)"]);
+    assert!(tr.contains("Idempotency-Key: k-1"), "{tr}");
+    assert!(tr.contains("Idempotency-Fingerprint: sha256:"), "{tr}");
+    // main moves on; the file_sha of the retry is stale now.
+    let res = app
+        .put_integration(&t, &json!({"content": {"later": 2}}))
+        .await;
+    assert_eq!(res.status(), 200);
+    let head = app.head("acme");
+    let retry = app
+        .send(
+            "PUT",
+            "/plans/integration-file",
+            &t,
+            Some(&body),
+            &key("k-1"),
+        )
+        .await;
+    assert_eq!(retry.status(), 200);
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        retry.headers()["etag"],
+        format!("\"{}\"", first["file_sha"].as_str().unwrap()).as_str()
+    );
+    let retry: Value = retry.json().await.unwrap();
+    assert_eq!(retry, first, "the same answer");
+    assert_eq!(app.head("acme"), head, "no new commit");
+    // Another request with that key: 422.
+    let other = json!({"content": {"first": 2}, "file_sha": sha});
+    let (s, b) = problem(
+        app.send(
+            "PUT",
+            "/plans/integration-file",
+            &t,
+            Some(&other),
+            &key("k-1"),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (422, Some("idempotency_key_reused"))
+    );
+    assert!(b["detail"].as_str().unwrap().contains(&commit));
+    // The same body to another endpoint is another request too.
+    let (s, _) = problem(
+        app.send("POST", "/plans/commits", &t, Some(&body), &key("k-1"))
+            .await,
+    )
+    .await;
+    assert_eq!(s, 422);
+    assert_eq!(app.head("acme"), head);
+}
+
+#[tokio::test]
+async fn every_write_takes_a_key() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let conf = app.blob("acme", "configuration.yml");
+    let start = app.head("acme");
+    let writes: Vec<(&str, &str, Value)> = vec![
+        (
+            "PUT",
+            "/plans/configuration-file",
+            json!({"payload": {"folders": []}, "file_sha": conf}),
+        ),
+        (
+            "POST",
+            "/plans/commits",
+            json!({"integration-file": {"content": {"c": 1}}}),
+        ),
+        (
+            "POST",
+            "/plans/integration-file/restore",
+            json!({"commit": start}),
+        ),
+    ];
+    for (i, (method, path, body)) in writes.iter().enumerate() {
+        let k = format!("key {i}");
+        let first = app.send(method, path, &t, Some(body), &key(&k)).await;
+        assert_eq!(first.status(), 200, "{path}");
+        let first: Value = first.json().await.unwrap();
+        let head = app.head("acme");
+        let again = app.send(method, path, &t, Some(body), &key(&k)).await;
+        assert_eq!(again.status(), 200, "{path}");
+        assert_eq!(again.headers()["idempotent-replayed"], "true", "{path}");
+        assert_eq!(again.json::<Value>().await.unwrap(), first, "{path}");
+        assert_eq!(app.head("acme"), head, "{path}");
+    }
+    assert_eq!(app.commits_since("acme", &start), 3);
+}
+
+#[tokio::test]
+async fn bad_keys_are_400_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let head = app.head("acme");
+    let long = "k".repeat(256);
+    // (HTTP trims spaces around a header's value, so those never reach the server.)
+    for bad in ["", long.as_str(), "tab\there"] {
+        let (s, b) = problem(
+            app.send(
+                "PUT",
+                "/plans/integration-file",
+                &t,
+                Some(&json!({"content": {}})),
+                &key(bad),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(
+            (s, b["code"].as_str()),
+            (400, Some("invalid_idempotency_key")),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(app.head("acme"), head);
+}
+
+#[tokio::test]
+async fn a_no_op_makes_no_commit_and_its_retry_is_a_no_op_again() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let current: Value = app.get_integration(&t).await.json().await.unwrap();
+    let body = json!({"content": current["raw_content"]});
+    let head = app.head("globex");
+    for _ in 0..2 {
+        let res = app
+            .send(
+                "PUT",
+                "/plans/integration-file",
+                &t,
+                Some(&body),
+                &key("noop"),
+            )
+            .await;
+        assert_eq!(res.status(), 200);
+        assert!(res.headers().get("idempotent-replayed").is_none());
+        let b: Value = res.json().await.unwrap();
+        assert_eq!(b["commit_sha"], head.as_str());
+    }
+    assert_eq!(app.head("globex"), head);
+}
+
+/// A key marked in flight by anyone with the data dir (here: this test, through its own
+/// storage handle, as another process would) is 409 until it is released.
+#[tokio::test]
+async fn a_key_in_flight_elsewhere_is_409() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let head = app.head("acme");
+    let other = Storage::open(
+        app.data_dir.path(),
+        Identity::new("other", "o@localhost", "localhost"),
+        Durability::Fsync,
+    )
+    .unwrap();
+    let tenant = TenantId::parse("acme").unwrap();
+    let held = other
+        .claim_in_flight(&tenant, "busy-key")
+        .unwrap()
+        .expect("free");
+    let body = json!({"content": {"x": 1}});
+    let (s, b) = problem(
+        app.send(
+            "PUT",
+            "/plans/integration-file",
+            &t,
+            Some(&body),
+            &key("busy-key"),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (409, Some("idempotency_key_in_flight"))
+    );
+    assert_eq!(app.head("acme"), head);
+    // Other keys are not held up.
+    let res = app
+        .send(
+            "PUT",
+            "/plans/integration-file",
+            &t,
+            Some(&json!({"content": {"y": 1}})),
+            &key("free-key"),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    drop(held);
+    let res = app
+        .send(
+            "PUT",
+            "/plans/integration-file",
+            &t,
+            Some(&body),
+            &key("busy-key"),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+}
+
+/// Only the last day of history counts: a key recorded in an older commit is free again.
+#[tokio::test]
+async fn keys_older_than_the_window_are_forgotten() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let repo = app.repo("globex");
+    let old = "2020-01-01T00:00:00Z";
+    let commit = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&repo)
+        .args([
+            "commit-tree",
+            "main^{tree}",
+            "-p",
+            "main",
+            "-m",
+            "old\n\nIdempotency-Key: old-key\nIdempotency-Fingerprint: sha256:00\n",
+        ])
+        .env("GIT_AUTHOR_NAME", "x")
+        .env("GIT_AUTHOR_EMAIL", "x@x")
+        .env("GIT_COMMITTER_NAME", "x")
+        .env("GIT_COMMITTER_EMAIL", "x@x")
+        .env("GIT_COMMITTER_DATE", old)
+        .env("GIT_AUTHOR_DATE", old)
+        .output()
+        .unwrap();
+    let commit = String::from_utf8(commit.stdout).unwrap().trim().to_owned();
+    git_in(&repo, &["update-ref", "refs/heads/main", &commit]);
+    let res = app
+        .send(
+            "PUT",
+            "/plans/integration-file",
+            &t,
+            Some(&json!({"content": {"a": 1}})),
+            &key("old-key"),
+        )
+        .await;
+    assert_eq!(res.status(), 200, "a key older than 24 h is not looked at");
+    // A recent one with the same trailers is.
+    let recent = git_in(
+        &repo,
+        &[
+            "commit-tree",
+            "main^{tree}",
+            "-p",
+            "main",
+            "-m",
+            "new\n\nIdempotency-Key: new-key\nIdempotency-Fingerprint: sha256:00\n",
+        ],
+    );
+    git_in(&repo, &["update-ref", "refs/heads/main", &recent]);
+    let (s, _) = problem(
+        app.send(
+            "PUT",
+            "/plans/integration-file",
+            &t,
+            Some(&json!({"content": {"a": 1}})),
+            &key("new-key"),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(s, 422);
+}
+
+/// The process dies right after its commit (before or while answering); a retry against
+/// another process on the same data dir replays that commit and makes none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_kill_9_between_commit_and_answer_is_replayed() {
+    let dir = data_dir_with_fixture();
+    let repo = dir.path().join("data/tenants/acme.git");
+    let start = git_in(&repo, &["rev-parse", "main"]);
+    let mut first = serve(dir.path(), &[]);
+    let body = json!({"content": {"killed": true}});
+    let url = first.url("/plans/integration-file");
+    let t = token("acme", ALL);
+    let (b2, t2) = (body.clone(), t.clone());
+    let request = tokio::spawn(async move {
+        reqwest::Client::new()
+            .put(url)
+            .bearer_auth(t2)
+            .header("Idempotency-Key", "killed-key")
+            .json(&b2)
+            .send()
+            .await
+    });
+    // Kill -9 as soon as main has moved: the answer may not have been sent.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while git_in(&repo, &["rev-parse", "main"]) == start {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the write never landed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    first.kill9();
+    let _ = request.await;
+    let committed = git_in(&repo, &["rev-parse", "main"]);
+
+    let second = serve(dir.path(), &[]);
+    let res = reqwest::Client::new()
+        .put(second.url("/plans/integration-file"))
+        .bearer_auth(&t)
+        .header("Idempotency-Key", "killed-key")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["idempotent-replayed"], "true");
+    let b: Value = res.json().await.unwrap();
+    assert_eq!(b["commit_sha"], committed.as_str());
+    assert_eq!(b["content"], json!({"killed": true}));
+    assert_eq!(
+        git_in(&repo, &["rev-parse", "main"]),
+        committed,
+        "no second commit"
+    );
+    git_in(&repo, &["fsck", "--strict", "--no-dangling"]);
+}
