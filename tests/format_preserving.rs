@@ -242,3 +242,65 @@ async fn fixture_files_are_in_the_emitted_style() {
         }
     }
 }
+
+/// `POST /plans/commits` edits each JSON part into its stored text as the PUTs do: both files'
+/// comments survive, and a dry run answers the text a real call would store.
+#[tokio::test]
+async fn a_commit_of_both_files_edits_both_texts() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let config = "# scanned folders\nfolders:\n  - path: web  # the site\n";
+    app.outside_commit("acme", "configuration.yml", config);
+    let cur: Value = app.get_integration(&t).await.json().await.unwrap();
+    let integration = format!(
+        "# owned by the platform team\n{}",
+        cur["raw_content"].as_str().unwrap()
+    );
+    app.outside_commit("acme", "integrations.yml", &integration);
+    let mut content = cur["content"].clone();
+    content["aws"][0]["regions"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("ap-south-1"));
+    let body = json!({
+        "integration-file": {"content": content},
+        "configuration-file": {
+            "payload": {"folders": [{"path": "web"}, {"path": "api"}]},
+            "file_sha": app.blob("acme", "configuration.yml"),
+        },
+    });
+    let dry: Value = app
+        .post_commits(&t, "?dry_run=true", &body)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let res = app.post_commits(&t, "", &body).await;
+    assert_eq!(res.status(), 200);
+    let real: Value = res.json().await.unwrap();
+    let stored = app.git("acme", &["show", "main:integrations.yml"]) + "\n";
+    assert!(
+        stored.starts_with("# owned by the platform team\n"),
+        "{stored}"
+    );
+    assert!(stored.contains("ap-south-1"), "{stored}");
+    assert_eq!(
+        real["integration-file"]["raw_content"],
+        json!(stored),
+        "{real}"
+    );
+    assert_eq!(
+        dry["integration-file"]["raw_content"],
+        json!(stored),
+        "{dry}"
+    );
+    assert_eq!(
+        app.git("acme", &["show", "main:configuration.yml"]) + "\n",
+        format!("{config}  - path: api\n")
+    );
+    // One line added to each file, nothing else rewritten.
+    assert_eq!(
+        app.git("acme", &["show", "--numstat", "--format=", "main"]),
+        "1\t0\tconfiguration.yml\n1\t0\tintegrations.yml"
+    );
+}
