@@ -1,58 +1,50 @@
-//! In-flight markers of idempotency keys: an OS lock on a file per key under the repository, so that processes sharing the data dir see each other's writes in flight.
+//! In-flight markers of idempotency keys: a one-byte OS lock per key in one file of the repository, so that processes sharing the data dir see each other's writes in flight.
 use sha2::{Digest, Sha256};
-use std::fs::{File, OpenOptions, TryLockError};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::Path;
 
-/// The folder of markers in a tenant's repository (git ignores it).
-const DIR: &str = "planfiles-inflight";
+/// The file whose bytes are locked, one per key (git ignores it). It is created once and
+/// never removed: a claim changes no file or folder, so it adds nothing to the next sync.
+const FILE: &str = "planfiles-inflight.lock";
 
-/// A held marker: the file is locked while it lives, then removed.
+/// A held marker: an open-file-description lock on the key's byte, released when the file
+/// closes (on drop, or by the OS when the process dies).
 pub(super) struct Marker {
-    path: PathBuf,
     _file: File,
 }
 
 impl Marker {
-    /// Locks the marker of `key` in the repository at `repo`; `None` when another holder (in
-    /// any process) has it. The key is hashed for the file name, so what a client sends never
-    /// names a path.
+    /// Locks the byte of `key` in the repository at `repo`; `None` when another holder (in
+    /// any process) has it. The byte's offset is a hash of the key (62 bits), so what a
+    /// client sends never names a path, and two keys in flight at once share a byte with a
+    /// chance of one in 4.6e18.
     pub(super) fn claim(repo: &Path, key: &str) -> std::io::Result<Option<Marker>> {
-        let dir = repo.join(DIR);
-        std::fs::create_dir_all(&dir)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(repo.join(FILE))?;
         let digest = Sha256::digest(key.as_bytes());
-        let name: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-        let path = dir.join(name);
-        loop {
-            let file = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)?;
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(TryLockError::WouldBlock) => return Ok(None),
-                Err(TryLockError::Error(e)) => return Err(e),
-            }
-            // A holder removes its file before it unlocks: when the file this lock is on is no
-            // longer the one at `path`, it was released meanwhile; try again on the new one.
-            let held = file.metadata()?;
-            match std::fs::metadata(&path) {
-                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                    return Ok(Some(Marker { path, _file: file }))
-                }
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            }
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        let offset = (u64::from_be_bytes(first) >> 2) as libc::off_t;
+        // SAFETY: a zeroed `flock` is a valid value; the fields set are those F_OFD_SETLK reads.
+        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+        lock.l_type = libc::F_WRLCK as libc::c_short;
+        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        lock.l_start = offset;
+        lock.l_len = 1;
+        // SAFETY: the descriptor is open for the call, and `lock` outlives it.
+        let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
+        if rc == 0 {
+            return Ok(Some(Marker { _file: file }));
         }
-    }
-}
-
-impl Drop for Marker {
-    fn drop(&mut self) {
-        // Removed while still locked; the lock goes when the file is closed just after.
-        let _ = std::fs::remove_file(&self.path);
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EACCES) => Ok(None),
+            _ => Err(e),
+        }
     }
 }
 
@@ -67,11 +59,10 @@ mod tests {
         assert!(Marker::claim(dir.path(), "k").unwrap().is_none());
         assert!(Marker::claim(dir.path(), "other").unwrap().is_some());
         drop(first);
-        assert!(Marker::claim(dir.path(), "k").unwrap().is_some());
-        // Nothing is left behind once released.
-        let left = std::fs::read_dir(dir.path().join(super::DIR))
-            .unwrap()
-            .count();
-        assert_eq!(left, 0);
+        let again = Marker::claim(dir.path(), "k").unwrap();
+        assert!(again.is_some());
+        // The only file is the lock file; a claim creates and removes nothing else.
+        let files = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(files, 1);
     }
 }
