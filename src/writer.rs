@@ -8,13 +8,13 @@
 //!
 //! This is also where a tenant's writes can later share work: the writer whose turn it is
 //! could keep the repository open and commit the writes queued behind it together.
-use crate::domain::{CommitId, TenantId};
+use crate::domain::TenantId;
 use crate::gates::Gates;
-use crate::storage::{
-    CommitOutcome, CommitRequest, IdempotentHit, ShaCheck, Storage, StorageError, WriteOutcome,
-    WriteRequest,
-};
+pub use crate::storage::Committed;
+use crate::storage::{CommitRequest, ShaCheck, Storage, StorageError, WriteOutcome, WriteRequest};
 use crate::upkeep::Upkeep;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Why a write did not happen.
@@ -28,8 +28,6 @@ pub enum WriteError {
     TimedOut { tenant: TenantId, waited: Duration },
     #[error("a write of tenant {tenant} with this idempotency key is in flight")]
     KeyInFlight { tenant: TenantId },
-    #[error("tenant {tenant}: commit {commit} recorded this idempotency key for another request")]
-    KeyReused { tenant: TenantId, commit: CommitId },
     #[error("the write task of tenant {tenant} failed: {message}")]
     Task { tenant: TenantId, message: String },
 }
@@ -45,6 +43,7 @@ pub struct Writers {
     depth: usize,
     /// How long a write waits for its turn.
     wait: Duration,
+    keys: KeysInFlight,
 }
 
 impl Writers {
@@ -55,6 +54,7 @@ impl Writers {
             turns: Gates::new(1),
             depth: depth.max(1),
             wait,
+            keys: KeysInFlight::default(),
         }
     }
 
@@ -77,8 +77,9 @@ impl Writers {
     }
 
     /// Commits one or both files once it is this tenant's turn (a dry run too: it checks
-    /// against the same head a real write would see). With an idempotency key, first marks
-    /// the key in flight (409 for a second one) and looks for an earlier commit with it.
+    /// against the same head a real write would see). With an idempotency key, a second
+    /// request with that key while the first is in flight is refused (409); storage looks
+    /// for an earlier commit with it in the write's own task, on the repository it commits to.
     pub async fn commit(
         &self,
         tenant: &TenantId,
@@ -95,37 +96,18 @@ impl Writers {
             tenant: tenant.clone(),
             message: e.to_string(),
         };
-        let mut in_flight = None;
-        if let (Some(record), false) = (req.idempotency.clone(), req.dry_run) {
-            let (storage, owned) = (self.storage.clone(), tenant.clone());
-            let (marker, hit) = tokio::task::spawn_blocking(move || {
-                let Some(marker) = storage.claim_in_flight(&owned, &record.key)? else {
-                    return Ok((None, None));
-                };
-                let hit = storage.find_idempotent(&owned, &record.key)?;
-                Ok::<_, StorageError>((Some(marker), hit))
-            })
-            .await
-            .map_err(task_err)??;
-            let Some(marker) = marker else {
-                return Err(WriteError::KeyInFlight {
-                    tenant: tenant.clone(),
-                });
-            };
-            let record = req.idempotency.as_ref().expect("checked above");
-            match hit {
-                Some(hit) if hit.fingerprint == record.fingerprint => {
-                    return Ok(Committed::Replayed(hit))
-                }
-                Some(hit) => {
-                    return Err(WriteError::KeyReused {
+        // A second request with a key in flight in this process is refused at once; one in
+        // flight in another process is found in the write task, by the key's OS lock.
+        let key = match (&req.idempotency, req.dry_run) {
+            (Some(record), false) => {
+                Some(self.keys.hold(tenant, &record.key).ok_or_else(|| {
+                    WriteError::KeyInFlight {
                         tenant: tenant.clone(),
-                        commit: hit.commit,
-                    })
-                }
-                None => in_flight = Some(marker),
+                    }
+                })?)
             }
-        }
+            _ => None,
+        };
         // A commit hash as file_sha: the history walk happens here, before the turn and the
         // write lock; under them only the commits added since are looked at.
         for change in &mut req.changes {
@@ -147,28 +129,51 @@ impl Writers {
             })?
             .expect("the semaphore is never closed");
         let (storage, upkeep, owned) = (self.storage.clone(), self.upkeep.clone(), tenant.clone());
-        // The turn (and the key's in-flight marker) move into the blocking task: they end
-        // when the write does, even when the client goes away meanwhile.
-        let (outcome, due) = tokio::task::spawn_blocking(move || {
-            let _turn = (turn, lease, in_flight);
-            let outcome = storage.commit(&owned, req)?;
-            let due = outcome.changed() && upkeep.due(&owned);
-            Ok::<_, StorageError>((outcome, due))
+        // The turn (and the key's hold) move into the blocking task: they end when the write
+        // does, even when the client goes away meanwhile.
+        let (committed, due) = tokio::task::spawn_blocking(move || {
+            let _turn = (turn, lease, key);
+            let committed = storage.commit(&owned, req)?;
+            let due =
+                matches!(&committed, Committed::Written(o) if o.changed()) && upkeep.due(&owned);
+            Ok::<_, StorageError>((committed, due))
         })
         .await
         .map_err(task_err)??;
         if due {
             self.upkeep.spawn(tenant.clone());
         }
-        Ok(Committed::Written(outcome))
+        Ok(committed)
     }
 }
 
-/// What [`Writers::commit`] did.
-#[derive(Debug)]
-pub enum Committed {
-    /// Committed now (or nothing changed, or a dry run).
-    Written(CommitOutcome),
-    /// An earlier commit recorded the same key and request: nothing was written.
-    Replayed(IdempotentHit),
+/// The idempotency keys of this process's writes, each from its arrival until its write
+/// ends. Every entry belongs to a write that holds a place in its tenant's queue, so there
+/// are at most `depth` per existing tenant.
+#[derive(Clone, Default)]
+struct KeysInFlight(Arc<Mutex<HashSet<(TenantId, String)>>>);
+
+impl KeysInFlight {
+    /// Holds `key` for `tenant`; `None` when a write of this process holds it.
+    fn hold(&self, tenant: &TenantId, key: &str) -> Option<KeyHold> {
+        let entry = (tenant.clone(), key.to_owned());
+        let mut set = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        set.insert(entry.clone()).then(|| KeyHold {
+            keys: self.clone(),
+            entry,
+        })
+    }
+}
+
+/// Gives its key back on drop.
+struct KeyHold {
+    keys: KeysInFlight,
+    entry: (TenantId, String),
+}
+
+impl Drop for KeyHold {
+    fn drop(&mut self) {
+        let mut set = self.keys.0.lock().unwrap_or_else(|e| e.into_inner());
+        set.remove(&self.entry);
+    }
 }

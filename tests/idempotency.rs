@@ -235,6 +235,83 @@ async fn a_key_in_flight_elsewhere_is_409() {
     assert_eq!(res.status(), 200);
 }
 
+/// A second request with a key whose first request is still being written in this process
+/// is 409 at once, not queued behind it; once the first has answered, a retry replays it.
+#[tokio::test]
+async fn a_key_in_flight_in_this_process_is_409() {
+    use std::sync::{mpsc, Arc, Mutex};
+    let (entered_tx, entered_rx) = mpsc::channel::<()>();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let gate = Arc::new(Mutex::new((entered_tx, release_rx)));
+    let hook = planfiles::storage::WriteHook(Arc::new(move |_, _| {
+        let gate = gate.lock().unwrap();
+        gate.0.send(()).unwrap();
+        gate.1.recv().unwrap();
+    }));
+    common::WRITE_HOOK.with(|h| *h.borrow_mut() = Some(hook));
+    let app = std::sync::Arc::new(TestApp::spawn().await);
+    let t = token("acme", ALL);
+    let head = app.head("acme");
+    let body = json!({"content": {"held": 1}});
+    let first = {
+        let (app, t, body) = (app.clone(), t.clone(), body.clone());
+        tokio::spawn(async move {
+            let res = app
+                .send(
+                    "PUT",
+                    "/plans/integration-file",
+                    &t,
+                    Some(&body),
+                    &key("held"),
+                )
+                .await;
+            (res.status(), res.json::<Value>().await.unwrap())
+        })
+    };
+    // The first write is made and waits in the hook, just before main moves.
+    tokio::task::spawn_blocking(move || entered_rx.recv().unwrap())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let (s, b) = problem(
+        app.send(
+            "PUT",
+            "/plans/integration-file",
+            &t,
+            Some(&body),
+            &key("held"),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (409, Some("idempotency_key_in_flight"))
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(1),
+        "answered at once, not after the first"
+    );
+    release_tx.send(()).unwrap();
+    let (status, answer) = first.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(app.commits_since("acme", &head), 1);
+    let res = app
+        .send(
+            "PUT",
+            "/plans/integration-file",
+            &t,
+            Some(&body),
+            &key("held"),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["idempotent-replayed"], "true");
+    let replay: Value = res.json().await.unwrap();
+    assert_eq!(replay["commit_sha"], answer["commit_sha"]);
+    assert_eq!(app.commits_since("acme", &head), 1);
+}
+
 /// Only the last day of history counts: a key recorded in an older commit is free again.
 #[tokio::test]
 async fn keys_older_than_the_window_are_forgotten() {

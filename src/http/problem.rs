@@ -352,7 +352,6 @@ impl ApiError {
                 waited.as_secs().clamp(1, 5),
             ),
             WriteError::KeyInFlight { .. } => ApiError::IdempotencyKeyInFlight,
-            WriteError::KeyReused { commit, .. } => ApiError::IdempotencyKeyReused(commit),
             e @ WriteError::Task { .. } => ApiError::Internal(e.to_string()),
         }
     }
@@ -371,6 +370,8 @@ impl ApiError {
                 current,
             },
             StorageError::UnknownRef { commit, .. } => ApiError::UnknownRef(commit),
+            StorageError::KeyInFlight(_) => ApiError::IdempotencyKeyInFlight,
+            StorageError::KeyReused { commit, .. } => ApiError::IdempotencyKeyReused(commit),
             StorageError::Contended { .. } => {
                 ApiError::busy(format!("too many concurrent writes to {}", file.path()), 1)
             }

@@ -18,8 +18,8 @@ pub use feed::{ChangeFeed, FileChange, HeadState, Replay, Subscription, Update};
 pub use seed::seed_if_empty;
 pub use upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
 pub use versions::{
-    Change, CommitOutcome, CommitRequest, FileDiff, FileOutcome, IdempotencyRecord, IdempotentHit,
-    InFlight, IDEMPOTENCY_COMMITS, IDEMPOTENCY_WINDOW,
+    Change, CommitOutcome, CommitRequest, Committed, FileDiff, FileOutcome, IdempotencyRecord,
+    IdempotentHit, InFlight, IDEMPOTENCY_COMMITS, IDEMPOTENCY_WINDOW,
 };
 pub use volume::{volume_kind, VolumeKind};
 

@@ -134,21 +134,51 @@ pub struct FileDiff {
     pub text: String,
 }
 
-/// While held, a write with this idempotency key is in flight in this process; others, in any
-/// process, are told so. Released (and its marker file removed) on drop, or by the OS when the
-/// process dies.
+/// While held, a write with this idempotency key is in flight; others, in any process, are
+/// told so. Released on drop, or by the OS when the process dies.
 pub struct InFlight(#[allow(dead_code)] super::inflight::Marker);
+
+/// What [`Storage::commit`] did.
+#[derive(Debug)]
+pub enum Committed {
+    /// Committed now (or nothing changed, or a dry run).
+    Written(CommitOutcome),
+    /// An earlier commit recorded the same key and request: nothing was written.
+    Replayed(IdempotentHit),
+}
 
 impl Storage {
     /// Commits one or both files if every change's preconditions hold (all or nothing).
-    pub fn commit(
-        &self,
-        tenant: &TenantId,
-        req: CommitRequest,
-    ) -> Result<CommitOutcome, StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
-            .with_write_hook(self.write_hook.clone())
-            .commit(&req, &self.committer, self.sync.as_deref())
+    ///
+    /// With an idempotency key (and not a dry run), first marks the key in flight for every
+    /// process on this data dir ([`StorageError::KeyInFlight`] when another holds it), then
+    /// looks for the key in recent history, on the same open repository: a commit with the
+    /// same fingerprint is replayed, one with another is [`StorageError::KeyReused`]. The
+    /// marker is held until the commit is durable.
+    pub fn commit(&self, tenant: &TenantId, req: CommitRequest) -> Result<Committed, StorageError> {
+        let path = self.repo_path(tenant);
+        let repo = repo::TenantRepo::open(tenant, &path)?.with_write_hook(self.write_hook.clone());
+        let _in_flight = match (&req.idempotency, req.dry_run) {
+            (Some(record), false) => {
+                let marker = claim(&path, &record.key)?
+                    .ok_or_else(|| StorageError::KeyInFlight(tenant.clone()))?;
+                match repo.find_idempotent(&record.key, &self.recent_keys)? {
+                    Some(hit) if hit.fingerprint == record.fingerprint => {
+                        return Ok(Committed::Replayed(hit))
+                    }
+                    Some(hit) => {
+                        return Err(StorageError::KeyReused {
+                            tenant: tenant.clone(),
+                            commit: hit.commit,
+                        })
+                    }
+                    None => Some(marker),
+                }
+            }
+            _ => None,
+        };
+        repo.commit(&req, &self.committer, self.sync.as_deref())
+            .map(Committed::Written)
     }
 
     /// `file` in `from` and `to` (both `main` or ancestors of it; `to` defaults to `main`) and
@@ -163,18 +193,9 @@ impl Storage {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.diff(file, from, to)
     }
 
-    /// The commit among the recent ones (see [`IDEMPOTENCY_COMMITS`]) that recorded `key`.
-    pub fn find_idempotent(
-        &self,
-        tenant: &TenantId,
-        key: &str,
-    ) -> Result<Option<IdempotentHit>, StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
-            .find_idempotent(key, &self.recent_keys)
-    }
-
     /// Marks a write with `key` as in flight, for every process on this data dir; `None` when
-    /// one is in flight already.
+    /// one is in flight already. [`Storage::commit`] takes this marker itself; this is for
+    /// tools (and tests) that act as another writer.
     pub fn claim_in_flight(
         &self,
         tenant: &TenantId,
@@ -184,8 +205,13 @@ impl Storage {
         if !path.is_dir() {
             return Err(StorageError::TenantNotFound(tenant.clone()));
         }
-        super::inflight::Marker::claim(&path, key)
-            .map(|m| m.map(InFlight))
-            .map_err(|e| StorageError::io("mark an idempotency key in flight", &path, e))
+        claim(&path, key)
     }
+}
+
+/// The in-flight marker of `key` in the repository at `repo`; `None` when it is held.
+fn claim(repo: &std::path::Path, key: &str) -> Result<Option<InFlight>, StorageError> {
+    super::inflight::Marker::claim(repo, key)
+        .map(|m| m.map(InFlight))
+        .map_err(|e| StorageError::io("mark an idempotency key in flight", repo, e))
 }

@@ -63,13 +63,13 @@ impl TenantRepo<'_> {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|now| now.saturating_sub(IDEMPOTENCY_WINDOW).as_secs() as i64)
             .unwrap_or(0);
-        let prior = recent.take(self.tenant);
+        let mut prior = recent.take(self.tenant);
         let mut fresh = VecDeque::new();
         let mut joined = None;
         let mut at = head;
         while fresh.len() < IDEMPOTENCY_COMMITS {
-            if let Some(prior) = prior.as_ref().filter(|p| to_oid(&p.head) == at) {
-                joined = Some(prior.commits.clone());
+            if prior.as_ref().is_some_and(|p| to_oid(&p.head) == at) {
+                joined = prior.take().map(|p| p.commits);
                 break;
             }
             let commit = self.repo.find_commit(at).map_err(err("read commit"))?;
@@ -87,9 +87,13 @@ impl TenantRepo<'_> {
                 Err(_) => break,
             }
         }
-        if let Some(older) = joined {
-            fresh.extend(older);
-            fresh.truncate(IDEMPOTENCY_COMMITS);
+        if let Some(mut older) = joined {
+            // The new commits go in front of the scan kept from the last lookup.
+            while let Some(seen) = fresh.pop_back() {
+                older.push_front(seen);
+            }
+            older.truncate(IDEMPOTENCY_COMMITS);
+            fresh = older;
         }
         let wanted = key_hash(key);
         let mut hit = None;
