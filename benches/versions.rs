@@ -10,79 +10,37 @@ mod fixtures;
 #[allow(dead_code)]
 #[path = "http/load.rs"]
 mod load;
+#[path = "http/server.rs"]
+mod server;
 
 use load::Run;
-use planfiles::auth::{mint_hs256, Verifier};
-use planfiles::config::AuthConfig;
 use planfiles::domain::{Identity, TenantId};
-use planfiles::http::{self, AppState, ServerOptions};
 use planfiles::storage::{self, Storage};
 use serde_json::{json, Value};
-use std::path::Path;
+use server::{start_planfiles, token};
 use std::time::{Duration, Instant};
-
-const SECRET: &str = "bench-secret-0123456789abcdef";
-
-fn token(tenant: &str) -> String {
-    mint_hs256(
-        SECRET,
-        &planfiles::auth::MintRequest {
-            tenant: TenantId::parse(tenant).unwrap(),
-            permissions: vec![
-                "jit.integrations.write".into(),
-                "jit.preferences.write".into(),
-            ],
-            sub: Some("bench".into()),
-            email: Some("bench@example.com".into()),
-            name: Some("Bench".into()),
-            ttl_secs: 3600,
-        },
-    )
-    .unwrap()
-}
-
-fn start_planfiles(data_dir: &Path) -> String {
-    storage::init_git();
-    let storage = Storage::open(
-        data_dir,
-        Identity::new("planfiles", "p@localhost", "x"),
-        Default::default(),
-    )
-    .unwrap()
-    .head_lookup_threads(2);
-    let state = AppState::new(
-        storage,
-        Verifier::from_config(&AuthConfig {
-            secret: SECRET.into(),
-            ..AuthConfig::default()
-        })
-        .unwrap(),
-        planfiles::metrics::Metrics::new(),
-        &Default::default(),
-        2000,
-    );
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = format!("http://{}", listener.local_addr().unwrap());
-    let options = ServerOptions {
-        workers: 2,
-        client_request_timeout: Duration::from_secs(5),
-        shutdown_timeout: Duration::from_secs(1),
-        send_stall: Duration::from_secs(30),
-    };
-    std::thread::spawn(move || {
-        actix_web::rt::System::new()
-            .block_on(async move { http::serve(state, listener, &options).unwrap().await })
-    });
-    addr
-}
 
 /// One request; `n` numbers it, so that bodies (and keys) differ.
 type Make = dyn Fn(u64) -> (reqwest::Method, String, Value, Option<String>);
 
+/// Sends requests `from..from + count` one after another.
 async fn serial(client: &reqwest::Client, tenant: &str, make: &Make, from: u64, count: u64) -> Run {
+    let [run] = alternating(client, tenant, make, from, count).await;
+    run
+}
+
+/// Sends requests `from..from + count` one after another; request `n` is recorded in run
+/// `n % N`, so that N kinds of request alternate one by one and share every drift of the
+/// machine.
+async fn alternating<const N: usize>(
+    client: &reqwest::Client,
+    tenant: &str,
+    make: &Make,
+    from: u64,
+    count: u64,
+) -> [Run; N] {
     let t = token(tenant);
-    let start = Instant::now();
-    let mut run = Run::empty();
+    let mut runs: [Run; N] = std::array::from_fn(|_| Run::empty());
     for n in from..from + count {
         let (method, url, body, key) = make(n);
         let mut req = client.request(method, url).bearer_auth(&t).json(&body);
@@ -98,13 +56,14 @@ async fn serial(client: &reqwest::Client, tenant: &str, make: &Make, from: u64, 
             }
             Err(_) => false,
         };
-        run.hist
-            .saturating_record(began.elapsed().as_micros() as u64);
+        let took = began.elapsed();
+        let run = &mut runs[(n % N as u64) as usize];
+        run.hist.saturating_record(took.as_micros() as u64);
         run.requests += 1;
         run.errors += u64::from(!ok);
+        run.elapsed += took;
     }
-    run.elapsed = start.elapsed();
-    run
+    runs
 }
 
 fn account(n: u64) -> Value {
@@ -129,7 +88,7 @@ fn main() {
             Default::default(),
         )
         .unwrap();
-        for id in ["v0", "idem", "plain"] {
+        for id in ["v0", "idem"] {
             st.create_tenant(&TenantId::parse(id).unwrap(), false)
                 .unwrap();
         }
@@ -152,21 +111,18 @@ fn main() {
     let client = load::client();
     let mut targets: Vec<(String, String, bool)> = Vec::new();
 
-    println!(
-        "\n## POST /plans/commits (both files) against the single-file PUT, serial, interleaved"
-    );
-    let a = addr.clone();
-    let put: Box<Make> = Box::new(move |n| {
-        (
-            reqwest::Method::PUT,
-            format!("{a}/plans/integration-file"),
-            json!({"content": account(n)}),
-            None,
-        )
-    });
+    println!("\n## POST /plans/commits (both files) against the single-file PUT, by turns");
     let a = addr.clone();
     let v0_head = fixtures::git(&tenants.join("v0.git"), &["rev-parse", "main"]);
-    let commits: Box<Make> = Box::new(move |n| {
+    let by_turns: Box<Make> = Box::new(move |n| {
+        if n % 2 == 0 {
+            return (
+                reqwest::Method::PUT,
+                format!("{a}/plans/integration-file"),
+                json!({"content": account(n)}),
+                None,
+            );
+        }
         (
             reqwest::Method::POST,
             format!("{a}/plans/commits"),
@@ -178,12 +134,13 @@ fn main() {
             None,
         )
     });
-    let (mut p, mut c) = (Run::empty(), Run::empty());
-    for r in 0..rounds {
-        let from = r * count * 2;
-        p.add(&rt.block_on(serial(&client, "v0", &*put, from, count)));
-        c.add(&rt.block_on(serial(&client, "v0", &*commits, from + count, count)));
-    }
+    let [p, c] = rt.block_on(alternating(
+        &client,
+        "v0",
+        &*by_turns,
+        0,
+        2 * count * rounds,
+    ));
     println!("{}", p.line("PUT /plans/integration-file"));
     println!("{}", c.line("POST /plans/commits (2 files)"));
     println!("ratio commits/PUT p50: {:.2}", c.ms(0.5) / p.ms(0.5));
@@ -228,9 +185,10 @@ fn main() {
     ));
 
     println!(
-        "\n## Idempotency-Key on a PUT, looked up in 1,000 recent commits (none with the key)"
+        "\n## Idempotency-Key on a PUT, looked up in 1,000 recent commits (none with the key); \
+         the same tenant, with and without a key by turns"
     );
-    // 1,000 recent commits on both tenants, so that the lookup walks its whole window.
+    // 1,000 recent commits, so that the lookup walks its whole window.
     let a = addr.clone();
     let fill: Box<Make> = Box::new(move |n| {
         (
@@ -240,24 +198,23 @@ fn main() {
             None,
         )
     });
-    for tenant in ["idem", "plain"] {
-        rt.block_on(serial(&client, tenant, &*fill, 0, 1000));
-    }
+    rt.block_on(serial(&client, "idem", &*fill, 0, 1000));
     let a = addr.clone();
-    let with_key: Box<Make> = Box::new(move |n| {
+    let by_turns: Box<Make> = Box::new(move |n| {
         (
             reqwest::Method::PUT,
             format!("{a}/plans/integration-file"),
             json!({"content": account(n)}),
-            Some(format!("bench-{n}")),
+            (n % 2 == 1).then(|| format!("bench-{n}")),
         )
     });
-    let (mut k, mut nk) = (Run::empty(), Run::empty());
-    for r in 0..rounds {
-        let from = 10_000 + r * count;
-        nk.add(&rt.block_on(serial(&client, "plain", &*fill, from, count)));
-        k.add(&rt.block_on(serial(&client, "idem", &*with_key, from, count)));
-    }
+    let [nk, k] = rt.block_on(alternating(
+        &client,
+        "idem",
+        &*by_turns,
+        10_000,
+        2 * count * rounds,
+    ));
     println!("{}", nk.line("PUT without a key"));
     println!("{}", k.line("PUT with Idempotency-Key"));
     let extra = (k.ms(0.5) / nk.ms(0.5) - 1.0) * 100.0;
