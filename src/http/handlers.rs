@@ -1,6 +1,7 @@
 //! The four plans endpoints and the fallbacks for unknown paths and methods.
 use super::body;
 use super::cache::Rendered;
+use super::openapi::WriteProblems;
 use super::problem::ApiError;
 use super::problem::Problem;
 use super::query::ReadQuery;
@@ -102,20 +103,9 @@ pub async fn get_configuration(
     responses(
         (status = 200, description = "Written (or unchanged): the new state and commit_sha", body = IntegrationFile,
             headers(("ETag" = String, description = "The new blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
-        (status = 400, description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.integrations.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "body_timeout: the body did not arrive in time", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "sha_mismatch: the file changed since it was read (current_sha); idempotency_key_in_flight", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_content, with the JSON pointer of the first bad element; idempotency_key_reused", body = Problem, content_type = "application/problem+json"),
-        (status = 428, description = "precondition_required: no file_sha and no If-Match", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "busy: the branch kept moving; retry", body = Problem, content_type = "application/problem+json"),
-        (status = 507, description = "storage_full: no space left on the data volume", body = Problem, content_type = "application/problem+json"),
+        WriteProblems,
     ),
     security(("bearer" = []))
 )]
@@ -177,20 +167,10 @@ pub async fn put_integration(
     responses(
         (status = 200, description = "Written (or unchanged): the new state and commit_sha", body = ConfigurationFile,
             headers(("ETag" = String, description = "The new blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
-        (status = 400, description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.preferences.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
-        (status = 408, description = "body_timeout: the body did not arrive in time", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "sha_mismatch: the file changed since it was read (current_sha); idempotency_key_in_flight", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_content, with the JSON pointer of the first bad element; idempotency_key_reused", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "precondition_required: no file_sha and no If-Match", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "busy: the branch kept moving; retry", body = Problem, content_type = "application/problem+json"),
-        (status = 507, description = "storage_full: no space left on the data volume", body = Problem, content_type = "application/problem+json"),
+        WriteProblems,
     ),
     security(("bearer" = []))
 )]

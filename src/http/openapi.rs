@@ -72,3 +72,76 @@ impl Modify for BearerJwt {
 pub fn document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
+
+/// The problems every write can answer (both PUTs, `POST /plans/commits`, both restores),
+/// listed once; each write adds its own 200, 403, 404 and, where it applies, 428.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum WriteProblems {
+    #[response(
+        status = 400,
+        description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key",
+        content_type = "application/problem+json"
+    )]
+    BadRequest(Problem),
+    #[response(
+        status = 401,
+        description = "No token, or the token was refused",
+        content_type = "application/problem+json"
+    )]
+    Unauthorized(Problem),
+    #[response(
+        status = 408,
+        description = "body_timeout: the body did not arrive in time",
+        content_type = "application/problem+json"
+    )]
+    BodyTimeout(Problem),
+    #[response(
+        status = 409,
+        description = "sha_mismatch: the file changed since it was read (current_sha), or idempotency_key_in_flight",
+        content_type = "application/problem+json"
+    )]
+    Conflict(Problem),
+    #[response(
+        status = 412,
+        description = "precondition_failed: If-Match differs (current_sha)",
+        content_type = "application/problem+json"
+    )]
+    PreconditionFailed(Problem),
+    #[response(
+        status = 413,
+        description = "The body is over the limit",
+        content_type = "application/problem+json"
+    )]
+    TooLarge(Problem),
+    #[response(
+        status = 415,
+        description = "The body is not application/json",
+        content_type = "application/problem+json"
+    )]
+    UnsupportedMediaType(Problem),
+    #[response(
+        status = 422,
+        description = "invalid_content, with the JSON pointer of the first bad element, or idempotency_key_reused",
+        content_type = "application/problem+json"
+    )]
+    Unprocessable(Problem),
+    #[response(
+        status = 500,
+        description = "Server fault",
+        content_type = "application/problem+json"
+    )]
+    Internal(Problem),
+    #[response(
+        status = 503,
+        description = "busy: the tenant's write queue is full, its turn did not come in time, or main kept moving; Retry-After",
+        content_type = "application/problem+json"
+    )]
+    Busy(Problem),
+    #[response(
+        status = 507,
+        description = "storage_full: no space left on the data volume",
+        content_type = "application/problem+json"
+    )]
+    StorageFull(Problem),
+}

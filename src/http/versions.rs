@@ -2,6 +2,7 @@
 use super::body::{self, PutBody};
 use super::handlers::{blocking, require, Reply};
 use super::middleware::WrittenCommit;
+use super::openapi::WriteProblems;
 use super::problem::{ApiError, Problem};
 #[allow(unused_imports)]
 use super::schema::{
@@ -473,18 +474,10 @@ pub(super) fn new_doc(file: PlanFile, body: &mut PutBody) -> Result<(NewDoc, boo
     ),
     responses(
         (status = 200, description = "Written (or unchanged): the commit and the new state of each part sent", body = CommitsAnswer, headers(("Idempotent-Replayed" = String, description = "true when this answers an earlier request with the same Idempotency-Key"))),
-        (status = 400, description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks the write permission of a file sent", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "sha_mismatch (current_sha), or idempotency_key_in_flight", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_content (with the JSON pointer), or idempotency_key_reused", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "precondition_required: no file_sha (and no If-Match) for the configuration file", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "busy; retry", body = Problem, content_type = "application/problem+json"),
-        (status = 507, description = "storage_full", body = Problem, content_type = "application/problem+json"),
+        WriteProblems,
     ),
     security(("bearer" = []))
 )]
@@ -570,18 +563,8 @@ pub async fn post_commits(
     responses(
         (status = 200, description = "Restored (or unchanged): the PUT's answer", body = IntegrationFile, headers(("ETag" = String, description = "The new blob id, quoted"), ("Idempotent-Replayed" = String, description = "true on a replay"))),
         (status = 404, description = "tenant_not_found, or unknown_ref: commit is not main or an ancestor", body = Problem, content_type = "application/problem+json"),
-        (status = 400, description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The token lacks the write permission of a file sent", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "sha_mismatch (current_sha), or idempotency_key_in_flight", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_content (with the JSON pointer), or idempotency_key_reused", body = Problem, content_type = "application/problem+json"),
-        (status = 428, description = "precondition_required: no file_sha (and no If-Match) for the configuration file", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "busy; retry", body = Problem, content_type = "application/problem+json"),
-        (status = 507, description = "storage_full", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks jit.integrations.write", body = Problem, content_type = "application/problem+json"),
+        WriteProblems,
     ),
     security(("bearer" = []))
 )]
@@ -612,18 +595,9 @@ pub async fn restore_integration(
     responses(
         (status = 200, description = "Restored (or unchanged): the PUT's answer", body = ConfigurationFile, headers(("ETag" = String, description = "The new blob id, quoted"), ("Idempotent-Replayed" = String, description = "true on a replay"))),
         (status = 404, description = "tenant_not_found, or unknown_ref: commit is not main or an ancestor", body = Problem, content_type = "application/problem+json"),
-        (status = 400, description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The token lacks the write permission of a file sent", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "sha_mismatch (current_sha), or idempotency_key_in_flight", body = Problem, content_type = "application/problem+json"),
-        (status = 412, description = "precondition_failed: If-Match differs (current_sha)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is over the limit", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not application/json", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_content (with the JSON pointer), or idempotency_key_reused", body = Problem, content_type = "application/problem+json"),
-        (status = 428, description = "precondition_required: no file_sha (and no If-Match) for the configuration file", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "busy; retry", body = Problem, content_type = "application/problem+json"),
-        (status = 507, description = "storage_full", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks jit.preferences.write", body = Problem, content_type = "application/problem+json"),
+        (status = 428, description = "precondition_required: no file_sha and no If-Match", body = Problem, content_type = "application/problem+json"),
+        WriteProblems,
     ),
     security(("bearer" = []))
 )]
