@@ -1,7 +1,7 @@
 //! The four plans endpoints and the fallbacks for unknown paths and methods.
 use super::body;
 use super::cache::Rendered;
-use super::openapi::WriteProblems;
+use super::openapi::{WriteHeaders, WriteProblems, WriteQuery};
 use super::problem::ApiError;
 use super::problem::Problem;
 use super::query::ReadQuery;
@@ -96,9 +96,8 @@ pub async fn get_configuration(
     request_body(content = PutIntegrationFile, content_type = "application/json"),
     params(
         ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
-        ("dry_run" = Option<bool>, Query, description = "true: run every check, write nothing; commit_sha is null and a patch is added"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; a retry with the same request answers the first answer (Idempotent-Replayed: true)"),
-        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
+        WriteQuery,
+        WriteHeaders,
     ),
     responses(
         (status = 200, description = "Written (or unchanged): the new state and commit_sha", body = IntegrationFile,
@@ -160,9 +159,8 @@ pub async fn put_integration(
     request_body(content = PutConfigurationFile, content_type = "application/json"),
     params(
         ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
-        ("dry_run" = Option<bool>, Query, description = "true: run every check, write nothing; commit_sha is null and a patch is added"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; a retry with the same request answers the first answer (Idempotent-Replayed: true)"),
-        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
+        WriteQuery,
+        WriteHeaders,
     ),
     responses(
         (status = 200, description = "Written (or unchanged): the new state and commit_sha", body = ConfigurationFile,

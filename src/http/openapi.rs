@@ -145,3 +145,25 @@ pub enum WriteProblems {
     )]
     StorageFull(Problem),
 }
+
+/// The query of every write.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct WriteQuery {
+    /// true: run every check, write nothing; commit_sha is null and a patch is added
+    dry_run: Option<bool>,
+}
+
+/// The headers every write takes (a single file's writes also take `If-Match`).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+pub struct WriteHeaders {
+    /// 1-255 printable ASCII; a retry with the same request answers the first answer (Idempotent-Replayed: true)
+    #[param(rename = "Idempotency-Key")]
+    idempotency_key: Option<String>,
+    /// Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit
+    #[param(rename = "X-Request-Id")]
+    request_id: Option<String>,
+}

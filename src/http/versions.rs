@@ -2,7 +2,7 @@
 use super::body::{self, PutBody};
 use super::handlers::{blocking, require, Reply};
 use super::middleware::WrittenCommit;
-use super::openapi::WriteProblems;
+use super::openapi::{WriteHeaders, WriteProblems, WriteQuery};
 use super::problem::{ApiError, Problem};
 #[allow(unused_imports)]
 use super::schema::{
@@ -468,9 +468,8 @@ pub(super) fn new_doc(file: PlanFile, body: &mut PutBody) -> Result<(NewDoc, boo
     description = "Write one or both files in one commit, all or nothing. Each part follows its PUT's rules and needs its own write permission; a failed part is named by the problem's pointer (/integration-file/..., /configuration-file/...).",
     request_body(content = PostCommits, content_type = "application/json"),
     params(
-        ("dry_run" = Option<bool>, Query, description = "true: run every check, write nothing; commit_sha is null and a patch is added"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; a retry with the same request answers the first answer"),
-        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
+        WriteQuery,
+        WriteHeaders,
     ),
     responses(
         (status = 200, description = "Written (or unchanged): the commit and the new state of each part sent", body = CommitsAnswer, headers(("Idempotent-Replayed" = String, description = "true when this answers an earlier request with the same Idempotency-Key"))),
@@ -556,9 +555,8 @@ pub async fn post_commits(
     request_body(content = RestoreFile, content_type = "application/json"),
     params(
         ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
-        ("dry_run" = Option<bool>, Query, description = "true: run every check, write nothing; commit_sha is null and a patch is added"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; a retry with the same request answers the first answer"),
-        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
+        WriteQuery,
+        WriteHeaders,
     ),
     responses(
         (status = 200, description = "Restored (or unchanged): the PUT's answer", body = IntegrationFile, headers(("ETag" = String, description = "The new blob id, quoted"), ("Idempotent-Replayed" = String, description = "true on a replay"))),
@@ -588,9 +586,8 @@ pub async fn restore_integration(
     request_body(content = RestoreFile, content_type = "application/json"),
     params(
         ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
-        ("dry_run" = Option<bool>, Query, description = "true: run every check, write nothing; commit_sha is null and a patch is added"),
-        ("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; a retry with the same request answers the first answer"),
-        ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit"),
+        WriteQuery,
+        WriteHeaders,
     ),
     responses(
         (status = 200, description = "Restored (or unchanged): the PUT's answer", body = ConfigurationFile, headers(("ETag" = String, description = "The new blob id, quoted"), ("Idempotent-Replayed" = String, description = "true on a replay"))),
