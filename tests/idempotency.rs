@@ -11,21 +11,25 @@ fn key(k: &str) -> [(&str, &str); 1] {
     [("Idempotency-Key", k)]
 }
 
+/// A PUT of the integration file with `Idempotency-Key: k`.
+trait PutKeyed {
+    async fn put_keyed(&self, token: &str, body: &Value, k: &str) -> reqwest::Response;
+}
+
+impl PutKeyed for TestApp {
+    async fn put_keyed(&self, token: &str, body: &Value, k: &str) -> reqwest::Response {
+        self.send("PUT", "/plans/integration-file", token, Some(body), &key(k))
+            .await
+    }
+}
+
 #[tokio::test]
 async fn a_retry_answers_the_first_answer_even_after_main_moved() {
     let app = TestApp::spawn().await;
     let t = token("acme", ALL);
     let sha = app.blob("acme", "integrations.yml");
     let body = json!({"content": {"first": 1}, "file_sha": sha});
-    let first = app
-        .send(
-            "PUT",
-            "/plans/integration-file",
-            &t,
-            Some(&body),
-            &key("k-1"),
-        )
-        .await;
+    let first = app.put_keyed(&t, &body, "k-1").await;
     assert_eq!(first.status(), 200);
     assert!(first.headers().get("idempotent-replayed").is_none());
     let first: Value = first.json().await.unwrap();
@@ -39,15 +43,7 @@ async fn a_retry_answers_the_first_answer_even_after_main_moved() {
         .await;
     assert_eq!(res.status(), 200);
     let head = app.head("acme");
-    let retry = app
-        .send(
-            "PUT",
-            "/plans/integration-file",
-            &t,
-            Some(&body),
-            &key("k-1"),
-        )
-        .await;
+    let retry = app.put_keyed(&t, &body, "k-1").await;
     assert_eq!(retry.status(), 200);
     assert_eq!(retry.headers()["idempotent-replayed"], "true");
     assert_eq!(
@@ -59,17 +55,7 @@ async fn a_retry_answers_the_first_answer_even_after_main_moved() {
     assert_eq!(app.head("acme"), head, "no new commit");
     // Another request with that key: 422.
     let other = json!({"content": {"first": 2}, "file_sha": sha});
-    let (s, b) = problem(
-        app.send(
-            "PUT",
-            "/plans/integration-file",
-            &t,
-            Some(&other),
-            &key("k-1"),
-        )
-        .await,
-    )
-    .await;
+    let (s, b) = problem(app.put_keyed(&t, &other, "k-1").await).await;
     assert_eq!(
         (s, b["code"].as_str()),
         (422, Some("idempotency_key_reused"))
@@ -131,17 +117,7 @@ async fn bad_keys_are_400_and_change_nothing() {
     let long = "k".repeat(256);
     // (HTTP trims spaces around a header's value, so those never reach the server.)
     for bad in ["", long.as_str(), "tab\there"] {
-        let (s, b) = problem(
-            app.send(
-                "PUT",
-                "/plans/integration-file",
-                &t,
-                Some(&json!({"content": {}})),
-                &key(bad),
-            )
-            .await,
-        )
-        .await;
+        let (s, b) = problem(app.put_keyed(&t, &json!({"content": {}}), bad).await).await;
         assert_eq!(
             (s, b["code"].as_str()),
             (400, Some("invalid_idempotency_key")),
@@ -159,15 +135,7 @@ async fn a_no_op_makes_no_commit_and_its_retry_is_a_no_op_again() {
     let body = json!({"content": current["raw_content"]});
     let head = app.head("globex");
     for _ in 0..2 {
-        let res = app
-            .send(
-                "PUT",
-                "/plans/integration-file",
-                &t,
-                Some(&body),
-                &key("noop"),
-            )
-            .await;
+        let res = app.put_keyed(&t, &body, "noop").await;
         assert_eq!(res.status(), 200);
         assert!(res.headers().get("idempotent-replayed").is_none());
         let b: Value = res.json().await.unwrap();
@@ -195,17 +163,7 @@ async fn a_key_in_flight_elsewhere_is_409() {
         .unwrap()
         .expect("free");
     let body = json!({"content": {"x": 1}});
-    let (s, b) = problem(
-        app.send(
-            "PUT",
-            "/plans/integration-file",
-            &t,
-            Some(&body),
-            &key("busy-key"),
-        )
-        .await,
-    )
-    .await;
+    let (s, b) = problem(app.put_keyed(&t, &body, "busy-key").await).await;
     assert_eq!(
         (s, b["code"].as_str()),
         (409, Some("idempotency_key_in_flight"))
@@ -213,25 +171,11 @@ async fn a_key_in_flight_elsewhere_is_409() {
     assert_eq!(app.head("acme"), head);
     // Other keys are not held up.
     let res = app
-        .send(
-            "PUT",
-            "/plans/integration-file",
-            &t,
-            Some(&json!({"content": {"y": 1}})),
-            &key("free-key"),
-        )
+        .put_keyed(&t, &json!({"content": {"y": 1}}), "free-key")
         .await;
     assert_eq!(res.status(), 200);
     drop(held);
-    let res = app
-        .send(
-            "PUT",
-            "/plans/integration-file",
-            &t,
-            Some(&body),
-            &key("busy-key"),
-        )
-        .await;
+    let res = app.put_keyed(&t, &body, "busy-key").await;
     assert_eq!(res.status(), 200);
 }
 
@@ -256,15 +200,7 @@ async fn a_key_in_flight_in_this_process_is_409() {
     let first = {
         let (app, t, body) = (app.clone(), t.clone(), body.clone());
         tokio::spawn(async move {
-            let res = app
-                .send(
-                    "PUT",
-                    "/plans/integration-file",
-                    &t,
-                    Some(&body),
-                    &key("held"),
-                )
-                .await;
+            let res = app.put_keyed(&t, &body, "held").await;
             (res.status(), res.json::<Value>().await.unwrap())
         })
     };
@@ -273,17 +209,7 @@ async fn a_key_in_flight_in_this_process_is_409() {
         .await
         .unwrap();
     let started = std::time::Instant::now();
-    let (s, b) = problem(
-        app.send(
-            "PUT",
-            "/plans/integration-file",
-            &t,
-            Some(&body),
-            &key("held"),
-        )
-        .await,
-    )
-    .await;
+    let (s, b) = problem(app.put_keyed(&t, &body, "held").await).await;
     assert_eq!(
         (s, b["code"].as_str()),
         (409, Some("idempotency_key_in_flight"))
@@ -296,15 +222,7 @@ async fn a_key_in_flight_in_this_process_is_409() {
     let (status, answer) = first.await.unwrap();
     assert_eq!(status, 200);
     assert_eq!(app.commits_since("acme", &head), 1);
-    let res = app
-        .send(
-            "PUT",
-            "/plans/integration-file",
-            &t,
-            Some(&body),
-            &key("held"),
-        )
-        .await;
+    let res = app.put_keyed(&t, &body, "held").await;
     assert_eq!(res.status(), 200);
     assert_eq!(res.headers()["idempotent-replayed"], "true");
     let replay: Value = res.json().await.unwrap();
@@ -341,13 +259,7 @@ async fn keys_older_than_the_window_are_forgotten() {
     let commit = String::from_utf8(commit.stdout).unwrap().trim().to_owned();
     git_in(&repo, &["update-ref", "refs/heads/main", &commit]);
     let res = app
-        .send(
-            "PUT",
-            "/plans/integration-file",
-            &t,
-            Some(&json!({"content": {"a": 1}})),
-            &key("old-key"),
-        )
+        .put_keyed(&t, &json!({"content": {"a": 1}}), "old-key")
         .await;
     assert_eq!(res.status(), 200, "a key older than 24 h is not looked at");
     // A recent one with the same trailers is.
@@ -364,14 +276,8 @@ async fn keys_older_than_the_window_are_forgotten() {
     );
     git_in(&repo, &["update-ref", "refs/heads/main", &recent]);
     let (s, _) = problem(
-        app.send(
-            "PUT",
-            "/plans/integration-file",
-            &t,
-            Some(&json!({"content": {"a": 1}})),
-            &key("new-key"),
-        )
-        .await,
+        app.put_keyed(&t, &json!({"content": {"a": 1}}), "new-key")
+            .await,
     )
     .await;
     assert_eq!(s, 422);
