@@ -1,6 +1,7 @@
 //! The versions benchmark (issue 16): `POST /plans/commits` against the single-file PUT, diff
 //! and restore of a commit 1,000 deep in a long history, and what an `Idempotency-Key` adds
-//! to a PUT (looked up in 1,000 recent commits).
+//! to a PUT (looked up in 1,000 recent commits). Request kinds that are compared alternate
+//! one by one on one tenant.
 //!
 //!     cargo bench --bench versions            # 100,000-commit history
 //!     cargo bench --bench versions -- --quick # 10,000 commits, fewer requests
@@ -112,8 +113,44 @@ fn main() {
     let mut targets: Vec<(String, String, bool)> = Vec::new();
 
     println!("\n## POST /plans/commits (both files) against the single-file PUT, by turns");
-    let a = addr.clone();
+    // The configuration part goes back and forth between two documents, each with the
+    // other's blob id as file_sha: a real two-file write with a blob precondition, like the
+    // PUT's. Two rounds of priming learn both blob ids (and that they are stable).
+    let folders = |name: &str| json!({"folders": [{"path": name}]});
     let v0_head = fixtures::git(&tenants.join("v0.git"), &["rev-parse", "main"]);
+    let mut shas: Vec<String> = Vec::new();
+    for (i, name) in ["a", "b", "a", "b"].into_iter().enumerate() {
+        let file_sha = if i == 0 {
+            v0_head.clone()
+        } else {
+            shas[i - 1].clone()
+        };
+        let body = json!({"configuration-file": {"payload": folders(name), "file_sha": file_sha}});
+        let answer: Value = rt.block_on(async {
+            let res = client
+                .post(format!("{addr}/plans/commits"))
+                .bearer_auth(token("v0"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200, "priming the configuration file");
+            res.json().await.unwrap()
+        });
+        shas.push(
+            answer["configuration-file"]["sha"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    assert_eq!(
+        (&shas[0], &shas[1]),
+        (&shas[2], &shas[3]),
+        "stable blob ids"
+    );
+    let (sha_a, sha_b) = (shas[0].clone(), shas[1].clone());
+    let a = addr.clone();
     let by_turns: Box<Make> = Box::new(move |n| {
         if n % 2 == 0 {
             return (
@@ -123,13 +160,18 @@ fn main() {
                 None,
             );
         }
+        // POST number n / 2: "a" over "b" first, as the priming ended with "b".
+        let (name, file_sha) = if (n / 2) % 2 == 0 {
+            ("a", &sha_b)
+        } else {
+            ("b", &sha_a)
+        };
         (
             reqwest::Method::POST,
             format!("{a}/plans/commits"),
             json!({
                 "integration-file": {"content": account(n)},
-                // A commit of the history forces the configuration file.
-                "configuration-file": {"payload": {"folders": [{"path": format!("p{n}")}]}, "file_sha": v0_head},
+                "configuration-file": {"payload": folders(name), "file_sha": file_sha},
             }),
             None,
         )
