@@ -629,6 +629,112 @@ async fn a_failed_part_writes_nothing_and_is_named_by_its_pointer() {
     assert_eq!(res.headers()["allow"], "POST");
 }
 
+/// Both parts are judged in the contract's order: every part's permission (403), then the
+/// 400s, then the 422s (parts, contents, message), then the preconditions (428, 412).
+#[tokio::test]
+async fn the_parts_of_a_commit_are_checked_in_the_contracts_order() {
+    let app = TestApp::spawn().await;
+    let head = app.head("acme");
+    let conf = app.blob("acme", "configuration.yml");
+    let all = token("acme", ALL);
+    let int_only = token("acme", &["jit.integrations.write"]);
+    let ok_conf = json!({"payload": {}, "file_sha": conf});
+    let cases = [
+        (
+            "a bad message does not hide a part the token may not write",
+            &int_only,
+            json!({"integration-file": {"content": {}}, "configuration-file": ok_conf, "message": ""}),
+            403,
+            "insufficient_scope",
+        ),
+        (
+            "a bad first part does not hide a forbidden second one",
+            &int_only,
+            json!({"integration-file": 3, "configuration-file": ok_conf}),
+            403,
+            "insufficient_scope",
+        ),
+        (
+            "the second part's 400 comes before the first part's 422",
+            &all,
+            json!({"integration-file": {"content": 3}, "configuration-file": {"payload": {}, "file_sha": "xyz"}}),
+            400,
+            "invalid_file_sha",
+        ),
+        (
+            "a bad message comes before a missing precondition",
+            &all,
+            json!({"configuration-file": {"payload": {}}, "message": ""}),
+            422,
+            "invalid_content",
+        ),
+        (
+            "If-Match cannot match: this resource has no version of its own",
+            &all,
+            json!({"integration-file": {"content": {"x": 1}}}),
+            412,
+            "precondition_failed",
+        ),
+    ];
+    for (name, t, body, status, code) in cases {
+        let if_match = [("If-Match", format!("\"{conf}\""))];
+        let headers: Vec<(&str, &str)> = if status == 412 {
+            if_match.iter().map(|(k, v)| (*k, v.as_str())).collect()
+        } else {
+            Vec::new()
+        };
+        for query in ["", "?dry_run=true"] {
+            let path = format!("/plans/commits{query}");
+            let (s, b) = problem(app.send("POST", &path, t, Some(&body), &headers).await).await;
+            assert_eq!(
+                (s, b["code"].as_str()),
+                (status, Some(code)),
+                "{name} {query}: {b}"
+            );
+        }
+    }
+    assert_eq!(app.commits_since("acme", &head), 0);
+}
+
+/// A restore's commit is part of its body: an unknown one is 404 before a missing
+/// precondition (428), and a bad message is 422 as on every write.
+#[tokio::test]
+async fn a_restore_is_checked_in_the_contracts_order() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let head = app.head("acme");
+    let unknown = "1".repeat(40);
+    let cases = [
+        (
+            "configuration-file",
+            json!({"commit": unknown}),
+            404,
+            "unknown_ref",
+        ),
+        (
+            "integration-file",
+            json!({"commit": head, "message": ""}),
+            422,
+            "invalid_content",
+        ),
+        (
+            "configuration-file",
+            json!({"commit": head}),
+            428,
+            "precondition_required",
+        ),
+    ];
+    for (file, body, status, code) in cases {
+        let (s, b) = problem(app.restore(&t, file, &body).await).await;
+        assert_eq!(
+            (s, b["code"].as_str()),
+            (status, Some(code)),
+            "{file} {body}: {b}"
+        );
+    }
+    assert_eq!(app.commits_since("acme", &head), 0);
+}
+
 /// A server whose next write finds `main` moved just before its compare-and-swap (once), by
 /// a plain-git commit that sets `file` to `content` and keeps every other entry.
 async fn spawn_losing_the_race(file: &'static str, content: &'static str) -> TestApp {

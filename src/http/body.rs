@@ -47,6 +47,11 @@ impl PutBody {
         }
     }
 
+    /// True when the body has `field` with a value other than null (a part it sends).
+    pub fn sends(&self, field: &str) -> bool {
+        !matches!(self.0.get(field), None | Some(Value::Null))
+    }
+
     /// An optional part of `POST /plans/commits`: a JSON object (absent or null: `None`).
     pub fn part(&mut self, field: &str) -> Result<Option<PutBody>, ApiError> {
         match self.0.remove(field) {

@@ -101,7 +101,7 @@ pub async fn get_configuration(
     ),
     responses(
         (status = 200, description = "Written (or unchanged): the new state and commit_sha", body = IntegrationFile,
-            headers(("ETag" = String, description = "The new blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+            headers(("ETag" = String, description = "The new blob id, quoted"), ("X-Request-Id" = String, description = "The request id"), ("Idempotent-Replayed" = String, description = "true when this answers an earlier request with the same Idempotency-Key"))),
         (status = 403, description = "The token lacks jit.integrations.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
         WriteProblems,
@@ -164,7 +164,7 @@ pub async fn put_integration(
     ),
     responses(
         (status = 200, description = "Written (or unchanged): the new state and commit_sha", body = ConfigurationFile,
-            headers(("ETag" = String, description = "The new blob id, quoted"), ("X-Request-Id" = String, description = "The request id"))),
+            headers(("ETag" = String, description = "The new blob id, quoted"), ("X-Request-Id" = String, description = "The request id"), ("Idempotent-Replayed" = String, description = "true when this answers an earlier request with the same Idempotency-Key"))),
         (status = 403, description = "The token lacks jit.preferences.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "precondition_required: no file_sha and no If-Match", body = Problem, content_type = "application/problem+json"),

@@ -104,7 +104,7 @@ pub enum WriteProblems {
     Conflict(Problem),
     #[response(
         status = 412,
-        description = "precondition_failed: If-Match differs (current_sha)",
+        description = "precondition_failed: If-Match differs (current_sha); on POST /plans/commits, any If-Match (it has no version of its own)",
         content_type = "application/problem+json"
     )]
     PreconditionFailed(Problem),

@@ -57,6 +57,8 @@ pub enum ApiError {
     ShaMismatch { file: &'static str, current: BlobId },
     #[error("If-Match does not match the current {file}")]
     PreconditionFailed { file: &'static str, current: BlobId },
+    #[error("If-Match names one file's version and POST /plans/commits has none: send file_sha in each part instead")]
+    IfMatchWithoutRepresentation,
     /// A turn (a tenant's writer, the body budget, a clone slot) was not had in time, or its
     /// queue is full. Answered 503 with `Retry-After`.
     #[error("{reason}; try again in {retry_after} s")]
@@ -158,7 +160,7 @@ impl ApiError {
                 "Precondition required",
             ),
             ShaMismatch { .. } => (StatusCode::CONFLICT, "sha_mismatch", "File has changed"),
-            PreconditionFailed { .. } => (
+            PreconditionFailed { .. } | IfMatchWithoutRepresentation => (
                 StatusCode::PRECONDITION_FAILED,
                 "precondition_failed",
                 "Precondition failed",

@@ -36,6 +36,10 @@ pub struct IntegrationFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
     pub commit_sha: Option<CommitId>,
+    /// Only in a dry run's answer: the RFC 6902 patch from the stored content to this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<PatchOp>>)]
+    pub patch: Option<Vec<Value>>,
 }
 
 /// The configuration file (GET), or its new state (PUT, with `commit_sha`).
@@ -55,6 +59,10 @@ pub struct ConfigurationFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
     pub commit_sha: Option<CommitId>,
+    /// Only in a dry run's answer: the RFC 6902 patch from the stored content to this one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<PatchOp>>)]
+    pub patch: Option<Vec<Value>>,
 }
 
 /// The new integration configuration: a mapping, or YAML text whose top level is a mapping.
@@ -197,7 +205,7 @@ pub struct PatchOp {
     pub path: String,
     #[schema(nullable)]
     pub from: Option<String>,
-    #[schema(value_type = Object, nullable)]
+    /// Any JSON value (absent for `remove` and `move`).
     pub value: Option<Value>,
 }
 

@@ -62,9 +62,10 @@ impl WriteOptions {
     }
 
     /// What the commit records: the key and a fingerprint of this request (method, path,
-    /// body bytes). Dry runs record nothing.
+    /// body bytes). A dry run is checked against the key as the real call would be (409,
+    /// 422, a replay) and records nothing, since it commits nothing.
     pub fn record(&self, req: &HttpRequest, body: &[u8]) -> Option<IdempotencyRecord> {
-        let key = self.key.as_ref().filter(|_| !self.dry_run)?;
+        let key = self.key.as_ref()?;
         Some(IdempotencyRecord {
             key: key.as_str().to_owned(),
             fingerprint: fingerprint(&format!("{} {}", req.method(), req.path()), body),
@@ -505,36 +506,61 @@ pub async fn post_commits(
     let record = options.record(&req, &bytes);
     let source_hosting = tenant.source_hosting;
     let granted = [PlanFile::Integration, PlanFile::Configuration].map(|f| who.can_write(f));
+    // The contract's order across both parts: every part's permission (403), then every
+    // part's 400s, then the 422s (parts, contents, message), then the preconditions (428).
     let (parts, subject) = super::handlers::cpu(bytes.len(), move || {
         let mut body = body::parse_put_body(&bytes)?;
-        let subject = body.message()?;
-        let mut found = Vec::new();
+        let sent: Vec<PlanFile> = PlanFile::ALL
+            .into_iter()
+            .filter(|file| body.sends(file.part_name()))
+            .collect();
         for (file, granted) in PlanFile::ALL.into_iter().zip(granted) {
-            if let Some(part) = body.part(file.part_name())? {
+            if sent.contains(&file) {
                 require(granted, file.write_permission()).map_err(|e| e.in_part(file))?;
-                found.push((file, part));
             }
         }
-        if found.is_empty() {
+        let mut found = Vec::new();
+        for file in sent {
+            let part = body.part(file.part_name());
+            let sha = match &part {
+                Ok(Some(part)) => {
+                    file_sha(file, part, source_hosting).map_err(|e| e.in_part(file))?
+                }
+                _ => None,
+            };
+            found.push((file, part, sha));
+        }
+        let mut parts = Vec::new();
+        for (file, part, sha) in found {
+            let Some(mut part) = part? else { continue };
+            let (doc, json) = new_doc(file, &mut part).map_err(|e| e.in_part(file))?;
+            parts.push((file, doc, json, sha));
+        }
+        let subject = body.message()?;
+        if parts.is_empty() {
             return Err(ApiError::InvalidContent(ContentError::new(
                 "",
                 "send integration-file, configuration-file or both",
             )));
         }
-        let mut parts = Vec::new();
-        for (file, mut part) in found {
-            let checked = (|| {
-                let sha = file_sha(file, &part, source_hosting)?;
-                let (doc, json) = new_doc(file, &mut part)?;
-                // If-Match names one file's version: it is not used here.
-                let pre = preconditions(file, sha, None)?;
-                Ok::<_, ApiError>(Part::new(doc, json, pre))
-            })();
-            parts.push(checked.map_err(|e| e.in_part(file))?);
-        }
-        Ok((parts, subject))
+        parts
+            .into_iter()
+            .map(|(file, doc, json, sha)| {
+                let pre = preconditions(file, sha, None).map_err(|e| e.in_part(file))?;
+                Ok(Part::new(doc, json, pre))
+            })
+            .collect::<Result<Vec<_>, ApiError>>()
+            .map(|parts| (parts, subject))
     })
     .await?;
+    // If-Match names one file's version, and this resource has none: the condition is false
+    // (RFC 9110, 13.1.1), so the write does not happen. Each part's file_sha is the guard.
+    if req
+        .headers()
+        .contains_key(actix_web::http::header::IF_MATCH)
+    {
+        return Err(ApiError::IfMatchWithoutRepresentation);
+    }
     drop(turn);
     let planned = Planned {
         parts,
@@ -698,7 +724,6 @@ impl AppState {
         })
         .await?;
         drop(turn);
-        let pre = preconditions(file, sha, body::if_match(&req))?;
         let (storage, owned) = (self.storage.clone(), who.tenant().clone());
         let (doc, bytes) = blocking(
             move || {
@@ -720,6 +745,8 @@ impl AppState {
             })?;
             Ok((doc, bytes))
         })?;
+        // Preconditions come last (contract order): an unknown commit is 404 before a 428.
+        let pre = preconditions(file, sha, body::if_match(&req))?;
         let planned = Planned {
             parts: vec![Part {
                 doc,

@@ -35,6 +35,7 @@ pub(super) fn integration_body(
                 vendor_response: Mapping::new(),
                 validation_errors: None,
                 commit_sha: commit,
+                patch: None,
             }
         }
         Stored::Invalid { content, errors } => IntegrationFile {
@@ -45,6 +46,7 @@ pub(super) fn integration_body(
             vendor_response: Mapping::new(),
             validation_errors: Some(errors),
             commit_sha: commit,
+            patch: None,
         },
     };
     to_bytes(&body)
@@ -62,6 +64,7 @@ pub(super) fn configuration_body(
             status: None,
             validation_errors: None,
             commit_sha: commit,
+            patch: None,
         },
         Stored::Invalid { content, errors } => ConfigurationFile {
             content,
@@ -69,6 +72,7 @@ pub(super) fn configuration_body(
             status: Some(FileStatus::Invalid),
             validation_errors: Some(errors),
             commit_sha: commit,
+            patch: None,
         },
     };
     to_bytes(&body)
