@@ -77,9 +77,9 @@ impl Writers {
     }
 
     /// Commits one or both files once it is this tenant's turn (a dry run too: it checks
-    /// against the same head a real write would see). With an idempotency key, a second
-    /// request with that key while the first is in flight is refused (409); storage looks
-    /// for an earlier commit with it in the write's own task, on the repository it commits to.
+    /// against the same head a real write would see). With an idempotency key, a request
+    /// while another with that key is in flight is refused (409); storage looks for an
+    /// earlier commit with the key in the write's own task, on the repository it commits to.
     pub async fn commit(
         &self,
         tenant: &TenantId,
@@ -96,18 +96,31 @@ impl Writers {
             tenant: tenant.clone(),
             message: e.to_string(),
         };
-        // A second request with a key in flight in this process is refused at once; one in
-        // flight in another process is found in the write task, by the key's OS lock.
-        let key = match (&req.idempotency, req.dry_run) {
-            (Some(record), false) => {
-                Some(self.keys.hold(tenant, &record.key).ok_or_else(|| {
-                    WriteError::KeyInFlight {
-                        tenant: tenant.clone(),
-                    }
-                })?)
+        // A request whose key is in flight is refused at once (409), before any wait: in this
+        // process by the set of keys held here, in others by the key's OS lock, which a real
+        // write takes now and holds until it is durable. A dry run only looks (storage
+        // checks the lock in its task); it holds nothing.
+        let mut key = None;
+        if let Some(record) = &req.idempotency {
+            let in_flight = || WriteError::KeyInFlight {
+                tenant: tenant.clone(),
+            };
+            if req.dry_run {
+                if self.keys.contains(tenant, &record.key) {
+                    return Err(in_flight());
+                }
+            } else {
+                let hold = self.keys.hold(tenant, &record.key).ok_or_else(in_flight)?;
+                let (storage, owned, k) =
+                    (self.storage.clone(), tenant.clone(), record.key.clone());
+                let marker =
+                    tokio::task::spawn_blocking(move || storage.claim_in_flight(&owned, &k))
+                        .await
+                        .map_err(task_err)??
+                        .ok_or_else(in_flight)?;
+                key = Some((hold, marker));
             }
-            _ => None,
-        };
+        }
         // A commit hash as file_sha: the history walk happens here, before the turn and the
         // write lock; under them only the commits added since are looked at.
         for change in &mut req.changes {
@@ -129,13 +142,16 @@ impl Writers {
             })?
             .expect("the semaphore is never closed");
         let (storage, upkeep, owned) = (self.storage.clone(), self.upkeep.clone(), tenant.clone());
-        // The turn (and the key's hold) move into the blocking task: they end when the write
-        // does, even when the client goes away meanwhile.
+        let dry_run = req.dry_run;
+        // The turn (and the key's hold and marker) move into the blocking task: they end when
+        // the write does, even when the client goes away meanwhile.
         let (committed, due) = tokio::task::spawn_blocking(move || {
             let _turn = (turn, lease, key);
             let committed = storage.commit(&owned, req)?;
-            let due =
-                matches!(&committed, Committed::Written(o) if o.changed()) && upkeep.due(&owned);
+            // A dry run wrote nothing, so it never starts a repack.
+            let due = !dry_run
+                && matches!(&committed, Committed::Written(o) if o.changed())
+                && upkeep.due(&owned);
             Ok::<_, StorageError>((committed, due))
         })
         .await
@@ -154,6 +170,12 @@ impl Writers {
 struct KeysInFlight(Arc<Mutex<HashSet<(TenantId, String)>>>);
 
 impl KeysInFlight {
+    /// True when a write of this process holds `key` for `tenant`.
+    fn contains(&self, tenant: &TenantId, key: &str) -> bool {
+        let set = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        set.contains(&(tenant.clone(), key.to_owned()))
+    }
+
     /// Holds `key` for `tenant`; `None` when a write of this process holds it.
     fn hold(&self, tenant: &TenantId, key: &str) -> Option<KeyHold> {
         let entry = (tenant.clone(), key.to_owned());

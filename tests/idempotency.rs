@@ -11,15 +11,21 @@ fn key(k: &str) -> [(&str, &str); 1] {
     [("Idempotency-Key", k)]
 }
 
-/// A PUT of the integration file with `Idempotency-Key: k`.
+/// A PUT of the integration file with `Idempotency-Key: k` (and its dry run).
 trait PutKeyed {
     async fn put_keyed(&self, token: &str, body: &Value, k: &str) -> reqwest::Response;
+    async fn dry_put_keyed(&self, token: &str, body: &Value, k: &str) -> reqwest::Response;
 }
 
 impl PutKeyed for TestApp {
     async fn put_keyed(&self, token: &str, body: &Value, k: &str) -> reqwest::Response {
         self.send("PUT", "/plans/integration-file", token, Some(body), &key(k))
             .await
+    }
+
+    async fn dry_put_keyed(&self, token: &str, body: &Value, k: &str) -> reqwest::Response {
+        let path = "/plans/integration-file?dry_run=true";
+        self.send("PUT", path, token, Some(body), &key(k)).await
     }
 }
 
@@ -99,6 +105,8 @@ async fn every_write_takes_a_key() {
         let first = app.send(method, path, &t, Some(body), &key(&k)).await;
         assert_eq!(first.status(), 200, "{path}");
         let first: Value = first.json().await.unwrap();
+        // main moves on (another file) before the retry: the retry still replays.
+        app.outside_commit("acme", "notes.txt", &format!("note {i}\n"));
         let head = app.head("acme");
         let again = app.send(method, path, &t, Some(body), &key(&k)).await;
         assert_eq!(again.status(), 200, "{path}");
@@ -106,7 +114,111 @@ async fn every_write_takes_a_key() {
         assert_eq!(again.json::<Value>().await.unwrap(), first, "{path}");
         assert_eq!(app.head("acme"), head, "{path}");
     }
-    assert_eq!(app.commits_since("acme", &start), 3);
+    assert_eq!(app.commits_since("acme", &start), 6);
+}
+
+/// A dry run is checked against its key as the real call would be: a replay, 422 for
+/// another request, 409 while the key is in flight; and it records nothing.
+#[tokio::test]
+async fn a_dry_run_is_checked_against_its_key() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let a = json!({"content": {"a": 1}});
+    // Recorded by a real write: a dry run of the same request replays it.
+    let first: Value = app.put_keyed(&t, &a, "k").await.json().await.unwrap();
+    let head = app.head("acme");
+    let res = app.dry_put_keyed(&t, &a, "k").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["idempotent-replayed"], "true");
+    assert_eq!(res.json::<Value>().await.unwrap(), first);
+    // Another request with that key.
+    let (s, b) = problem(
+        app.dry_put_keyed(&t, &json!({"content": {"b": 2}}), "k")
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (422, Some("idempotency_key_reused"))
+    );
+    // In flight elsewhere.
+    let other = Storage::open(
+        app.data_dir.path(),
+        Identity::new("other", "o@localhost", "localhost"),
+        Durability::Fsync,
+    )
+    .unwrap();
+    let held = other
+        .claim_in_flight(&TenantId::parse("acme").unwrap(), "busy")
+        .unwrap()
+        .expect("free");
+    let (s, b) = problem(app.dry_put_keyed(&t, &a, "busy").await).await;
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (409, Some("idempotency_key_in_flight"))
+    );
+    drop(held);
+    // A dry run with a new key records nothing: the real call after it writes.
+    let res = app
+        .dry_put_keyed(&t, &json!({"content": {"c": 3}}), "new")
+        .await;
+    assert_eq!(res.status(), 200);
+    assert!(res.headers().get("idempotent-replayed").is_none());
+    assert_eq!(app.head("acme"), head);
+    let res = app
+        .put_keyed(&t, &json!({"content": {"c": 3}}), "new")
+        .await;
+    assert_eq!(res.status(), 200);
+    assert!(res.headers().get("idempotent-replayed").is_none());
+    assert_eq!(app.commits_since("acme", &head), 1);
+}
+
+/// `count` commits of `notes.txt` on top of `main`, made now by git fast-import.
+fn outside_commits(repo: &std::path::Path, count: usize) {
+    let head = git_in(repo, &["rev-parse", "main"]);
+    let now = common::now();
+    let mut stream = String::new();
+    for i in 0..count {
+        let msg = format!("outside {i}\n");
+        stream.push_str(&format!(
+            "commit refs/heads/main\ncommitter o <o@x> {now} +0000\ndata {}\n{msg}",
+            msg.len()
+        ));
+        if i == 0 {
+            stream.push_str(&format!("from {head}\n"));
+        }
+        let note = format!("{i}\n");
+        stream.push_str(&format!(
+            "M 100644 inline notes.txt\ndata {}\n{note}\n",
+            note.len()
+        ));
+    }
+    common::git_stdin(repo, &["fast-import", "--quiet"], &stream);
+}
+
+/// The look-back covers the last 1,000 first-parent commits: a key 500 commits back is
+/// replayed, one 1,100 back is not, also when the lookup builds on its scan of the last
+/// lookup (the process keeps one per tenant).
+#[tokio::test]
+async fn keys_more_than_1000_commits_back_are_forgotten() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let body = json!({"content": {"deep": 1}});
+    let first: Value = app.put_keyed(&t, &body, "deep").await.json().await.unwrap();
+    outside_commits(&app.repo("globex"), 500);
+    let res = app.put_keyed(&t, &body, "deep").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["idempotent-replayed"], "true");
+    assert_eq!(res.json::<Value>().await.unwrap(), first);
+    outside_commits(&app.repo("globex"), 600);
+    let head = app.head("globex");
+    let res = app.put_keyed(&t, &body, "deep").await;
+    assert_eq!(res.status(), 200);
+    assert!(res.headers().get("idempotent-replayed").is_none());
+    // Run as a new request: the file already holds that content, so a no-op at the head.
+    let again: Value = res.json().await.unwrap();
+    assert_eq!(again["commit_sha"], head.as_str());
+    assert_eq!(app.commits_since("globex", &head), 0);
 }
 
 #[tokio::test]

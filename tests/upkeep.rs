@@ -194,3 +194,51 @@ async fn merges_leave_a_large_pack_alone_and_keep_the_pack_count_bounded() {
         .unwrap();
     assert_eq!(got["content"], json!({"n": 1}));
 }
+
+/// Loose objects in `repo`: 3,000 blobs, so that upkeep's sample folder (`objects/17`) holds
+/// some (the chance that it holds none is below 1e-5).
+fn add_loose_objects(repo: &Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = String::new();
+    for i in 0..3000 {
+        let path = dir.path().join(format!("b{i}"));
+        std::fs::write(&path, format!("loose {i}\n")).unwrap();
+        paths.push_str(&format!("{}\n", path.display()));
+    }
+    common::git_stdin(repo, &["hash-object", "-w", "--stdin-paths"], &paths);
+}
+
+/// A dry run writes nothing, so it never starts a repack, even when one is due; the real
+/// write after it does start one.
+#[tokio::test]
+async fn a_dry_run_never_starts_a_repack() {
+    let app = TestApp::spawn_with_repack(64).await;
+    let repo = app.repo("globex");
+    add_loose_objects(&repo);
+    let before = count_objects(&repo);
+    assert_eq!(before.1, 0, "no pack yet");
+    let t = token("globex", ALL);
+    let body = json!({"content": {"dry": 1}});
+    let res = app
+        .send(
+            "PUT",
+            "/plans/integration-file?dry_run=true",
+            &t,
+            Some(&body),
+            &[],
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(count_objects(&repo), before, "a dry run started a repack");
+    assert_eq!(app.put_integration(&t, &body).await.status(), 200);
+    let mut packs = 0;
+    for _ in 0..100 {
+        packs = count_objects(&repo).1;
+        if packs > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(packs > 0, "the real write started no repack");
+}

@@ -16,25 +16,14 @@ pub(super) struct Marker {
 
 impl Marker {
     /// Locks the byte of `key` in the repository at `repo`; `None` when another holder (in
-    /// any process) has it. The byte's offset is a hash of the key (62 bits), so what a
-    /// client sends never names a path, and two keys in flight at once share a byte with a
-    /// chance of one in 4.6e18.
+    /// any process) has it.
     pub(super) fn claim(repo: &Path, key: &str) -> std::io::Result<Option<Marker>> {
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .open(repo.join(FILE))?;
-        let digest = Sha256::digest(key.as_bytes());
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&digest[..8]);
-        let offset = (u64::from_be_bytes(first) >> 2) as libc::off_t;
-        // SAFETY: a zeroed `flock` is a valid value; the fields set are those F_OFD_SETLK reads.
-        let mut lock: libc::flock = unsafe { std::mem::zeroed() };
-        lock.l_type = libc::F_WRLCK as libc::c_short;
-        lock.l_whence = libc::SEEK_SET as libc::c_short;
-        lock.l_start = offset;
-        lock.l_len = 1;
+        let lock = byte_lock(key);
         // SAFETY: the descriptor is open for the call, and `lock` outlives it.
         let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
         if rc == 0 {
@@ -46,11 +35,52 @@ impl Marker {
             _ => Err(e),
         }
     }
+
+    /// True when someone (in any process, this one included) holds the marker of `key`.
+    /// Changes nothing: no lock is taken, and a missing file (no marker was ever taken
+    /// here) is not created.
+    pub(super) fn held(repo: &Path, key: &str) -> std::io::Result<bool> {
+        let file = match OpenOptions::new().write(true).open(repo.join(FILE)) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let mut lock = byte_lock(key);
+        // SAFETY: as in `claim`; F_OFD_GETLK writes the conflicting lock (if any) into `lock`.
+        let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_GETLK, &mut lock) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(lock.l_type != libc::F_UNLCK as libc::c_short)
+    }
+}
+
+/// A write lock on the one byte of `key`: its offset is a hash of the key (62 bits), so what
+/// a client sends never names a path, and two keys in flight at once share a byte with a
+/// chance of one in 4.6e18.
+fn byte_lock(key: &str) -> libc::flock {
+    let digest = Sha256::digest(key.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    // SAFETY: a zeroed `flock` is a valid value; the fields set are those F_OFD_* read.
+    let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+    lock.l_type = libc::F_WRLCK as libc::c_short;
+    lock.l_whence = libc::SEEK_SET as libc::c_short;
+    lock.l_start = (u64::from_be_bytes(first) >> 2) as libc::off_t;
+    lock.l_len = 1;
+    lock
 }
 
 #[cfg(test)]
 mod tests {
     use super::Marker;
+
+    #[test]
+    fn looking_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!Marker::held(dir.path(), "k").unwrap());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 
     #[test]
     fn a_held_marker_refuses_a_second_claim_until_it_is_released() {
@@ -61,6 +91,13 @@ mod tests {
         drop(first);
         let again = Marker::claim(dir.path(), "k").unwrap();
         assert!(again.is_some());
+        assert!(
+            Marker::held(dir.path(), "k").unwrap(),
+            "held, seen from this process too"
+        );
+        assert!(!Marker::held(dir.path(), "other").unwrap());
+        drop(again);
+        assert!(!Marker::held(dir.path(), "k").unwrap());
         // The only file is the lock file; a claim creates and removes nothing else.
         let files = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(files, 1);

@@ -150,33 +150,35 @@ pub enum Committed {
 impl Storage {
     /// Commits one or both files if every change's preconditions hold (all or nothing).
     ///
-    /// With an idempotency key (and not a dry run), first marks the key in flight for every
-    /// process on this data dir ([`StorageError::KeyInFlight`] when another holds it), then
-    /// looks for the key in recent history, on the same open repository: a commit with the
-    /// same fingerprint is replayed, one with another is [`StorageError::KeyReused`]. The
-    /// marker is held until the commit is durable.
+    /// With an idempotency key, first looks for the key in recent history, on the same open
+    /// repository: a commit with the same fingerprint is replayed, one with another is
+    /// [`StorageError::KeyReused`]. A real write's caller holds the key's marker
+    /// ([`Storage::claim_in_flight`]) until this returns; a dry run holds none and is
+    /// [`StorageError::KeyInFlight`] while anyone else does.
     pub fn commit(&self, tenant: &TenantId, req: CommitRequest) -> Result<Committed, StorageError> {
         let path = self.repo_path(tenant);
         let repo = repo::TenantRepo::open(tenant, &path)?.with_write_hook(self.write_hook.clone());
-        let _in_flight = match (&req.idempotency, req.dry_run) {
-            (Some(record), false) => {
-                let marker = claim(&path, &record.key)?
-                    .ok_or_else(|| StorageError::KeyInFlight(tenant.clone()))?;
-                match repo.find_idempotent(&record.key, &self.recent_keys)? {
-                    Some(hit) if hit.fingerprint == record.fingerprint => {
-                        return Ok(Committed::Replayed(hit))
-                    }
-                    Some(hit) => {
-                        return Err(StorageError::KeyReused {
-                            tenant: tenant.clone(),
-                            commit: hit.commit,
-                        })
-                    }
-                    None => Some(marker),
-                }
+        if let Some(record) = &req.idempotency {
+            if req.dry_run
+                && super::inflight::Marker::held(&path, &record.key).map_err(|e| {
+                    StorageError::io("look for an idempotency key in flight", &path, e)
+                })?
+            {
+                return Err(StorageError::KeyInFlight(tenant.clone()));
             }
-            _ => None,
-        };
+            match repo.find_idempotent(&record.key, &self.recent_keys)? {
+                Some(hit) if hit.fingerprint == record.fingerprint => {
+                    return Ok(Committed::Replayed(hit))
+                }
+                Some(hit) => {
+                    return Err(StorageError::KeyReused {
+                        tenant: tenant.clone(),
+                        commit: hit.commit,
+                    })
+                }
+                None => {}
+            }
+        }
         repo.commit(&req, &self.committer, self.sync.as_deref())
             .map(Committed::Written)
     }
@@ -194,8 +196,8 @@ impl Storage {
     }
 
     /// Marks a write with `key` as in flight, for every process on this data dir; `None` when
-    /// one is in flight already. [`Storage::commit`] takes this marker itself; this is for
-    /// tools (and tests) that act as another writer.
+    /// one is in flight already. Held by a keyed write from before its turn until it is
+    /// durable.
     pub fn claim_in_flight(
         &self,
         tenant: &TenantId,
@@ -205,13 +207,8 @@ impl Storage {
         if !path.is_dir() {
             return Err(StorageError::TenantNotFound(tenant.clone()));
         }
-        claim(&path, key)
+        super::inflight::Marker::claim(&path, key)
+            .map(|m| m.map(InFlight))
+            .map_err(|e| StorageError::io("mark an idempotency key in flight", &path, e))
     }
-}
-
-/// The in-flight marker of `key` in the repository at `repo`; `None` when it is held.
-fn claim(repo: &std::path::Path, key: &str) -> Result<Option<InFlight>, StorageError> {
-    super::inflight::Marker::claim(repo, key)
-        .map(|m| m.map(InFlight))
-        .map_err(|e| StorageError::io("mark an idempotency key in flight", repo, e))
 }
