@@ -373,6 +373,40 @@ async fn openapi_document_is_valid_and_complete() {
             assert!(doc["paths"][path][m].is_object(), "{m} {path} missing");
         }
     }
+    // Every write documents its key, its dry run and the problems a write can answer.
+    for (path, method) in [
+        ("/plans/integration-file", "put"),
+        ("/plans/configuration-file", "put"),
+        ("/plans/commits", "post"),
+        ("/plans/integration-file/restore", "post"),
+        ("/plans/configuration-file/restore", "post"),
+    ] {
+        let op = &doc["paths"][path][method];
+        let params: Vec<&str> = op["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        for name in ["Idempotency-Key", "dry_run", "X-Request-Id"] {
+            assert!(params.contains(&name), "{method} {path}: {name}");
+        }
+        for status in [
+            "200", "400", "401", "403", "404", "408", "409", "412", "413", "415", "422", "500",
+            "503", "507",
+        ] {
+            assert!(
+                op["responses"][status].is_object(),
+                "{method} {path}: {status}"
+            );
+        }
+        let has_428 = op["responses"]["428"].is_object();
+        assert_eq!(
+            has_428,
+            !path.starts_with("/plans/integration-file"),
+            "{method} {path}: 428"
+        );
+    }
     let events = &doc["paths"]["/plans/events"]["get"];
     assert!(
         events["responses"]["200"]["content"]["text/event-stream"].is_object(),

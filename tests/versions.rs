@@ -297,6 +297,31 @@ async fn diff_is_a_keyed_json_patch_and_the_text_of_git_diff() {
     assert_eq!(body["text"], "");
 }
 
+/// Folders are diffed by `path`: dropping the first of three is one `remove`, not two
+/// replaces and a remove.
+#[tokio::test]
+async fn the_configuration_diff_is_keyed_by_path() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let folders = |paths: &[&str]| json!({"folders": paths.iter().map(|p| json!({"path": p, "exclude": [format!("{p}/tmp")]})).collect::<Vec<_>>()});
+    for (i, paths) in [&["a", "b", "c"][..], &["b", "c"][..]]
+        .into_iter()
+        .enumerate()
+    {
+        let sha = app.blob("acme", "configuration.yml");
+        let body = json!({"payload": folders(paths), "file_sha": sha});
+        assert_eq!(app.put_configuration(&t, &body).await.status(), 200, "{i}");
+    }
+    let from = app.git("acme", &["rev-parse", "main~1"]);
+    let res = app.diff(&t, CONF, &format!("from={from}")).await;
+    assert_eq!(res.status(), 200);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(
+        body["patch"],
+        json!([{"op": "remove", "path": "/folders/0"}])
+    );
+}
+
 #[tokio::test]
 async fn diff_refuses_bad_queries_unknown_commits_and_missing_permission() {
     let app = TestApp::spawn().await;
