@@ -22,6 +22,18 @@ fn count_objects(repo: &Path) -> (usize, usize) {
     (field("count"), field("packs"))
 }
 
+/// The packs of `repo` once there is one, or 0 after 5 s.
+async fn packs_within_5s(repo: &Path) -> usize {
+    for _ in 0..100 {
+        let packs = count_objects(repo).1;
+        if packs > 0 {
+            return packs;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    0
+}
+
 async fn write_n(app: &TestApp, tenant: &str, n: usize) -> Vec<String> {
     let t = token(tenant, ALL);
     let mut commits = Vec::new();
@@ -40,14 +52,7 @@ async fn loose_objects_are_packed_in_the_background_while_serving() {
     let commits = write_n(&app, "globex", 150).await;
     // The last repack may still be running.
     let repo = app.repo("globex");
-    let mut packs = 0;
-    for _ in 0..100 {
-        packs = count_objects(&repo).1;
-        if packs > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let packs = packs_within_5s(&repo).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (loose, packs_now) = count_objects(&repo);
     assert!(packs.max(packs_now) > 0, "no pack was written");
@@ -232,13 +237,6 @@ async fn a_dry_run_never_starts_a_repack() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(count_objects(&repo), before, "a dry run started a repack");
     assert_eq!(app.put_integration(&t, &body).await.status(), 200);
-    let mut packs = 0;
-    for _ in 0..100 {
-        packs = count_objects(&repo).1;
-        if packs > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let packs = packs_within_5s(&repo).await;
     assert!(packs > 0, "the real write started no repack");
 }
