@@ -13,8 +13,6 @@ use crate::gates::Gates;
 pub use crate::storage::Committed;
 use crate::storage::{CommitRequest, ShaCheck, Storage, StorageError, WriteOutcome, WriteRequest};
 use crate::upkeep::Upkeep;
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Why a write did not happen.
@@ -43,7 +41,6 @@ pub struct Writers {
     depth: usize,
     /// How long a write waits for its turn.
     wait: Duration,
-    keys: KeysInFlight,
 }
 
 impl Writers {
@@ -54,7 +51,6 @@ impl Writers {
             turns: Gates::new(1),
             depth: depth.max(1),
             wait,
-            keys: KeysInFlight::default(),
         }
     }
 
@@ -96,30 +92,27 @@ impl Writers {
             tenant: tenant.clone(),
             message: e.to_string(),
         };
-        // A request whose key is in flight is refused at once (409), before any wait: in this
-        // process by the set of keys held here, in others by the key's OS lock, which a real
-        // write takes now and holds until it is durable. A dry run only looks (storage
-        // checks the lock in its task); it holds nothing.
-        let mut key = None;
+        // A request whose key is in flight, in this process or another, is refused at once
+        // (409), before any wait, by the key's OS lock: a real write takes it now and holds
+        // it until it is durable; a dry run only looks.
+        let mut marker = None;
         if let Some(record) = &req.idempotency {
-            let in_flight = || WriteError::KeyInFlight {
-                tenant: tenant.clone(),
-            };
-            if req.dry_run {
-                if self.keys.contains(tenant, &record.key) {
-                    return Err(in_flight());
+            let (storage, owned) = (self.storage.clone(), tenant.clone());
+            let (key, dry_run) = (record.key.clone(), req.dry_run);
+            // `None`: in flight; `Some(marker)`: free (a dry run holds no marker).
+            let free = tokio::task::spawn_blocking(move || {
+                if dry_run {
+                    Ok((!storage.key_in_flight(&owned, &key)?).then_some(None))
+                } else {
+                    Ok(storage.claim_in_flight(&owned, &key)?.map(Some))
                 }
-            } else {
-                let hold = self.keys.hold(tenant, &record.key).ok_or_else(in_flight)?;
-                let (storage, owned, k) =
-                    (self.storage.clone(), tenant.clone(), record.key.clone());
-                let marker =
-                    tokio::task::spawn_blocking(move || storage.claim_in_flight(&owned, &k))
-                        .await
-                        .map_err(task_err)??
-                        .ok_or_else(in_flight)?;
-                key = Some((hold, marker));
-            }
+            })
+            .await
+            .map_err(task_err)?
+            .map_err(WriteError::Storage)?;
+            marker = free.ok_or_else(|| WriteError::KeyInFlight {
+                tenant: tenant.clone(),
+            })?;
         }
         // A commit hash as file_sha: the history walk happens here, before the turn and the
         // write lock; under them only the commits added since are looked at.
@@ -143,10 +136,10 @@ impl Writers {
             .expect("the semaphore is never closed");
         let (storage, upkeep, owned) = (self.storage.clone(), self.upkeep.clone(), tenant.clone());
         let dry_run = req.dry_run;
-        // The turn (and the key's hold and marker) move into the blocking task: they end when
-        // the write does, even when the client goes away meanwhile.
+        // The turn (and the key's marker) move into the blocking task: they end when the write
+        // does, even when the client goes away meanwhile.
         let (committed, due) = tokio::task::spawn_blocking(move || {
-            let _turn = (turn, lease, key);
+            let _turn = (turn, lease, marker);
             let committed = storage.commit(&owned, req)?;
             // A dry run wrote nothing, so it never starts a repack.
             let due = !dry_run
@@ -160,42 +153,5 @@ impl Writers {
             self.upkeep.spawn(tenant.clone());
         }
         Ok(committed)
-    }
-}
-
-/// The idempotency keys of this process's writes, each from its arrival until its write
-/// ends. Every entry belongs to a write that holds a place in its tenant's queue, so there
-/// are at most `depth` per existing tenant.
-#[derive(Clone, Default)]
-struct KeysInFlight(Arc<Mutex<HashSet<(TenantId, String)>>>);
-
-impl KeysInFlight {
-    /// True when a write of this process holds `key` for `tenant`.
-    fn contains(&self, tenant: &TenantId, key: &str) -> bool {
-        let set = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        set.contains(&(tenant.clone(), key.to_owned()))
-    }
-
-    /// Holds `key` for `tenant`; `None` when a write of this process holds it.
-    fn hold(&self, tenant: &TenantId, key: &str) -> Option<KeyHold> {
-        let entry = (tenant.clone(), key.to_owned());
-        let mut set = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        set.insert(entry.clone()).then(|| KeyHold {
-            keys: self.clone(),
-            entry,
-        })
-    }
-}
-
-/// Gives its key back on drop.
-struct KeyHold {
-    keys: KeysInFlight,
-    entry: (TenantId, String),
-}
-
-impl Drop for KeyHold {
-    fn drop(&mut self) {
-        let mut set = self.keys.0.lock().unwrap_or_else(|e| e.into_inner());
-        set.remove(&self.entry);
     }
 }

@@ -4,11 +4,26 @@ mod common;
 use common::process::{data_dir_with_fixture, serve};
 use common::{git_in, problem, token, TestApp, ALL};
 use planfiles::domain::{Identity, TenantId};
-use planfiles::storage::{Durability, Storage};
+use planfiles::storage::{Durability, InFlight, Storage};
 use serde_json::{json, Value};
 
 fn key(k: &str) -> [(&str, &str); 1] {
     [("Idempotency-Key", k)]
+}
+
+/// Marks `key` of `tenant` in flight as another process on the data dir would: through a
+/// storage handle of its own. In flight until the marker is dropped.
+fn claim_elsewhere(app: &TestApp, tenant: &str, key: &str) -> InFlight {
+    let other = Storage::open(
+        app.data_dir.path(),
+        Identity::new("other", "o@localhost", "localhost"),
+        Durability::Fsync,
+    )
+    .unwrap();
+    other
+        .claim_in_flight(&TenantId::parse(tenant).unwrap(), key)
+        .unwrap()
+        .expect("free")
 }
 
 /// A PUT of the integration file with `Idempotency-Key: k` (and its dry run).
@@ -142,16 +157,7 @@ async fn a_dry_run_is_checked_against_its_key() {
         (422, Some("idempotency_key_reused"))
     );
     // In flight elsewhere.
-    let other = Storage::open(
-        app.data_dir.path(),
-        Identity::new("other", "o@localhost", "localhost"),
-        Durability::Fsync,
-    )
-    .unwrap();
-    let held = other
-        .claim_in_flight(&TenantId::parse("acme").unwrap(), "busy")
-        .unwrap()
-        .expect("free");
+    let held = claim_elsewhere(&app, "acme", "busy");
     let (s, b) = problem(app.dry_put_keyed(&t, &a, "busy").await).await;
     assert_eq!(
         (s, b["code"].as_str()),
@@ -263,17 +269,7 @@ async fn a_key_in_flight_elsewhere_is_409() {
     let app = TestApp::spawn().await;
     let t = token("acme", ALL);
     let head = app.head("acme");
-    let other = Storage::open(
-        app.data_dir.path(),
-        Identity::new("other", "o@localhost", "localhost"),
-        Durability::Fsync,
-    )
-    .unwrap();
-    let tenant = TenantId::parse("acme").unwrap();
-    let held = other
-        .claim_in_flight(&tenant, "busy-key")
-        .unwrap()
-        .expect("free");
+    let held = claim_elsewhere(&app, "acme", "busy-key");
     let body = json!({"content": {"x": 1}});
     let (s, b) = problem(app.put_keyed(&t, &body, "busy-key").await).await;
     assert_eq!(

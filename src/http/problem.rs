@@ -372,7 +372,6 @@ impl ApiError {
                 current,
             },
             StorageError::UnknownRef { commit, .. } => ApiError::UnknownRef(commit),
-            StorageError::KeyInFlight(_) => ApiError::IdempotencyKeyInFlight,
             StorageError::KeyReused { commit, .. } => ApiError::IdempotencyKeyReused(commit),
             StorageError::Contended { .. } => {
                 ApiError::busy(format!("too many concurrent writes to {}", file.path()), 1)

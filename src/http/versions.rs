@@ -532,7 +532,7 @@ pub async fn post_commits(
         }
         let mut parts = Vec::new();
         for (file, part, sha) in found {
-            let Some(mut part) = part? else { continue };
+            let mut part = part?.expect("a part that is sent is not null");
             let (doc, json) = new_doc(file, &mut part).map_err(|e| e.in_part(file))?;
             parts.push((file, doc, json, sha));
         }

@@ -27,8 +27,6 @@ pub enum StorageError {
         file: &'static str,
         current: BlobId,
     },
-    #[error("tenant {0}: a write with this idempotency key is in flight")]
-    KeyInFlight(TenantId),
     #[error("tenant {tenant}: commit {commit} recorded this idempotency key for another request")]
     KeyReused { tenant: TenantId, commit: CommitId },
     #[error("tenant {tenant}: {file}: main kept moving; gave up after {attempts} attempts")]

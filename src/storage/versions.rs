@@ -153,19 +153,12 @@ impl Storage {
     /// With an idempotency key, first looks for the key in recent history, on the same open
     /// repository: a commit with the same fingerprint is replayed, one with another is
     /// [`StorageError::KeyReused`]. A real write's caller holds the key's marker
-    /// ([`Storage::claim_in_flight`]) until this returns; a dry run holds none and is
-    /// [`StorageError::KeyInFlight`] while anyone else does.
+    /// ([`Storage::claim_in_flight`]) until this returns; a dry run's caller has looked that
+    /// nobody does ([`Storage::key_in_flight`]).
     pub fn commit(&self, tenant: &TenantId, req: CommitRequest) -> Result<Committed, StorageError> {
-        let path = self.repo_path(tenant);
-        let repo = repo::TenantRepo::open(tenant, &path)?.with_write_hook(self.write_hook.clone());
+        let repo = repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
+            .with_write_hook(self.write_hook.clone());
         if let Some(record) = &req.idempotency {
-            if req.dry_run
-                && super::inflight::Marker::held(&path, &record.key).map_err(|e| {
-                    StorageError::io("look for an idempotency key in flight", &path, e)
-                })?
-            {
-                return Err(StorageError::KeyInFlight(tenant.clone()));
-            }
             match repo.find_idempotent(&record.key, &self.recent_keys)? {
                 Some(hit) if hit.fingerprint == record.fingerprint => {
                     return Ok(Committed::Replayed(hit))
@@ -210,5 +203,16 @@ impl Storage {
         super::inflight::Marker::claim(&path, key)
             .map(|m| m.map(InFlight))
             .map_err(|e| StorageError::io("mark an idempotency key in flight", &path, e))
+    }
+
+    /// True when someone, in any process on this data dir, holds the marker of `key`. Takes
+    /// nothing and creates nothing (a dry run's look).
+    pub fn key_in_flight(&self, tenant: &TenantId, key: &str) -> Result<bool, StorageError> {
+        let path = self.repo_path(tenant);
+        if !path.is_dir() {
+            return Err(StorageError::TenantNotFound(tenant.clone()));
+        }
+        super::inflight::Marker::held(&path, key)
+            .map_err(|e| StorageError::io("look for an idempotency key in flight", &path, e))
     }
 }
