@@ -86,7 +86,7 @@ fn main() {
         let st = Storage::open(
             dir.path(),
             Identity::new("planfiles", "p@localhost", "x"),
-            Default::default(),
+            planfiles::storage::Durability::Group,
         )
         .unwrap();
         for id in ["v0", "idem"] {

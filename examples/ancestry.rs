@@ -33,7 +33,7 @@ fn main() {
     let storage = Storage::open(
         dir.path(),
         Identity::new("planfiles", "p@localhost", "localhost"),
-        Default::default(),
+        planfiles::storage::Durability::Group,
     )
     .unwrap();
     let id = ObjectId::parse(&first).unwrap();

@@ -105,7 +105,7 @@ fn main() {
     let storage = Storage::open(
         dir.path(),
         Identity::new("planfiles", "p@localhost", "x"),
-        Default::default(),
+        planfiles::storage::Durability::Group,
     )
     .unwrap();
     let tenant = TenantId::parse("bench").unwrap();

@@ -3,7 +3,7 @@ use crate::auth::{self, MintRequest, Verifier};
 use crate::config::{Config, ConfigError, Sources, WatchRefs};
 use crate::domain::{Identity, TenantId};
 use crate::http::{self, AppState, ServerOptions};
-use crate::storage::{self, Storage, StorageError, VolumeKind};
+use crate::storage::{self, Durability, GroupRefused, Storage, StorageError, Volume, VolumeKind};
 use crate::upkeep::Upkeep;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::net::TcpListener;
@@ -100,6 +100,9 @@ pub enum CliError {
          least 32 bytes, or bind to a loopback address"
     )]
     WeakSecret { bind: String, reason: &'static str },
+    /// `durability = "group"` on a volume where `syncfs` is not known to flush.
+    #[error(transparent)]
+    Durability(#[from] GroupRefused),
     /// Some tenants were done, others failed (each failure was printed).
     #[error("{0}")]
     Partial(String),
@@ -113,6 +116,7 @@ impl CliError {
             CliError::TenantId { .. }
             | CliError::Usage(_)
             | CliError::WeakSecret { .. }
+            | CliError::Durability(_)
             | CliError::Config(ConfigError::Env { .. }) => 2,
             _ => 1,
         }
@@ -171,16 +175,25 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
 }
 
 fn open_storage(config: &Config) -> Result<Storage, CliError> {
+    Ok(open_storage_on(config)?.0)
+}
+
+/// The storage of the data dir, its volume, and the durability mode chosen for that volume
+/// (`storage.durability`, `storage.trust_syncfs`).
+fn open_storage_on(config: &Config) -> Result<(Storage, Option<Volume>, Durability), CliError> {
     let committer = Identity::new(
         &config.commit.committer_name,
         &config.commit.committer_email,
         "localhost",
     );
-    Ok(Storage::open(
-        &config.storage.data_dir,
-        committer,
+    let volume = storage::volume_at_or_above(&config.storage.data_dir).ok();
+    let durability = Durability::choose(
         config.storage.durability,
-    )?)
+        config.storage.trust_syncfs,
+        volume.as_ref(),
+    )?;
+    let storage = Storage::open(&config.storage.data_dir, committer, durability)?;
+    Ok((storage, volume, durability))
 }
 
 /// Whether to watch refs with inotify, from `storage.watch_refs` and the kind of volume the
@@ -322,10 +335,21 @@ fn serve(config: Config) -> Result<(), CliError> {
     crate::telemetry::init(&config.log);
     check_secret(&config)?;
     auth::self_test()?;
-    let storage = open_storage(&config)?;
+    let (storage, volume, durability) = open_storage_on(&config)?;
+    let filesystem = volume.map_or_else(|| "unknown".into(), |v| v.name());
+    tracing::info!(
+        %filesystem,
+        durability = durability.name(),
+        setting = ?config.storage.durability,
+        "{}",
+        match durability {
+            Durability::Group => "group commit: writers share syncfs calls, which reach the disk on this volume",
+            Durability::Fsync => "per-file fsync: every object, ref and folder a write makes is fsynced",
+        }
+    );
     let watch = watch_refs(
         config.storage.watch_refs,
-        storage::volume_kind(storage.tenants_dir()),
+        storage::volume(storage.tenants_dir()).map(|v| v.kind()),
     );
     let storage = storage
         .watch_refs(watch)

@@ -106,8 +106,13 @@ pub struct StorageConfig {
     /// Copy the demo tenants from this directory into an empty data dir on start; `""` (or
     /// `None`) turns seeding off.
     pub seed_from: Option<PathBuf>,
-    /// How writes reach the disk: shared `syncfs` (group commit) or libgit2's fsyncs.
-    pub durability: crate::storage::Durability,
+    /// How writes reach the disk: `auto` (group commit where `syncfs` is known to flush,
+    /// fsync elsewhere), `group` (shared `syncfs`) or `fsync` (libgit2's fsyncs).
+    pub durability: crate::storage::DurabilitySetting,
+    /// The operator knows that `syncfs` flushes this volume although planfiles does not
+    /// recognise it as one that does (virtiofs reports the FUSE type): `auto` then means
+    /// group commit, and `group` starts.
+    pub trust_syncfs: bool,
     /// Repack a tenant once it holds about this many loose objects; 0 turns upkeep off.
     pub repack_loose_objects: usize,
     /// Learn through inotify that a tenant's `main` has not moved, so cached GETs need no
@@ -351,6 +356,7 @@ impl Default for StorageConfig {
             seed_from: Some("repos-fixture".into()),
             repack_loose_objects: 2000,
             durability: Default::default(),
+            trust_syncfs: false,
             watch_refs: WatchRefs::Auto,
         }
     }
@@ -821,6 +827,37 @@ mod tests {
         for bad in ["\"yes\"", "\"Auto\"", "1", "\"\""] {
             let err = parse(bad).unwrap_err().to_string();
             assert!(err.contains("true, false or \"auto\""), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn durability_is_auto_by_default_and_group_needs_no_trust_to_parse() {
+        use crate::storage::DurabilitySetting;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let parse = |text: &str| {
+            std::fs::write(&path, format!("[storage]\n{text}\n")).unwrap();
+            Config::from_file(&path).map(|c| (c.storage.durability, c.storage.trust_syncfs))
+        };
+        let default = Config::default().storage;
+        assert_eq!(
+            (default.durability, default.trust_syncfs),
+            (DurabilitySetting::Auto, false)
+        );
+        assert_eq!(
+            parse("durability = \"group\"\ntrust_syncfs = true").unwrap(),
+            (DurabilitySetting::Group, true)
+        );
+        assert_eq!(
+            parse("durability = \"fsync\"").unwrap(),
+            (DurabilitySetting::Fsync, false)
+        );
+        for bad in [
+            "durability = \"syncfs\"",
+            "durability = true",
+            "trust_syncfs = \"yes\"",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
         }
     }
 

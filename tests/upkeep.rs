@@ -151,7 +151,7 @@ async fn merges_leave_a_large_pack_alone_and_keep_the_pack_count_bounded() {
     let storage = Storage::open(
         app.data_dir.path(),
         Identity::new("t", "t@x", "x"),
-        Default::default(),
+        planfiles::storage::Durability::Group,
     )
     .unwrap();
     let tenant = TenantId::parse("globex").unwrap();

@@ -96,7 +96,7 @@ fn main() {
         let st = Storage::open(
             dir.path(),
             Identity::new("planfiles", "p@localhost", "x"),
-            Default::default(),
+            planfiles::storage::Durability::Group,
         )
         .unwrap();
         for (what, got, ok) in splice::run(&st, quick) {
@@ -124,7 +124,7 @@ fn main() {
         let st = Storage::open(
             dir.path(),
             Identity::new("planfiles", "p@localhost", "x"),
-            Default::default(),
+            planfiles::storage::Durability::Group,
         )
         .unwrap();
         for i in 0..64 {
@@ -278,7 +278,7 @@ fn main() {
         let st = Storage::open(
             dir.path(),
             Identity::new("planfiles", "p@localhost", "x"),
-            Default::default(),
+            planfiles::storage::Durability::Group,
         )
         .unwrap();
         targets.extend(splice::run(&st, quick));
@@ -351,7 +351,7 @@ fn many_tenants(n: usize) -> (Duration, f64) {
         let st = Storage::open(
             &template,
             Identity::new("planfiles", "p@localhost", "x"),
-            Default::default(),
+            planfiles::storage::Durability::Group,
         )
         .unwrap();
         st.create_tenant(&TenantId::parse("template").unwrap(), false)

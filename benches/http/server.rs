@@ -34,7 +34,7 @@ pub fn start_planfiles(data_dir: &Path) -> String {
     let storage = Storage::open(
         data_dir,
         Identity::new("planfiles", "p@localhost", "x"),
-        Default::default(),
+        planfiles::storage::Durability::Group,
     )
     .unwrap()
     .head_lookup_threads(2);

@@ -1,5 +1,7 @@
 //! Durability: how a write reaches the disk before its 200. Either libgit2 fsyncs every file
-//! and folder it writes (`fsync`), or writers share `syncfs` calls (`group`, group commit).
+//! and folder it writes (`fsync`), or writers share `syncfs` calls (`group`, group commit),
+//! chosen from the volume (`auto`: group only where `syncfs` is known to flush).
+use super::volume::Volume;
 use serde::Deserialize;
 use std::collections::VecDeque;
 use std::fs::File;
@@ -9,17 +11,68 @@ use std::path::Path;
 use std::sync::{Condvar, Mutex};
 
 /// How writes are made durable. One mode per process: libgit2's fsync switch is global.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Durability {
     /// Group commit: libgit2 writes without fsync; then one `syncfs` of the data volume, shared
     /// by every writer waiting at that moment, makes the objects durable, and a second one the
-    /// ref. Two syncs per write however many tenants write at once.
-    #[default]
+    /// ref. Two syncs per write however many tenants write at once. Only where `syncfs`
+    /// reaches the disk ([`Volume::syncfs_flushes`]).
     Group,
     /// libgit2 fsyncs each object, ref and the folders that gained them: about 9 fsyncs per
-    /// write, none shared. For volumes where `syncfs` is expensive (shared with busy writers).
+    /// write, none shared. Works on every volume that honours `fsync`.
     Fsync,
+}
+
+/// `storage.durability` as configured.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum DurabilitySetting {
+    /// Group commit where `syncfs` is known to flush, per-file fsync everywhere else.
+    #[default]
+    Auto,
+    Group,
+    Fsync,
+}
+
+/// `durability = "group"` on a volume where `syncfs` is not known to reach the disk.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "storage.durability = \"group\" on a {filesystem} volume, where syncfs(2) is not known to \
+     reach the disk (the kernel never passes it to a FUSE daemon, for one): writes would be \
+     acknowledged while only in memory. Use durability = \"auto\" or \"fsync\", or set \
+     storage.trust_syncfs = true if you know that syncfs flushes this volume (virtiofs does)"
+)]
+pub struct GroupRefused {
+    pub filesystem: String,
+}
+
+impl Durability {
+    /// The mode for `setting` on `volume` (`None`: its type could not be read). `auto` is
+    /// group commit only where `syncfs` is known to flush, or `trust_syncfs` says the
+    /// operator knows it does; an explicit `group` elsewhere is refused.
+    pub fn choose(
+        setting: DurabilitySetting,
+        trust_syncfs: bool,
+        volume: Option<&Volume>,
+    ) -> Result<Durability, GroupRefused> {
+        let flushes = trust_syncfs || volume.is_some_and(Volume::syncfs_flushes);
+        match setting {
+            DurabilitySetting::Fsync => Ok(Durability::Fsync),
+            DurabilitySetting::Auto if flushes => Ok(Durability::Group),
+            DurabilitySetting::Auto => Ok(Durability::Fsync),
+            DurabilitySetting::Group if flushes => Ok(Durability::Group),
+            DurabilitySetting::Group => Err(GroupRefused {
+                filesystem: volume.map_or_else(|| "unknown".into(), |v| v.name().into_owned()),
+            }),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Group => "group",
+            Durability::Fsync => "fsync",
+        }
+    }
 }
 
 /// Rounds of `syncfs` on one volume, shared by the writers that wait for them.
@@ -353,5 +406,30 @@ mod tests {
         entered.recv().unwrap();
         results.send(Ok(())).unwrap();
         clean.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn auto_trusts_syncfs_only_where_it_flushes_and_group_elsewhere_is_refused() {
+        use DurabilitySetting::*;
+        let ext4 = Volume::from_magic(0xEF53);
+        let fuse = Volume::from_magic(0x6573_5546);
+        let tmpfs = Volume::from_magic(0x0102_1994);
+        for (setting, trust, volume, expect) in [
+            (Auto, false, Some(&ext4), Ok(Durability::Group)),
+            (Auto, false, Some(&fuse), Ok(Durability::Fsync)),
+            (Auto, false, Some(&tmpfs), Ok(Durability::Fsync)),
+            (Auto, false, None, Ok(Durability::Fsync)),
+            (Auto, true, Some(&fuse), Ok(Durability::Group)),
+            (Fsync, false, Some(&ext4), Ok(Durability::Fsync)),
+            (Fsync, true, Some(&fuse), Ok(Durability::Fsync)),
+            (Group, false, Some(&ext4), Ok(Durability::Group)),
+            (Group, true, Some(&fuse), Ok(Durability::Group)),
+            (Group, false, Some(&fuse), Err("fuse")),
+            (Group, false, None, Err("unknown")),
+        ] {
+            let got = Durability::choose(setting, trust, volume).map_err(|e| e.filesystem);
+            let label = format!("{setting:?} trust={trust} {:?}", volume.map(|v| v.name()));
+            assert_eq!(got, expect.map_err(String::from), "{label}");
+        }
     }
 }

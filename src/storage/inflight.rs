@@ -18,11 +18,7 @@ impl Marker {
     /// Locks the byte of `key` in the repository at `repo`; `None` when another holder (in
     /// any process) has it.
     pub(super) fn claim(repo: &Path, key: &str) -> std::io::Result<Option<Marker>> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(repo.join(FILE))?;
+        let file = super::disk::open_or_create(&repo.join(FILE))?;
         let lock = byte_lock(key);
         // SAFETY: the descriptor is open for the call, and `lock` outlives it.
         let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };

@@ -1,5 +1,6 @@
 //! Storage: each tenant's two files in its bare git repository. No git type crosses this API.
 mod cursor_key;
+mod disk;
 mod durable;
 mod error;
 mod feed;
@@ -12,7 +13,7 @@ mod versions;
 mod volume;
 mod watch;
 
-pub use durable::Durability;
+pub use durable::{Durability, DurabilitySetting, GroupRefused};
 pub use error::StorageError;
 pub use feed::{ChangeFeed, FileChange, HeadState, Replay, Subscription, Update};
 pub use seed::seed_if_empty;
@@ -21,7 +22,7 @@ pub use versions::{
     Change, CommitOutcome, CommitRequest, Committed, FileDiff, FileOutcome, IdempotencyRecord,
     IdempotentHit, InFlight, IDEMPOTENCY_COMMITS, IDEMPOTENCY_WINDOW,
 };
-pub use volume::{volume_kind, VolumeKind};
+pub use volume::{volume, volume_at_or_above, Volume, VolumeKind};
 
 use crate::domain::yaml::{splice::Made, Mapping};
 use crate::domain::{BlobId, CommitId, Cursor, Identity, ObjectId, PlanFile, RequestId, TenantId};
@@ -206,7 +207,8 @@ impl std::fmt::Debug for WriteHook {
 }
 
 impl Storage {
-    /// Storage over `<data_dir>/tenants`, which is created if missing. The durability mode
+    /// Storage over `<data_dir>/tenants`, which is created if missing (each new folder synced
+    /// into its parent). The durability mode
     /// applies to the whole process (libgit2's fsync switch is global).
     pub fn open(
         data_dir: &Path,
@@ -214,8 +216,9 @@ impl Storage {
         durability: Durability,
     ) -> Result<Self, StorageError> {
         let tenants_dir = data_dir.join("tenants");
-        std::fs::create_dir_all(&tenants_dir)
-            .map_err(|e| StorageError::io("create the tenants directory", &tenants_dir, e))?;
+        // Each folder made here is synced into the one above it: a power loss must not
+        // take them and leave an empty volume that a restart would seed again.
+        disk::create_dir_all_synced(&tenants_dir)?;
         repo::set_libgit2_fsync(durability == Durability::Fsync);
         let sync = match durability {
             Durability::Group => Some(Arc::new(
@@ -425,14 +428,12 @@ impl Storage {
             &self.repo_path(tenant),
             source_hosting,
             &self.committer,
-            self.sync.as_deref(),
         )
     }
 
     /// Turns the source-hosting flag on or off; running servers see it on the next request.
     pub fn set_source_hosting(&self, tenant: &TenantId, on: bool) -> Result<(), StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
-            .set_source_hosting(on, self.sync.as_deref())
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.set_source_hosting(on)
     }
 
     /// About how many loose objects the tenant's repository holds (a cheap estimate).
@@ -447,7 +448,7 @@ impl Storage {
         tenant: &TenantId,
         full: bool,
     ) -> Result<Option<RepackReport>, StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.repack(full, self.sync.as_deref())
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.repack(full)
     }
 
     /// Read-only git access to the tenant's repository for clone and fetch. `protocol` is the

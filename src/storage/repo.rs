@@ -1,4 +1,5 @@
 //! The git2 side of storage: one tenant's bare repository, read and written with libgit2.
+use super::disk::{self, sync_dir, sync_tree};
 use super::durable::{SyncGroup, SyncMark};
 use super::versions::Change;
 use super::{Ancestry, FileSnapshot, StorageError, TenantSummary, WriteOutcome, WriteRequest};
@@ -9,7 +10,7 @@ use git2::{
     Signature,
 };
 use std::borrow::Cow;
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::path::Path;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, UNIX_EPOCH};
@@ -177,11 +178,7 @@ impl<'a> TenantRepo<'a> {
     /// setters take turns on the tenant's write lock, and a `config.lock` older than
     /// [`STALE_REF_LOCK`] found while holding it was left by a dead process and is removed.
     /// A fresh one is waited on until [`WRITE_DEADLINE`].
-    pub(super) fn set_source_hosting(
-        &self,
-        on: bool,
-        sync: Option<&SyncGroup>,
-    ) -> Result<(), StorageError> {
+    pub(super) fn set_source_hosting(&self, on: bool) -> Result<(), StorageError> {
         let deadline = Instant::now() + WRITE_DEADLINE;
         let _turn = self.config_turn(deadline)?;
         let mut config = self
@@ -219,7 +216,10 @@ impl<'a> TenantRepo<'a> {
                 Err(e) => return Err(git_err(self.tenant, "write config", "")(e)),
             }
         }
-        self.group_sync(sync, "")
+        // libgit2 never fsyncs a config it writes (renamed from config.lock): the flag
+        // reaches the disk here, in both modes, before the change is reported done.
+        disk::sync_file(&self.path.join("config"))?;
+        sync_dir(&self.path)
     }
 
     /// The tenant's write lock, for a config change: while it is held no other planfiles
@@ -625,11 +625,7 @@ fn signature(who: &Identity) -> Result<Signature<'static>, git2::Error> {
 /// An OS lock on the file at `path` (created if missing), waiting until `deadline` at most;
 /// `Err(attempts)` when another holder kept it that long.
 fn lock_file_until(path: &Path, deadline: Instant) -> std::io::Result<Result<File, u32>> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)?;
+    let file = disk::open_or_create(path)?;
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -673,7 +669,6 @@ pub(super) fn create(
     path: &Path,
     source_hosting: bool,
     committer: &Identity,
-    sync: Option<&SyncGroup>,
 ) -> Result<CommitId, StorageError> {
     let lock_path = tenants_dir
         .parent()
@@ -702,12 +697,8 @@ pub(super) fn create(
         .tempdir_in(tenants_dir)
         .map_err(|e| StorageError::io("create a temporary directory", tenants_dir, e))?;
     let commit = init_repo(tenant, tmp.path(), source_hosting, committer)?;
-    if let Some(group) = sync {
-        // libgit2 wrote the files without fsync in this mode.
-        group
-            .sync()
-            .map_err(|e| StorageError::io("sync the data volume", tmp.path(), e))?;
-    }
+    // Every file and folder of the new repository (libgit2 fsyncs none of its config, and in
+    // group mode nothing), then the rename, then the folder that gained it.
     sync_tree(tmp.path())?;
     let tmp_path = tmp.keep();
     if let Err(e) = std::fs::rename(&tmp_path, path) {
@@ -784,24 +775,6 @@ fn init_repo(
         )
         .map_err(err("write commit"))?;
     Ok(commit)
-}
-
-/// Syncs every directory below `dir` (and `dir`), so that a new repository's entries are on
-/// disk before it is renamed into place.
-pub(super) fn sync_tree(dir: &Path) -> Result<(), StorageError> {
-    for entry in std::fs::read_dir(dir).map_err(|e| StorageError::io("read directory", dir, e))? {
-        let entry = entry.map_err(|e| StorageError::io("read directory", dir, e))?;
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            sync_tree(&entry.path())?;
-        }
-    }
-    sync_dir(dir)
-}
-
-pub(super) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    std::fs::File::open(dir)
-        .and_then(|f| f.sync_all())
-        .map_err(|e| StorageError::io("sync directory", dir, e))
 }
 
 /// Maps a git2 error to a `StorageError` that names the tenant, the file and the operation.

@@ -5,10 +5,10 @@
 //! tenant is copied into a temporary folder, synced and renamed into place (never over an
 //! existing tenant), then the marker is removed. A marker found at start means a seeder died:
 //! its temporary folders are removed and the tenants still missing are seeded.
-use super::repo::{sync_dir, sync_tree};
+use super::disk::{self, sync_dir, sync_tree};
 use super::StorageError;
 use std::ffi::CString;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -87,12 +87,8 @@ fn seed_one(from: &Path, tenants_dir: &Path, name: &std::ffi::OsStr) -> Result<b
 }
 
 fn lock(path: &Path) -> Result<File, StorageError> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(|e| StorageError::io("open the seed lock", path, e))?;
+    let file =
+        disk::open_or_create(path).map_err(|e| StorageError::io("open the seed lock", path, e))?;
     file.lock()
         .map_err(|e| StorageError::io("take the seed lock", path, e))?;
     Ok(file)
@@ -123,7 +119,7 @@ fn remove_temp_folders(tenants_dir: &Path) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// Copies the files below `from` into the existing folder `to`, each synced.
+/// Copies the files below `from` into the existing folder `to`.
 fn copy_dir(from: &Path, to: &Path) -> Result<(), StorageError> {
     for entry in std::fs::read_dir(from).map_err(|e| StorageError::io("read directory", from, e))? {
         let entry = entry.map_err(|e| StorageError::io("read directory", from, e))?;
@@ -133,8 +129,8 @@ fn copy_dir(from: &Path, to: &Path) -> Result<(), StorageError> {
                 .map_err(|e| StorageError::io("create directory", &target, e))?;
             copy_dir(&entry.path(), &target)?;
         } else {
+            // Synced with the rest of the folder (`sync_tree`) before it is renamed into place.
             std::fs::copy(entry.path(), &target)
-                .and_then(|_| File::open(&target)?.sync_all())
                 .map_err(|e| StorageError::io("copy file", &target, e))?;
         }
     }

@@ -150,7 +150,11 @@ impl TestApp {
     async fn spawn_full(data_dir: tempfile::TempDir, auth: AuthConfig, threshold: usize) -> Self {
         storage::init_git();
         let committer = Identity::new("planfiles", "planfiles@test", "test");
-        let storage = Storage::open(data_dir.path(), committer, Default::default()).unwrap();
+        // The mode `serve` would choose for this volume (`storage.durability = "auto"`).
+        let volume = storage::volume(data_dir.path()).ok();
+        let durability = storage::Durability::choose(Default::default(), false, volume.as_ref())
+            .expect("auto never refuses");
+        let storage = Storage::open(data_dir.path(), committer, durability).unwrap();
         let storage = match WRITE_HOOK.with(|h| h.borrow_mut().take()) {
             Some(hook) => storage.write_hook(hook),
             None => storage,

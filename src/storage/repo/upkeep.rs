@@ -5,10 +5,11 @@
 //! `objects/xx/` folders, which a concurrent libgit2 write may be about to rename into; old
 //! packs are deleted only after a pack holding all their objects is on disk. Readers that miss
 //! an object re-scan the packs (libgit2 does that on a miss).
-use super::{git_err, sync_dir, SyncGroup, TenantRepo};
+use super::{git_err, TenantRepo};
+use crate::storage::disk::{self, sync_dir};
 use crate::storage::{RepackReport, StorageError};
 use git2::Oid;
-use std::fs::{File, OpenOptions, TryLockError};
+use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -35,7 +36,6 @@ impl TenantRepo<'_> {
     pub(in crate::storage) fn repack(
         &self,
         full: bool,
-        sync: Option<&SyncGroup>,
     ) -> Result<Option<RepackReport>, StorageError> {
         let started = Instant::now();
         let Some(_lock) = self.try_upkeep_lock()? else {
@@ -96,18 +96,25 @@ impl TenantRepo<'_> {
                 .map_err(err("add an object to the pack"))?;
         }
         report.objects_packed = builder.object_count();
-        std::fs::create_dir_all(&pack_dir)
-            .map_err(|e| StorageError::io("create the pack folder", &pack_dir, e))?;
-        // In fsync mode libgit2 syncs the pack, its index and the folder; in group mode the
-        // shared syncfs below does, failing if any round that ran meanwhile failed.
-        let mark = sync.map(SyncGroup::mark);
+        disk::create_dir_all_synced(&pack_dir)?;
         builder.write(&pack_dir, 0).map_err(err("write the pack"))?;
         let new_pack = builder
             .name()
             .map_err(err("name the pack"))?
             .map(|n| format!("pack-{n}"));
+        // The pack, its index (and reverse index) and the folder that gained them are on
+        // disk before anything they make redundant is deleted, in both durability modes and
+        // on every volume (libgit2 syncs them only in fsync mode; syncfs does not reach a
+        // FUSE daemon): a power loss mid-repack leaves every object reachable.
+        if let Some(name) = &new_pack {
+            for ext in ["pack", "idx", "rev"] {
+                let file = pack_dir.join(format!("{name}.{ext}"));
+                if ext != "rev" || file.exists() {
+                    disk::sync_file(&file)?;
+                }
+            }
+        }
         sync_dir(&pack_dir)?;
-        self.group_sync_since(sync, mark, "")?;
 
         // Everything below only deletes what the new, synced pack holds.
         for (_, path) in &loose {
@@ -133,11 +140,7 @@ impl TenantRepo<'_> {
 
     fn try_upkeep_lock(&self) -> Result<Option<File>, StorageError> {
         let path = self.path.join(UPKEEP_LOCK_FILE);
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
+        let file = disk::open_or_create(&path)
             .map_err(|e| StorageError::io("open the upkeep lock", &path, e))?;
         match file.try_lock() {
             Ok(()) => Ok(Some(file)),

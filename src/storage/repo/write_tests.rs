@@ -75,7 +75,7 @@ fn write_with(script: Script) -> (tempfile::TempDir, PathBuf, String, bool, usiz
     let tenant = TenantId::parse("acme").unwrap();
     let path = dir.path().join("acme.git");
     let committer = Identity::new("planfiles", "p@localhost", "localhost");
-    create(&tenant, dir.path(), &path, false, &committer, None).unwrap();
+    create(&tenant, dir.path(), &path, false, &committer).unwrap();
     let head = git(&path, &["rev-parse", "main"]);
     let calls = Arc::new(AtomicUsize::new(0));
     let group = SyncGroup::with_sync_fn({

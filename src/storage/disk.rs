@@ -1,0 +1,115 @@
+//! Files and folders planfiles makes outside libgit2: each is synced, and synced into the folder that holds it, before anything that depends on it is acknowledged.
+use super::StorageError;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::Path;
+
+/// The folder that holds `path` (`.` for a bare relative name).
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// fsync of a folder: its entries (files created, renamed or removed in it) are on disk.
+pub(super) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| StorageError::io("sync directory", dir, e))
+}
+
+/// fsync of a file's data.
+pub(super) fn sync_file(file: &Path) -> Result<(), StorageError> {
+    File::open(file)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| StorageError::io("sync a file", file, e))
+}
+
+/// Syncs every file and folder below `dir`, and `dir`, so that a repository built in a
+/// temporary folder is whole on disk before it is renamed into place.
+pub(super) fn sync_tree(dir: &Path) -> Result<(), StorageError> {
+    for entry in std::fs::read_dir(dir).map_err(|e| StorageError::io("read directory", dir, e))? {
+        let entry = entry.map_err(|e| StorageError::io("read directory", dir, e))?;
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => sync_tree(&entry.path())?,
+            Ok(t) if t.is_file() => sync_file(&entry.path())?,
+            _ => {}
+        }
+    }
+    sync_dir(dir)
+}
+
+/// Creates `dir` and every missing folder above it, each synced into its parent, so that a
+/// power loss cannot take a data dir the service made and leave an empty volume (which a
+/// restart would seed again).
+pub(super) fn create_dir_all_synced(dir: &Path) -> Result<(), StorageError> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.is_dir() {
+        missing.push(at);
+        match at.parent() {
+            Some(p) if !p.as_os_str().is_empty() => at = p,
+            _ => break,
+        }
+    }
+    for folder in missing.into_iter().rev() {
+        match std::fs::create_dir(folder) {
+            Ok(()) => {}
+            // Another process made it: it may not have synced it yet, so sync it here too.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(StorageError::io("create a directory", folder, e)),
+        }
+        sync_dir(parent(folder))?;
+    }
+    Ok(())
+}
+
+/// Opens the file at `path` for writing (a lock or marker file), creating it when missing;
+/// a file created here is synced into its folder before it is used. The common case, a file
+/// that exists, costs one `open`.
+pub(super) fn open_or_create(path: &Path) -> io::Result<File> {
+    match OpenOptions::new().write(true).open(path) {
+        Ok(file) => Ok(file),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(path)?;
+            File::open(parent(path))?.sync_all()?;
+            Ok(file)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_folders_are_made_from_the_top_and_existing_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("a/b/c");
+        create_dir_all_synced(&deep).unwrap();
+        assert!(deep.is_dir());
+        std::fs::write(deep.join("f"), "x").unwrap();
+        create_dir_all_synced(&deep).unwrap();
+        assert!(deep.join("f").exists(), "an existing folder is left alone");
+        let file = dir.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(create_dir_all_synced(&file.join("under")).is_err());
+    }
+
+    #[test]
+    fn open_or_create_makes_the_file_once_and_keeps_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        drop(open_or_create(&path).unwrap());
+        std::fs::write(&path, "kept").unwrap();
+        drop(open_or_create(&path).unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"kept");
+        assert!(open_or_create(&dir.path().join("no/such/dir.lock")).is_err());
+    }
+}
