@@ -465,6 +465,32 @@ async fn integers_beyond_64_bits_are_refused_in_every_notation_and_only_there() 
     app.fsck("globex");
 }
 
+/// `.inf`, `.nan` and floats that overflow are refused with the value's pointer (JSON has
+/// no such numbers), the line and column still in the detail.
+#[tokio::test]
+async fn non_finite_numbers_are_refused_with_their_pointer() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let before = app.head("globex");
+    for (text, pointer) in [
+        ("flag: .inf\n", "/flag"),
+        ("a:\n  b: [1, -.Inf]\n", "/a/b/1"),
+        ("n: .NaN\n", "/n"),
+        ("big: 1e999\n", "/big"),
+    ] {
+        let (status, body) =
+            problem(app.put_integration(&t, &json!({"content": text})).await).await;
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert_eq!(status, 422, "{text:?}: {body}");
+        assert!(
+            detail.starts_with(&format!("/content{pointer}: ")),
+            "{text:?}: {detail}"
+        );
+        assert!(detail.contains("line "), "{text:?}: {detail}");
+    }
+    assert_eq!(app.head("globex"), before);
+}
+
 /// A long digit run inside a string, key, comment or block scalar is not an integer, even
 /// beside a whole float >= 2^64.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! `CommitMessage`: a caller's `"message"`, cleaned to one line of 1-200 characters, used as the commit subject.
+//! `CommitMessage`: a caller's `"message"`, cleaned to one line of 1-200 characters (a line break becomes a space), used as the commit subject.
 use super::ContentError;
 use serde_json::Value;
 
@@ -9,16 +9,24 @@ pub const MAX_CHARS: usize = 200;
 pub struct CommitMessage(String);
 
 impl CommitMessage {
-    /// The optional `message` field of a write's body (`null` is absent). Control characters
-    /// (line breaks included) and the Unicode line, paragraph and bidirectional controls are
-    /// removed and the ends trimmed; then it must hold 1-200 characters (422, at `pointer`).
+    /// The optional `message` field of a write's body (`null` is absent). Each run of line
+    /// breaks and tabs (the Unicode line and paragraph separators too) becomes one space,
+    /// other control characters and the bidirectional controls are removed, and the ends
+    /// trimmed; then it must hold 1-200 characters (422, at `pointer`).
     pub fn from_field(value: Option<&Value>, pointer: &str) -> Result<Option<Self>, ContentError> {
         let text = match value {
             None | Some(Value::Null) => return Ok(None),
             Some(Value::String(s)) => s,
             Some(_) => return Err(ContentError::new(pointer, "must be a string")),
         };
-        let cleaned: String = text.chars().filter(|c| !is_removed(*c)).collect();
+        // The lines, each without the spaces beside its breaks, joined by one space.
+        let cleaned = text
+            .split(is_break)
+            .map(|line| line.trim_matches(' '))
+            .filter(|line| !line.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let cleaned: String = cleaned.chars().filter(|c| !is_removed(*c)).collect();
         let cleaned = cleaned.trim();
         let count = cleaned.chars().count();
         if count == 0 {
@@ -45,9 +53,17 @@ impl CommitMessage {
     }
 }
 
+/// Line breaks and tabs: they separate words, so they become a space.
+fn is_break(c: char) -> bool {
+    matches!(
+        c,
+        '\n' | '\r' | '\t' | '\u{b}' | '\u{c}' | '\u{85}' | '\u{2028}' | '\u{2029}'
+    )
+}
+
 fn is_removed(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
 }
 
 #[cfg(test)]
@@ -68,7 +84,16 @@ mod tests {
             ok(json!("Add the prod account")).as_deref(),
             Some("Add the prod account")
         );
-        assert_eq!(ok(json!("a\nb\r\tc\u{7}")).as_deref(), Some("abc"));
+        assert_eq!(ok(json!("a\nb\r\tc\u{7}")).as_deref(), Some("a b c"));
+        assert_eq!(ok(json!("two\nlines")).as_deref(), Some("two lines"));
+        assert_eq!(
+            ok(json!("crlf\r\nend\u{2028}x")).as_deref(),
+            Some("crlf end x")
+        );
+        assert_eq!(
+            ok(json!("\nlead and trail\n")).as_deref(),
+            Some("lead and trail")
+        );
         assert_eq!(ok(json!(" \u{202e}x ")).as_deref(), Some("x"));
         assert_eq!(
             ok(json!("é".repeat(200))).map(|s| s.chars().count()),

@@ -1,6 +1,7 @@
-//! RFC 6902 JSON Patch between two documents; arrays of objects with a natural key (`account_id`, `path`) are diffed by that key.
+//! RFC 6902 JSON Patch between two documents; arrays of objects with a natural key (`account_id`, `path`) are diffed by that key, in O(n log n).
 use serde::Serialize;
 use serde_json::{Map, Value};
+use std::collections::{HashMap, HashSet};
 
 /// The fields that name an element of an array of objects, tried in order.
 pub const NATURAL_KEYS: [&str; 2] = ["account_id", "path"];
@@ -96,42 +97,53 @@ fn diff_arrays(a: &[Value], b: &[Value], at: &mut String, ops: &mut Vec<Op>) {
 }
 
 /// The natural key both arrays are keyed by: every element an object holding that field as
-/// a string or number, unique within each array.
+/// a string or number, unique within each array. O(n) per key tried (hash sets).
 fn natural_key(a: &[Value], b: &[Value]) -> Option<&'static str> {
     if a.is_empty() && b.is_empty() {
         return None;
     }
     NATURAL_KEYS.into_iter().find(|key| {
         [a, b].iter().all(|items| {
-            let ids: Option<Vec<String>> = items.iter().map(|v| key_of(v, key)).collect();
-            ids.is_some_and(|mut ids| {
-                let n = ids.len();
-                ids.sort();
-                ids.dedup();
-                ids.len() == n
-            })
+            let mut seen = HashSet::with_capacity(items.len());
+            items
+                .iter()
+                .all(|v| key_of(v, key).is_some_and(|k| seen.insert(k)))
         })
     })
 }
 
-fn key_of(value: &Value, key: &str) -> Option<String> {
+/// An element's key, told apart by kind (`"1"` is not `1`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key<'a> {
+    Str(&'a str),
+    Num(String),
+}
+
+fn key_of<'a>(value: &'a Value, key: &str) -> Option<Key<'a>> {
     match value.as_object()?.get(key)? {
-        Value::String(s) => Some(format!("s{s}")),
-        Value::Number(n) => Some(format!("n{n}")),
+        Value::String(s) => Some(Key::Str(s)),
+        Value::Number(n) => Some(Key::Num(n.to_string())),
         _ => None,
     }
 }
 
 /// By key: removed elements go (from the end), then each position of `b` in turn is taken by
 /// a move of its element (when it sits elsewhere) or an add, and kept elements are diffed.
+///
+/// O(n log n): the elements not placed yet keep their relative order from `a`, so the one
+/// for position `i` sits at `i` plus the number of unplaced kept elements before it, which a
+/// Fenwick tree over `a`'s kept elements counts.
 fn diff_keyed(a: &[Value], b: &[Value], key: &str, at: &mut String, ops: &mut Vec<Op>) {
-    let wanted: Vec<String> = b.iter().filter_map(|v| key_of(v, key)).collect();
-    let mut current: Vec<(String, &Value)> = Vec::new();
+    let wanted: HashSet<Key<'_>> = b.iter().filter_map(|v| key_of(v, key)).collect();
+    // The kept elements of `a`, in order, and where each key is among them.
+    let mut kept: Vec<&Value> = Vec::new();
+    let mut slot: HashMap<Key<'_>, usize> = HashMap::new();
     let mut removals = Vec::new();
     for (i, v) in a.iter().enumerate() {
         let k = key_of(v, key).expect("checked by natural_key");
         if wanted.contains(&k) {
-            current.push((k, v));
+            slot.insert(k, kept.len());
+            kept.push(v);
         } else {
             removals.push(i);
         }
@@ -141,27 +153,61 @@ fn diff_keyed(a: &[Value], b: &[Value], key: &str, at: &mut String, ops: &mut Ve
             path: child(at, &i.to_string()),
         });
     }
-    for (i, (k, target)) in wanted.iter().zip(b).enumerate() {
-        match current.iter().position(|(c, _)| c == k) {
-            Some(j) => {
+    let mut unplaced = Fenwick::full(kept.len());
+    for (i, target) in b.iter().enumerate() {
+        let k = key_of(target, key).expect("checked by natural_key");
+        match slot.get(&k) {
+            Some(&s) => {
+                let j = i + unplaced.before(s);
+                unplaced.remove(s);
                 if j != i {
-                    let item = current.remove(j);
-                    current.insert(i, item);
                     ops.push(Op::Move {
                         from: child(at, &j.to_string()),
                         path: child(at, &i.to_string()),
                     });
                 }
-                let old = current[i].1;
-                within(at, &i.to_string(), |at| diff_at(old, target, at, ops));
+                within(at, &i.to_string(), |at| diff_at(kept[s], target, at, ops));
             }
-            None => {
-                current.insert(i, (k.clone(), target));
-                ops.push(Op::Add {
-                    path: child(at, &i.to_string()),
-                    value: target.clone(),
-                });
+            None => ops.push(Op::Add {
+                path: child(at, &i.to_string()),
+                value: target.clone(),
+            }),
+        }
+    }
+}
+
+/// Counts of 0/1 flags with O(log n) prefix sums and updates.
+struct Fenwick(Vec<usize>);
+
+impl Fenwick {
+    /// `n` flags, all set.
+    fn full(n: usize) -> Self {
+        let mut tree = vec![0; n + 1];
+        for i in 1..=n {
+            tree[i] += 1;
+            let parent = i + (i & i.wrapping_neg());
+            if parent <= n {
+                tree[parent] += tree[i];
             }
+        }
+        Self(tree)
+    }
+
+    /// Flags set before index `i`.
+    fn before(&self, i: usize) -> usize {
+        let (mut sum, mut at) = (0, i);
+        while at > 0 {
+            sum += self.0[at];
+            at -= at & at.wrapping_neg();
+        }
+        sum
+    }
+
+    fn remove(&mut self, i: usize) {
+        let mut at = i + 1;
+        while at < self.0.len() {
+            self.0[at] -= 1;
+            at += at & at.wrapping_neg();
         }
     }
 }
@@ -182,6 +228,45 @@ mod tests {
                 value: json!({"account_id": "3"})
             }]
         );
+    }
+
+    /// The keyed diff, checked against the patch applied (json-patch's `patch`), on
+    /// shuffles, insertions and removals; and a large reversal stays fast.
+    #[test]
+    fn keyed_diffs_apply_to_the_target_and_stay_fast_on_large_arrays() {
+        let accounts = |ids: &[usize]| json!({"aws": ids.iter().map(|i| json!({"account_id": i.to_string(), "n": i % 7})).collect::<Vec<_>>()});
+        let cases: Vec<(Vec<usize>, Vec<usize>)> = vec![
+            (vec![1, 2, 3, 4], vec![4, 3, 2, 1]),
+            (vec![1, 2, 3, 4, 5], vec![5, 9, 1, 3]),
+            (vec![], vec![1, 2]),
+            (vec![1, 2], vec![]),
+            (vec![3, 1, 2], vec![1, 2, 3, 4]),
+        ];
+        for (from, to) in cases {
+            let (a, b) = (accounts(&from), accounts(&to));
+            let mut doc = a.clone();
+            apply(&mut doc, &diff(&a, &b));
+            assert_eq!(doc, b, "{from:?} -> {to:?}");
+        }
+        let n = 30_000;
+        let up: Vec<usize> = (0..n).collect();
+        let down: Vec<usize> = (0..n).rev().collect();
+        let (a, b) = (accounts(&up), accounts(&down));
+        let started = std::time::Instant::now();
+        let ops = diff(&a, &b);
+        assert_eq!(ops.len(), n - 1, "one move per position but the last");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{:?} for 30,000 accounts reversed",
+            started.elapsed()
+        );
+    }
+
+    /// Applies a patch of this module's ops (add, remove, replace, move) to `doc`.
+    fn apply(doc: &mut Value, ops: &[Op]) {
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::to_value(ops).unwrap()).unwrap();
+        json_patch::patch(doc, &patch).unwrap();
     }
 
     #[test]

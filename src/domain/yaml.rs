@@ -38,6 +38,9 @@ pub enum YamlError {
     /// A plain scalar that YAML 1.1 and YAML 1.2 readers read as different data.
     #[error("{}: {}", .0.pointer, .0)]
     Ambiguous(Box<Ambiguity>),
+    /// `.inf`, `.nan` and the like: JSON has no such numbers.
+    #[error("{pointer}: {message}")]
+    NonFinite { pointer: String, message: String },
 }
 
 fn options() -> serde_saphyr::Options {
@@ -54,13 +57,24 @@ fn options() -> serde_saphyr::Options {
     opts.reject_unsupported_tags = true;
     // `<<` is a plain key: merging would change the data a client sent.
     opts.merge_keys = serde_saphyr::MergeKeyPolicy::AsOrdinary;
+    // Non-finite numbers reach `StrictVisitor`, which refuses them with their pointer.
+    opts.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::PassThrough;
     opts
 }
 
 /// Parses YAML text into a value within the limits (any top level).
 fn parse_value(text: &str) -> Result<Value, YamlError> {
-    let StrictValue(value) = serde_saphyr::from_str_with_options(text, options())
-        .map_err(|e| YamlError::Syntax(first_line(&e.to_string())))?;
+    WALK.with(|w| {
+        w.at.borrow_mut().clear();
+        w.non_finite.borrow_mut().take();
+    });
+    let StrictValue(value) = serde_saphyr::from_str_with_options(text, options()).map_err(|e| {
+        let message = first_line(&e.to_string());
+        match WALK.with(|w| w.non_finite.take()) {
+            Some(pointer) => YamlError::NonFinite { pointer, message },
+            None => YamlError::Syntax(message),
+        }
+    })?;
     if let Value::Object(map) = &value {
         check_limits(map)?;
     }
@@ -135,6 +149,7 @@ impl YamlError {
         match self {
             YamlError::IntegerTooLarge(w) => Some((&w.pointer, w.to_string())),
             YamlError::Ambiguous(a) => Some((&a.pointer, a.to_string())),
+            YamlError::NonFinite { pointer, message } => Some((pointer, message.clone())),
             _ => None,
         }
     }
@@ -243,18 +258,66 @@ fn first_line(s: &str) -> String {
         .to_owned()
 }
 
+/// Where the walk of a document is (a JSON pointer), and where it met a non-finite number.
+#[derive(Default)]
+struct Walk {
+    at: std::cell::RefCell<String>,
+    non_finite: std::cell::RefCell<Option<String>>,
+}
+
+impl Walk {
+    /// Runs `f` with `/token` (escaped) appended to the pointer.
+    fn within<T>(&self, token: &str, f: impl FnOnce() -> T) -> T {
+        let len = {
+            let mut at = self.at.borrow_mut();
+            let len = at.len();
+            at.push('/');
+            for c in token.chars() {
+                match c {
+                    '~' => at.push_str("~0"),
+                    '/' => at.push_str("~1"),
+                    c => at.push(c),
+                }
+            }
+            len
+        };
+        let out = f();
+        self.at.borrow_mut().truncate(len);
+        out
+    }
+
+    /// Runs `f` with `/index` appended to the pointer.
+    fn at_index<T>(&self, index: usize, f: impl FnOnce() -> T) -> T {
+        let len = {
+            use std::fmt::Write;
+            let mut at = self.at.borrow_mut();
+            let len = at.len();
+            let _ = write!(at, "/{index}");
+            len
+        };
+        let out = f();
+        self.at.borrow_mut().truncate(len);
+        out
+    }
+}
+
+thread_local! {
+    /// The walk of the document being parsed on this thread (serde-saphyr takes no seed).
+    static WALK: Walk = Walk::default();
+}
+
 /// A YAML value that refuses what JSON cannot hold: non-string keys and non-finite floats.
 struct StrictValue(Value);
 
 impl<'de> Deserialize<'de> for StrictValue {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(StrictVisitor).map(StrictValue)
+        WALK.with(|w| d.deserialize_any(StrictVisitor(w)).map(StrictValue))
     }
 }
 
-struct StrictVisitor;
+struct StrictVisitor<'w>(&'w Walk);
 
-impl<'de> Visitor<'de> for StrictVisitor {
+impl<'de> Visitor<'de> for StrictVisitor<'_> {
     type Value = Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -272,7 +335,13 @@ impl<'de> Visitor<'de> for StrictVisitor {
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Value, E> {
         serde_json::Number::from_f64(v)
             .map(Value::Number)
-            .ok_or_else(|| E::custom("non-finite numbers are not allowed"))
+            .ok_or_else(|| {
+                self.0
+                    .non_finite
+                    .borrow_mut()
+                    .get_or_insert_with(|| self.0.at.borrow().clone());
+                E::custom("non-finite numbers are not allowed")
+            })
     }
     fn visit_str<E>(self, v: &str) -> Result<Value, E> {
         Ok(Value::String(v.to_owned()))
@@ -291,15 +360,20 @@ impl<'de> Visitor<'de> for StrictVisitor {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut out = Vec::new();
-        while let Some(StrictValue(v)) = seq.next_element()? {
-            out.push(v);
+        loop {
+            match self
+                .0
+                .at_index(out.len(), || seq.next_element::<StrictValue>())?
+            {
+                Some(StrictValue(v)) => out.push(v),
+                None => return Ok(Value::Array(out)),
+            }
         }
-        Ok(Value::Array(out))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
         let mut out = Map::new();
         while let Some(StringKey(k)) = access.next_key()? {
-            let StrictValue(v) = access.next_value()?;
+            let StrictValue(v) = self.0.within(&k, || access.next_value())?;
             out.insert(k, v);
         }
         Ok(Value::Object(out))
@@ -393,6 +467,24 @@ mod tests {
         for (text, why) in cases {
             assert!(parse_mapping(text).is_err(), "{why}: {text:?}");
         }
+    }
+
+    #[test]
+    fn a_non_finite_number_is_refused_with_its_pointer() {
+        for (text, pointer) in [
+            ("flag: .inf\n", "/flag"),
+            ("a:\n  b: [1, -.Inf]\n", "/a/b/1"),
+            ("x/y~z:\n- ok: 1\n- n: .nan\n", "/x~1y~0z/1/n"),
+        ] {
+            let err = parse_client_text(text).unwrap_err();
+            let (at, message) = err.located().unwrap_or_else(|| panic!("{err:?}"));
+            assert_eq!(at, pointer, "{text:?}");
+            assert!(message.contains("non-finite"), "{message}");
+        }
+        // The walk starts afresh for every document.
+        assert!(parse_client_text("a: 1\n").is_ok());
+        let err = parse_client_text("b: .nan\n").unwrap_err();
+        assert_eq!(err.located().unwrap().0, "/b");
     }
 
     #[test]

@@ -1,0 +1,147 @@
+//! `DirKey`: the data dir's secret, made once and shared by every process: it signs history cursors and keys idempotency fingerprints.
+use super::StorageError;
+use crate::domain::{CommitId, Cursor, TenantId};
+use hmac::{Hmac, Mac};
+use std::io::Write;
+use std::path::Path;
+
+const KEY_FILE: &str = "cursor.key";
+
+/// Read at start from `<data_dir>/cursor.key`, which the first process to need it creates
+/// (all or nothing: written aside, synced, then linked into place).
+pub(super) struct DirKey {
+    key: [u8; 32],
+}
+
+impl std::fmt::Debug for DirKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DirKey(..)")
+    }
+}
+
+impl DirKey {
+    pub(super) fn load(data_dir: &Path) -> Result<Self, StorageError> {
+        Ok(Self {
+            key: load_or_create(&data_dir.join(KEY_FILE))?,
+        })
+    }
+
+    /// The cursor that resumes `tenant`'s history at `commit`.
+    pub(super) fn mint(&self, tenant: &TenantId, commit: CommitId) -> Cursor {
+        Cursor {
+            commit,
+            tag: tag(&self.key, tenant, commit),
+        }
+    }
+
+    /// The cursor's commit when this data dir made the cursor for `tenant`.
+    pub(super) fn open(&self, tenant: &TenantId, cursor: &Cursor) -> Option<CommitId> {
+        let expected = tag(&self.key, tenant, cursor.commit);
+        // Compared in constant time: the tag is a MAC.
+        let same = expected
+            .iter()
+            .zip(cursor.tag.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+        same.then_some(cursor.commit)
+    }
+
+    /// The fingerprint of a request (see [`crate::domain::idempotency::fingerprint`]).
+    pub(super) fn fingerprint(&self, target: &str, body: &[u8]) -> String {
+        crate::domain::idempotency::fingerprint(&self.key, target, body)
+    }
+}
+
+fn tag(key: &[u8; 32], tenant: &TenantId, commit: CommitId) -> [u8; 16] {
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key");
+    mac.update(tenant.as_str().as_bytes());
+    mac.update(b"\0");
+    mac.update(commit.to_string().as_bytes());
+    let full = mac.finalize().into_bytes();
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
+fn load_or_create(path: &Path) -> Result<[u8; 32], StorageError> {
+    let io = |op, e| StorageError::io(op, path, e);
+    match std::fs::read(path) {
+        Ok(bytes) => return parse(&bytes).ok_or_else(|| io("read the cursor key", bad_key())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io("read the cursor key", e)),
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let key: [u8; 32] = rand::random();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".cursor-key-")
+        .tempfile_in(dir)
+        .map_err(|e| io("write the cursor key", e))?;
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    tmp.write_all(hex.as_bytes())
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| io("write the cursor key", e))?;
+    // A link fails when another process made the key first: then that key counts.
+    match std::fs::hard_link(tmp.path(), path) {
+        Ok(()) => {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io("sync the data dir", e))?;
+            Ok(key)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let bytes = std::fs::read(path).map_err(|e| io("read the cursor key", e))?;
+            parse(&bytes).ok_or_else(|| io("read the cursor key", bad_key()))
+        }
+        Err(e) => Err(io("write the cursor key", e)),
+    }
+}
+
+fn bad_key() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        "not 64 hex digits; remove it to make a new one (open history cursors stop working)",
+    )
+}
+
+fn parse(bytes: &[u8]) -> Option<[u8; 32]> {
+    let text = std::str::from_utf8(bytes).ok()?.trim();
+    if text.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_open_only_for_their_tenant_and_commit_and_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let (acme, globex) = (
+            TenantId::parse("acme").unwrap(),
+            TenantId::parse("globex").unwrap(),
+        );
+        let commit = |c: &str| CommitId(crate::domain::ObjectId::parse(&c.repeat(40)).unwrap());
+        let keys = DirKey::load(dir.path()).unwrap();
+        let cursor = keys.mint(&acme, commit("a"));
+        assert_eq!(keys.open(&acme, &cursor), Some(commit("a")));
+        assert_eq!(keys.open(&globex, &cursor), None, "another tenant");
+        let forged = Cursor {
+            commit: commit("b"),
+            ..cursor.clone()
+        };
+        assert_eq!(keys.open(&acme, &forged), None, "another commit");
+        // Another process on the same data dir reads the same key.
+        let again = DirKey::load(dir.path()).unwrap();
+        assert_eq!(again.open(&acme, &cursor), Some(commit("a")));
+        assert_eq!(
+            again.fingerprint("PUT /x", b"{}"),
+            keys.fingerprint("PUT /x", b"{}")
+        );
+    }
+}
