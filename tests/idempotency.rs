@@ -1,4 +1,4 @@
-//! `Idempotency-Key`: replays, reuse, in-flight across processes, no-op retries, the look-back window and a retry after `kill -9`.
+//! `Idempotency-Key`: replays, reuse, in-flight across processes, no-op retries, a look-back counted in commits and a retry after `kill -9`.
 mod common;
 
 use common::process::{data_dir_with_fixture, serve};
@@ -21,7 +21,10 @@ fn claim_elsewhere(app: &TestApp, tenant: &str, key: &str) -> InFlight {
     )
     .unwrap();
     other
-        .claim_in_flight(&TenantId::parse(tenant).unwrap(), key)
+        .claim_in_flight(
+            &TenantId::parse(tenant).unwrap(),
+            &planfiles::domain::IdempotencyKey::parse(key.as_bytes()).unwrap(),
+        )
         .unwrap()
         .expect("free")
 }
@@ -57,7 +60,7 @@ async fn a_retry_answers_the_first_answer_even_after_main_moved() {
     let commit = first["commit_sha"].as_str().unwrap().to_owned();
     let tr = app.git("acme", &["log", "-1", "--format=%(trailers:only,unfold)"]);
     assert!(tr.contains("Idempotency-Key: k-1"), "{tr}");
-    assert!(tr.contains("Idempotency-Fingerprint: sha256:"), "{tr}");
+    assert!(tr.contains("Idempotency-Fingerprint: hmac-sha256:"), "{tr}");
     // main moves on; the file_sha of the retry is stale now.
     let res = app
         .put_integration(&t, &json!({"content": {"later": 2}}))
@@ -181,25 +184,7 @@ async fn a_dry_run_is_checked_against_its_key() {
 
 /// `count` commits of `notes.txt` on top of `main`, made now by git fast-import.
 fn outside_commits(repo: &std::path::Path, count: usize) {
-    let head = git_in(repo, &["rev-parse", "main"]);
-    let now = common::now();
-    let mut stream = String::new();
-    for i in 0..count {
-        let msg = format!("outside {i}\n");
-        stream.push_str(&format!(
-            "commit refs/heads/main\ncommitter o <o@x> {now} +0000\ndata {}\n{msg}",
-            msg.len()
-        ));
-        if i == 0 {
-            stream.push_str(&format!("from {head}\n"));
-        }
-        let note = format!("{i}\n");
-        stream.push_str(&format!(
-            "M 100644 inline notes.txt\ndata {}\n{note}\n",
-            note.len()
-        ));
-    }
-    common::git_stdin(repo, &["fast-import", "--quiet"], &stream);
+    common::fast_commits(repo, count, "notes.txt");
 }
 
 /// The look-back covers the last 1,000 first-parent commits: a key 500 commits back is
@@ -245,21 +230,53 @@ async fn bad_keys_are_400_and_change_nothing() {
     assert_eq!(app.head("acme"), head);
 }
 
+/// A keyed write that changes nothing makes no commit, but its key is recorded (durably,
+/// on `refs/planfiles/no-ops`): a retry after another client's write answers the first
+/// answer and does not write the old content over the new one; the key with another body is
+/// 422.
 #[tokio::test]
-async fn a_no_op_makes_no_commit_and_its_retry_is_a_no_op_again() {
+async fn a_no_op_is_recorded_so_its_retry_never_overwrites_a_later_write() {
     let app = TestApp::spawn().await;
     let t = token("globex", ALL);
     let current: Value = app.get_integration(&t).await.json().await.unwrap();
     let body = json!({"content": current["raw_content"]});
     let head = app.head("globex");
-    for _ in 0..2 {
-        let res = app.put_keyed(&t, &body, "noop").await;
-        assert_eq!(res.status(), 200);
-        assert!(res.headers().get("idempotent-replayed").is_none());
-        let b: Value = res.json().await.unwrap();
-        assert_eq!(b["commit_sha"], head.as_str());
-    }
-    assert_eq!(app.head("globex"), head);
+    let res = app.put_keyed(&t, &body, "retry-A").await;
+    assert_eq!(res.status(), 200);
+    let first: Value = res.json().await.unwrap();
+    assert_eq!(first["commit_sha"], head.as_str());
+    assert_eq!(app.head("globex"), head, "no commit");
+    // Another client writes.
+    let other = app
+        .put_integration(&t, &json!({"content": {"a": "Y"}}))
+        .await;
+    assert_eq!(other.status(), 200);
+    let after = app.head("globex");
+    // The retry answers what the first request got, and writes nothing.
+    let res = app.put_keyed(&t, &body, "retry-A").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["idempotent-replayed"], "true");
+    assert_eq!(res.json::<Value>().await.unwrap(), first);
+    assert_eq!(app.head("globex"), after, "Y is not overwritten");
+    let (s, b) = problem(
+        app.put_keyed(&t, &json!({"content": {"a": "X"}}), "retry-A")
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (s, b["code"].as_str()),
+        (422, Some("idempotency_key_reused"))
+    );
+    assert_eq!(app.head("globex"), after);
+    // The record is an ordinary commit on its own ref, which git checks like any other.
+    let repo = app.repo("globex");
+    let record = git_in(
+        &repo,
+        &["log", "-1", "--format=%B", "refs/planfiles/no-ops"],
+    );
+    assert!(record.contains("Idempotency-Key: retry-A"), "{record}");
+    assert!(record.contains(&format!("Replays: {head}")), "{record}");
+    assert!(common::git_succeeds(&repo, &["fsck", "--strict"]));
 }
 
 /// A key marked in flight by anyone with the data dir (here: this test, through its own
@@ -338,24 +355,20 @@ async fn a_key_in_flight_in_this_process_is_409() {
     assert_eq!(app.commits_since("acme", &head), 1);
 }
 
-/// Only the last day of history counts: a key recorded in an older commit is free again.
+/// The look-back counts commits, never dates: a plain-git commit dated years ago on top of a
+/// keyed write hides nothing beneath it.
 #[tokio::test]
-async fn keys_older_than_the_window_are_forgotten() {
+async fn an_old_dated_commit_on_top_hides_no_key() {
     let app = TestApp::spawn().await;
     let t = token("globex", ALL);
     let repo = app.repo("globex");
+    let body = json!({"content": {"a": 1}});
+    let first: Value = app.put_keyed(&t, &body, "k1").await.json().await.unwrap();
     let old = "2020-01-01T00:00:00Z";
     let commit = std::process::Command::new("git")
         .arg("--git-dir")
         .arg(&repo)
-        .args([
-            "commit-tree",
-            "main^{tree}",
-            "-p",
-            "main",
-            "-m",
-            "old\n\nIdempotency-Key: old-key\nIdempotency-Fingerprint: sha256:00\n",
-        ])
+        .args(["commit-tree", "main^{tree}", "-p", "main", "-m", "old"])
         .env("GIT_AUTHOR_NAME", "x")
         .env("GIT_AUTHOR_EMAIL", "x@x")
         .env("GIT_COMMITTER_NAME", "x")
@@ -366,29 +379,14 @@ async fn keys_older_than_the_window_are_forgotten() {
         .unwrap();
     let commit = String::from_utf8(commit.stdout).unwrap().trim().to_owned();
     git_in(&repo, &["update-ref", "refs/heads/main", &commit]);
-    let res = app
-        .put_keyed(&t, &json!({"content": {"a": 1}}), "old-key")
-        .await;
-    assert_eq!(res.status(), 200, "a key older than 24 h is not looked at");
-    // A recent one with the same trailers is.
-    let recent = git_in(
-        &repo,
-        &[
-            "commit-tree",
-            "main^{tree}",
-            "-p",
-            "main",
-            "-m",
-            "new\n\nIdempotency-Key: new-key\nIdempotency-Fingerprint: sha256:00\n",
-        ],
-    );
-    git_in(&repo, &["update-ref", "refs/heads/main", &recent]);
-    let (s, _) = problem(
-        app.put_keyed(&t, &json!({"content": {"a": 1}}), "new-key")
-            .await,
-    )
-    .await;
+    let res = app.put_keyed(&t, &body, "k1").await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["idempotent-replayed"], "true");
+    assert_eq!(res.json::<Value>().await.unwrap(), first);
+    assert_eq!(app.head("globex"), commit, "nothing written");
+    let (s, _) = problem(app.put_keyed(&t, &json!({"content": {"a": 2}}), "k1").await).await;
     assert_eq!(s, 422);
+    assert_eq!(app.head("globex"), commit);
 }
 
 /// The process dies right after its commit (before or while answering); a retry against

@@ -1,5 +1,6 @@
 //! `IdempotencyKey` (the `Idempotency-Key` header) and the fingerprint of the request it names.
-use sha2::{Digest, Sha256};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
 /// 1-255 printable ASCII characters (space to `~`), not starting or ending with a space.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,14 +30,22 @@ impl IdempotencyKey {
 }
 
 /// The fingerprint of a request: what it targets (`PUT /plans/integration-file`, …) and its
-/// body bytes, as `sha256:<hex>`.
-pub fn fingerprint(target: &str, body: &[u8]) -> String {
-    let mut hash = Sha256::new();
-    hash.update(target.as_bytes());
-    hash.update(b"\n");
-    hash.update(body);
-    let hex: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
-    format!("sha256:{hex}")
+/// body bytes, as `hmac-sha256:<hex>`, keyed with the data dir's secret. It is a trailer of
+/// the commit, which readers of either file see in events and history: keyed, it cannot be
+/// used to confirm a guessed body offline.
+pub fn fingerprint(secret: &[u8], target: &str, body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret).expect("HMAC takes any key");
+    mac.update(b"planfiles idempotency fingerprint\0");
+    mac.update(target.as_bytes());
+    mac.update(b"\n");
+    mac.update(body);
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("hmac-sha256:{hex}")
 }
 
 #[cfg(test)]
@@ -60,10 +69,16 @@ mod tests {
     }
 
     #[test]
-    fn fingerprints_tell_targets_and_bodies_apart() {
-        let a = fingerprint("PUT /plans/integration-file", b"{}");
-        assert_eq!(a, fingerprint("PUT /plans/integration-file", b"{}"));
-        assert_ne!(a, fingerprint("PUT /plans/configuration-file", b"{}"));
-        assert_ne!(a, fingerprint("PUT /plans/integration-file", b"{ }"));
+    fn fingerprints_tell_targets_bodies_and_secrets_apart() {
+        let put = "PUT /plans/integration-file";
+        let a = fingerprint(b"secret", put, b"{}");
+        assert!(a.starts_with("hmac-sha256:") && a.len() == 12 + 64, "{a}");
+        assert_eq!(a, fingerprint(b"secret", put, b"{}"));
+        assert_ne!(
+            a,
+            fingerprint(b"secret", "PUT /plans/configuration-file", b"{}")
+        );
+        assert_ne!(a, fingerprint(b"secret", put, b"{ }"));
+        assert_ne!(a, fingerprint(b"other", put, b"{}"), "keyed");
     }
 }

@@ -1,19 +1,26 @@
-//! `RecentKeys`: per process, the recent first-parent commits of a few tenants and the idempotency key each records, so that a lookup reads only the commits added since the last one.
+//! `RecentKeys`: per process, the recent first-parent commits of a few tenants' lines (`main`, the no-op records) and the idempotency key each records, so that a lookup reads only the commits added since the last one.
 use crate::domain::{ObjectId, TenantId};
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
-/// Tenants remembered at most (the least recently used goes first); one tenant's scan holds
-/// at most [`super::IDEMPOTENCY_COMMITS`] entries of about 50 bytes.
+/// Scans remembered at most (the least recently used goes first), two per tenant; one scan
+/// holds at most [`super::IDEMPOTENCY_COMMITS`] entries of about 40 bytes.
 const TENANTS: usize = 64;
+
+/// The lines of commits a key is recorded on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Line {
+    /// `main`'s first-parent line: writes that made a commit.
+    Main,
+    /// The records of writes that changed nothing (their own ref).
+    NoOps,
+}
 
 /// One commit of a scan.
 #[derive(Debug, Clone)]
 pub(super) struct Seen {
     pub commit: ObjectId,
-    /// The committer time, in seconds since the epoch.
-    pub time: i64,
     /// A hash of the idempotency key the commit records, if any.
     pub key: Option<u64>,
 }
@@ -26,8 +33,9 @@ pub(super) struct Scan {
     pub commits: VecDeque<Seen>,
 }
 
-/// The scans by tenant, each with the tick of its last use, and the clock of those ticks.
-type Scans = (u64, HashMap<TenantId, (u64, Scan)>);
+/// The scans by tenant and line, each with the tick of its last use, and the clock of those
+/// ticks.
+type Scans = (u64, HashMap<(TenantId, Line), (u64, Scan)>);
 
 #[derive(Debug, Default)]
 pub(super) struct RecentKeys {
@@ -42,19 +50,24 @@ pub(super) fn key_hash(key: &str) -> u64 {
 }
 
 impl RecentKeys {
-    /// Takes the tenant's scan out (a concurrent lookup of that tenant then scans itself).
-    pub(super) fn take(&self, tenant: &TenantId) -> Option<Scan> {
+    /// Takes the scan of a tenant's line out (a concurrent lookup of that tenant then scans
+    /// itself).
+    pub(super) fn take(&self, tenant: &TenantId, line: Line) -> Option<Scan> {
         let mut guard = self.scans.lock().unwrap_or_else(|e| e.into_inner());
-        guard.1.remove(tenant).map(|(_, scan)| scan)
+        guard
+            .1
+            .remove(&(tenant.clone(), line))
+            .map(|(_, scan)| scan)
     }
 
-    /// Keeps the tenant's scan, forgetting the least recently used tenant beyond [`TENANTS`].
-    pub(super) fn put(&self, tenant: &TenantId, scan: Scan) {
+    /// Keeps the scan of a tenant's line, forgetting the least recently used beyond twice
+    /// [`TENANTS`].
+    pub(super) fn put(&self, tenant: &TenantId, line: Line, scan: Scan) {
         let mut guard = self.scans.lock().unwrap_or_else(|e| e.into_inner());
         guard.0 += 1;
         let tick = guard.0;
-        guard.1.insert(tenant.clone(), (tick, scan));
-        if guard.1.len() > TENANTS {
+        guard.1.insert((tenant.clone(), line), (tick, scan));
+        if guard.1.len() > 2 * TENANTS {
             let oldest = guard
                 .1
                 .iter()
@@ -78,16 +91,22 @@ mod tests {
             head: ObjectId::parse(&"a".repeat(40)).unwrap(),
             commits: VecDeque::new(),
         };
-        for i in 0..TENANTS + 10 {
-            keys.put(&TenantId::parse(&format!("t{i}")).unwrap(), scan());
+        for i in 0..2 * TENANTS + 10 {
+            keys.put(
+                &TenantId::parse(&format!("t{i}")).unwrap(),
+                Line::Main,
+                scan(),
+            );
         }
-        assert_eq!(keys.scans.lock().unwrap().1.len(), TENANTS);
+        assert_eq!(keys.scans.lock().unwrap().1.len(), 2 * TENANTS);
         assert!(
-            keys.take(&TenantId::parse("t0").unwrap()).is_none(),
+            keys.take(&TenantId::parse("t0").unwrap(), Line::Main)
+                .is_none(),
             "the oldest went"
         );
-        let last = TenantId::parse(&format!("t{}", TENANTS + 9)).unwrap();
-        assert!(keys.take(&last).is_some());
-        assert!(keys.take(&last).is_none(), "taken out");
+        let last = TenantId::parse(&format!("t{}", 2 * TENANTS + 9)).unwrap();
+        assert!(keys.take(&last, Line::NoOps).is_none(), "another line");
+        assert!(keys.take(&last, Line::Main).is_some());
+        assert!(keys.take(&last, Line::Main).is_none(), "taken out");
     }
 }

@@ -1,7 +1,7 @@
 //! Versions: commits of one or both files (with a subject, a restore source and an idempotency record), diffs and idempotent replays.
 use super::{repo, FileSnapshot, Preconditions, Storage, StorageError, WriteRequest};
 use crate::domain::yaml::{splice::Made, Mapping};
-use crate::domain::{BlobId, CommitId, Identity, PlanFile, RequestId, TenantId};
+use crate::domain::{BlobId, CommitId, IdempotencyKey, Identity, PlanFile, RequestId, TenantId};
 use std::sync::Arc;
 
 /// A new version of one file, and what must hold of the current one.
@@ -20,9 +20,10 @@ pub struct Change {
 /// What a write records so that a retry can be told from a new request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdempotencyRecord {
-    /// The `Idempotency-Key` header (1-255 printable ASCII, checked by the caller).
-    pub key: String,
-    /// A fingerprint of the request (its target and its body bytes).
+    /// The `Idempotency-Key` header.
+    pub key: IdempotencyKey,
+    /// A fingerprint of the request (its target and its body bytes), keyed with the data
+    /// dir's secret ([`Storage::fingerprint`]).
     pub fingerprint: String,
 }
 
@@ -112,7 +113,8 @@ impl CommitOutcome {
     }
 }
 
-/// An earlier commit that recorded an idempotency key.
+/// An earlier write that recorded an idempotency key: the commit it answered with (its own,
+/// or for a write that changed nothing, the head it found).
 #[derive(Debug, Clone)]
 pub struct IdempotentHit {
     pub commit: CommitId,
@@ -121,9 +123,9 @@ pub struct IdempotentHit {
 }
 
 /// How far back a key is looked for: the last [`IDEMPOTENCY_COMMITS`] commits of `main`'s
-/// first-parent line, and none older than [`IDEMPOTENCY_WINDOW`] (whichever is smaller).
+/// first-parent line, and the last as many records of writes that changed nothing. Counted
+/// in commits: a commit's date is never trusted to stop the look-back.
 pub const IDEMPOTENCY_COMMITS: usize = 1000;
-pub const IDEMPOTENCY_WINDOW: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// A file in two commits, and the unified diff between them.
 #[derive(Debug, Clone)]
@@ -159,7 +161,7 @@ impl Storage {
         let repo = repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
             .with_write_hook(self.write_hook.clone());
         if let Some(record) = &req.idempotency {
-            match repo.find_idempotent(&record.key, &self.recent_keys)? {
+            match repo.find_idempotent(record.key.as_str(), &self.recent_keys)? {
                 Some(hit) if hit.fingerprint == record.fingerprint => {
                     return Ok(Committed::Replayed(hit))
                 }
@@ -188,31 +190,41 @@ impl Storage {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.diff(file, from, to)
     }
 
+    /// The fingerprint of a request to `target` (`PUT /plans/integration-file`, …) with
+    /// `body`, keyed with the data dir's secret, for its [`IdempotencyRecord`].
+    pub fn fingerprint(&self, target: &str, body: &[u8]) -> String {
+        self.dir_key.fingerprint(target, body)
+    }
+
     /// Marks a write with `key` as in flight, for every process on this data dir; `None` when
     /// one is in flight already. Held by a keyed write from before its turn until it is
     /// durable.
     pub fn claim_in_flight(
         &self,
         tenant: &TenantId,
-        key: &str,
+        key: &IdempotencyKey,
     ) -> Result<Option<InFlight>, StorageError> {
         let path = self.repo_path(tenant);
         if !path.is_dir() {
             return Err(StorageError::TenantNotFound(tenant.clone()));
         }
-        super::inflight::Marker::claim(&path, key)
+        super::inflight::Marker::claim(&path, key.as_str())
             .map(|m| m.map(InFlight))
             .map_err(|e| StorageError::io("mark an idempotency key in flight", &path, e))
     }
 
     /// True when someone, in any process on this data dir, holds the marker of `key`. Takes
     /// nothing and creates nothing (a dry run's look).
-    pub fn key_in_flight(&self, tenant: &TenantId, key: &str) -> Result<bool, StorageError> {
+    pub fn key_in_flight(
+        &self,
+        tenant: &TenantId,
+        key: &IdempotencyKey,
+    ) -> Result<bool, StorageError> {
         let path = self.repo_path(tenant);
         if !path.is_dir() {
             return Err(StorageError::TenantNotFound(tenant.clone()));
         }
-        super::inflight::Marker::held(&path, key)
+        super::inflight::Marker::held(&path, key.as_str())
             .map_err(|e| StorageError::io("look for an idempotency key in flight", &path, e))
     }
 }

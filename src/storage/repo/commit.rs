@@ -71,6 +71,11 @@ impl TenantRepo<'_> {
                     .collect(),
             };
             if checked.iter().all(Checked::unchanged) {
+                // Nothing to commit; a key is still recorded (durably), so that its retry
+                // answers this, whatever is written in between.
+                if let Some(record) = &req.idempotency {
+                    self.record_no_op(record, head.id(), committer, sync)?;
+                }
                 return Ok(outcome(head.id()));
             }
             // A syncfs round that runs while the objects are written may flush them and fail:
@@ -376,7 +381,7 @@ fn message(req: &CommitRequest, changed: &[(&'static str, Oid)], forced: bool) -
         message.push_str(&format!(
             "{}{}\n{}{}\n",
             super::versions::KEY_TRAILER,
-            record.key,
+            record.key.as_str(),
             super::versions::FINGERPRINT_TRAILER,
             record.fingerprint
         ));

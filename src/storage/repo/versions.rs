@@ -1,14 +1,20 @@
-//! Diffs between two versions of a file, and the lookup of idempotency keys in recent history.
-use super::{git_err, to_id, to_oid, TenantRepo, MAIN};
-use crate::domain::{CommitId, PlanFile};
-use crate::storage::recent_keys::{key_hash, RecentKeys, Scan, Seen};
-use crate::storage::versions::{FileDiff, IdempotentHit, IDEMPOTENCY_COMMITS, IDEMPOTENCY_WINDOW};
+//! Diffs between two versions of a file; idempotency keys: their lookup in recent history, and the record of a keyed write that changed nothing.
+use super::{git_err, signature, to_id, to_oid, TenantRepo, MAIN};
+use crate::domain::{CommitId, Identity, ObjectId, PlanFile};
+use crate::storage::disk;
+use crate::storage::durable::SyncGroup;
+use crate::storage::recent_keys::{key_hash, Line, RecentKeys, Scan, Seen};
+use crate::storage::versions::{FileDiff, IdempotencyRecord, IdempotentHit, IDEMPOTENCY_COMMITS};
 use crate::storage::StorageError;
-use git2::{DiffOptions, Patch};
+use git2::{DiffOptions, ErrorCode, ObjectType, Oid, Patch};
 use std::collections::VecDeque;
 
 pub(in crate::storage) const KEY_TRAILER: &str = "Idempotency-Key: ";
 pub(in crate::storage) const FINGERPRINT_TRAILER: &str = "Idempotency-Fingerprint: ";
+/// On a no-op record: the head the write found, and answered with.
+const REPLAYS_TRAILER: &str = "Replays: ";
+/// The records of idempotent writes that changed nothing, one commit each.
+pub(in crate::storage) const NO_OPS: &str = "refs/planfiles/no-ops";
 
 impl TenantRepo<'_> {
     /// See [`crate::storage::Storage::diff`].
@@ -48,22 +54,38 @@ impl TenantRepo<'_> {
         Ok(FileDiff { from, to, text })
     }
 
-    /// See [`crate::storage::Storage::find_idempotent`]: the commits of `main`'s
-    /// first-parent line from the head, at most [`IDEMPOTENCY_COMMITS`] and none committed
-    /// more than [`IDEMPOTENCY_WINDOW`] ago. Only the commits added since the last lookup of
-    /// this tenant (in `recent`) are read.
+    /// An earlier write with `key`: on `main`'s first-parent line (a write that made a
+    /// commit), else among the records of writes that changed nothing. Each line is looked
+    /// at for its last [`IDEMPOTENCY_COMMITS`] commits, whatever their dates; only the
+    /// commits added since the last lookup of this tenant (kept in `recent`) are read.
     pub(in crate::storage) fn find_idempotent(
         &self,
         key: &str,
         recent: &RecentKeys,
     ) -> Result<Option<IdempotentHit>, StorageError> {
+        if let Some(hit) = self.find_on_line(Line::Main, key, recent)? {
+            return Ok(Some(hit));
+        }
+        self.find_on_line(Line::NoOps, key, recent)
+    }
+
+    fn find_on_line(
+        &self,
+        line: Line,
+        key: &str,
+        recent: &RecentKeys,
+    ) -> Result<Option<IdempotentHit>, StorageError> {
         let err = |op| git_err(self.tenant, op, "");
-        let head = self.repo.refname_to_id(MAIN).map_err(err("resolve main"))?;
-        let oldest = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|now| now.saturating_sub(IDEMPOTENCY_WINDOW).as_secs() as i64)
-            .unwrap_or(0);
-        let mut prior = recent.take(self.tenant);
+        let reference = match line {
+            Line::Main => MAIN,
+            Line::NoOps => NO_OPS,
+        };
+        let head = match self.repo.refname_to_id(reference) {
+            Ok(head) => head,
+            Err(e) if e.code() == ErrorCode::NotFound && line == Line::NoOps => return Ok(None),
+            Err(e) => return Err(err("resolve a ref")(e)),
+        };
+        let mut prior = recent.take(self.tenant, line);
         let mut fresh = VecDeque::new();
         let mut joined = None;
         let mut at = head;
@@ -73,15 +95,10 @@ impl TenantRepo<'_> {
                 break;
             }
             let commit = self.repo.find_commit(at).map_err(err("read commit"))?;
-            let time = commit.committer().when().seconds();
             fresh.push_back(Seen {
                 commit: to_id(at),
-                time,
                 key: recorded_key(commit.message_bytes()).map(key_hash),
             });
-            if time < oldest {
-                break;
-            }
             match commit.parent_id(0) {
                 Ok(parent) => at = parent,
                 Err(_) => break,
@@ -97,17 +114,21 @@ impl TenantRepo<'_> {
         }
         let wanted = key_hash(key);
         let mut hit = None;
-        for seen in fresh.iter().take_while(|s| s.time >= oldest) {
-            if seen.key != Some(wanted) {
-                continue;
-            }
+        for seen in fresh.iter().filter(|s| s.key == Some(wanted)) {
             let commit = self
                 .repo
                 .find_commit(to_oid(&seen.commit))
                 .map_err(err("read commit"))?;
-            if let Some(fingerprint) = recorded(commit.message_bytes(), key) {
+            let Some(fingerprint) = recorded(commit.message_bytes(), key) else {
+                continue;
+            };
+            let answered = match line {
+                Line::Main => Some(CommitId(seen.commit)),
+                Line::NoOps => replays(commit.message_bytes()),
+            };
+            if let Some(commit) = answered {
                 hit = Some(IdempotentHit {
-                    commit: CommitId(seen.commit),
+                    commit,
                     fingerprint,
                 });
                 break;
@@ -115,12 +136,75 @@ impl TenantRepo<'_> {
         }
         recent.put(
             self.tenant,
+            line,
             Scan {
                 head: to_id(head),
                 commits: fresh,
             },
         );
         Ok(hit)
+    }
+
+    /// Records `record` for a write that changed nothing and answered with `head`: a commit
+    /// (of the empty tree) on the ref of such records, `refs/planfiles/no-ops`, made durable
+    /// before the write answers, so that its retry replays that answer whatever is written
+    /// in between. Called under the tenant's write lock.
+    pub(in crate::storage) fn record_no_op(
+        &self,
+        record: &IdempotencyRecord,
+        head: Oid,
+        committer: &Identity,
+        sync: Option<&SyncGroup>,
+    ) -> Result<(), StorageError> {
+        let err = |op| git_err(self.tenant, op, "");
+        let previous = match self.repo.refname_to_id(NO_OPS) {
+            Ok(id) => Some(
+                self.repo
+                    .find_commit(id)
+                    .map_err(err("read a no-op record"))?,
+            ),
+            Err(e) if e.code() == ErrorCode::NotFound => None,
+            Err(e) => return Err(err("resolve a ref")(e)),
+        };
+        let objects_mark = sync.map(SyncGroup::mark);
+        let tree = self
+            .repo
+            .treebuilder(None)
+            .and_then(|b| b.write())
+            .and_then(|id| self.repo.find_tree(id))
+            .map_err(err("write the empty tree"))?;
+        let who = signature(committer).map_err(err("committer signature"))?;
+        let message = format!(
+            "Idempotent write that changed nothing\n\n{KEY_TRAILER}{}\n{FINGERPRINT_TRAILER}{}\n{REPLAYS_TRAILER}{head}\n",
+            record.key.as_str(),
+            record.fingerprint,
+        );
+        let parents: Vec<&git2::Commit<'_>> = previous.iter().collect();
+        let buffer = self
+            .repo
+            .commit_create_buffer(&who, &who, &message, &tree, &parents)
+            .map_err(err("write a no-op record"))?;
+        let id = self
+            .repo
+            .odb()
+            .and_then(|odb| odb.write(ObjectType::Commit, &buffer))
+            .map_err(err("write a no-op record"))?;
+        // Durable in the order of any write: the objects, then the ref. libgit2 fsyncs what
+        // it writes in fsync mode, but not an object that was there already (the empty tree
+        // usually is), nor the folder `refs/planfiles` it would create.
+        match sync {
+            Some(_) => self.group_sync_since(sync, objects_mark, "")?,
+            None => self.sync_objects(&[tree.id(), id], "")?,
+        }
+        disk::create_dir_all_synced(&self.path.join("refs/planfiles"))?;
+        let ref_mark = sync.map(SyncGroup::mark);
+        let log = "planfiles: record an idempotent write that changed nothing";
+        match &previous {
+            Some(p) => self.repo.reference_matching(NO_OPS, id, true, p.id(), log),
+            None => self.repo.reference(NO_OPS, id, false, log),
+        }
+        .map_err(err("move the no-op records"))?;
+        self.group_sync_since(sync, ref_mark, "")
     }
 }
 
@@ -135,6 +219,15 @@ fn recorded_key(message: &[u8]) -> Option<&str> {
     trailer_block(message)?
         .lines()
         .find_map(|l| l.strip_prefix(KEY_TRAILER))
+}
+
+/// The head a no-op record names.
+fn replays(message: &[u8]) -> Option<CommitId> {
+    trailer_block(message)?
+        .lines()
+        .find_map(|l| l.strip_prefix(REPLAYS_TRAILER))
+        .and_then(|hex| ObjectId::parse(hex).ok())
+        .map(CommitId)
 }
 
 /// The fingerprint recorded with `key` in the trailer block of a commit message, if that
