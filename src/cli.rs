@@ -331,6 +331,37 @@ fn check_secret(config: &Config) -> Result<(), CliError> {
     Ok(())
 }
 
+/// The stream limits of `[events]`, fitted under the descriptor limit (raised to the hard
+/// one first), with one log line of the limits in force.
+fn events_limits(config: &crate::config::EventsConfig) -> crate::config::EventsConfig {
+    let limit = match crate::descriptors::raise_limit() {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the descriptor limit; stream limits as configured");
+            return config.clone();
+        }
+    };
+    let fitted = crate::descriptors::fit(config, limit.now);
+    tracing::info!(
+        descriptors = limit.now,
+        raised_from = limit.was,
+        reserve = crate::descriptors::reserve(limit.now),
+        max_streams = fitted.max_streams,
+        max_streams_per_tenant = fitted.max_streams_per_tenant,
+        "descriptor limit and the stream limits that fit under it"
+    );
+    if fitted.max_streams < config.max_streams
+        || fitted.max_streams_per_tenant < config.max_streams_per_tenant
+    {
+        tracing::warn!(
+            configured = config.max_streams,
+            configured_per_tenant = config.max_streams_per_tenant,
+            "the stream limits were lowered to fit the descriptor limit; raise the hard limit (LimitNOFILE=) for more"
+        );
+    }
+    fitted
+}
+
 fn serve(config: Config) -> Result<(), CliError> {
     crate::telemetry::init(&config.log);
     check_secret(&config)?;
@@ -377,7 +408,7 @@ fn serve(config: Config) -> Result<(), CliError> {
         config.storage.repack_loose_objects,
     )
     .metrics_require_token(config.metrics.require_token)
-    .events_config(config.events.clone());
+    .events_config(events_limits(&config.events));
     let events = state.events.clone();
     let listener = TcpListener::bind(&config.server.bind)
         .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;

@@ -13,6 +13,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
+/// Replays running at once in the process (each on a blocking thread), and for one tenant.
+pub const REPLAYS: usize = 8;
+pub const REPLAYS_PER_TENANT: usize = 2;
+/// How long a stream waits for a replay turn: then 503 `busy` (a new stream), or the stream
+/// ends and its client resumes later.
+pub const REPLAY_WAIT: Duration = Duration::from_secs(5);
+
 /// Cheap to clone; one per app.
 #[derive(Clone)]
 pub struct Events {
@@ -30,6 +37,10 @@ struct Inner {
     /// One re-read at a time per tenant for long-polls woken by a change: the first renders
     /// the new version into the response cache, the others are answered from it.
     rereads: crate::gates::Gates,
+    /// Turns to walk and read a tenant's history for streams that catch up (a resume, or a
+    /// stream that fell behind): [`REPLAYS`] in all, [`REPLAYS_PER_TENANT`] for one tenant,
+    /// each waited for at most [`REPLAY_WAIT`].
+    replays: crate::gates::Turns,
     /// Set on SIGTERM: streams end, held requests are answered.
     shutdown: watch::Sender<bool>,
 }
@@ -77,6 +88,7 @@ impl Events {
                 slots: Mutex::default(),
                 tickets,
                 rereads: crate::gates::Gates::new(1),
+                replays: crate::gates::Turns::new(REPLAYS, REPLAYS_PER_TENANT, REPLAY_WAIT),
                 shutdown: watch::Sender::new(false),
             }),
         }
@@ -96,6 +108,12 @@ impl Events {
 
     pub fn tickets(&self) -> &Tickets {
         &self.inner.tickets
+    }
+
+    /// A turn to walk and read `tenant`'s history for a stream that catches up; `None` when
+    /// it did not come within [`REPLAY_WAIT`].
+    pub async fn replay_turn(&self, tenant: &TenantId) -> Option<crate::gates::Turn> {
+        self.inner.replays.take(tenant).await
     }
 
     /// The tenant's gate for re-reads after a change (one at a time).
@@ -138,8 +156,9 @@ impl Events {
         let feed = {
             let mut feed = self.inner.feed.lock().expect("not poisoned");
             match &*feed {
-                Some(f) => f.clone(),
-                None => {
+                Some(f) if f.is_running() => f.clone(),
+                // None yet, or its thread ended (a fault): a new one.
+                _ => {
                     let started = ChangeFeed::start(
                         self.inner.storage.clone(),
                         Duration::from_millis(self.inner.config.poll_interval_ms),

@@ -2,6 +2,7 @@
 pub mod auth;
 pub mod cli;
 pub mod config;
+pub mod descriptors;
 pub mod domain;
 pub mod events;
 pub mod gates;

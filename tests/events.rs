@@ -731,3 +731,114 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
+
+/// A resume point that does not exist (never made, or pruned) or is not on `main`'s
+/// first-parent line gives `event: reset` and the stream goes on, never a closed stream that
+/// `EventSource` would reopen every 2 s.
+#[tokio::test]
+async fn an_unknown_resume_point_resets_and_the_stream_goes_on() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let unknown = "0123456789abcdef0123456789abcdef01234567";
+    // A commit that exists but is not on main's line: a side commit made with plain git.
+    let tree = app.git("acme", &["rev-parse", "main^{tree}"]);
+    let side = app.git("acme", &["commit-tree", &tree, "-m", "side"]);
+    for (n, (query, last)) in [
+        (format!("?since={unknown}"), None),
+        (String::new(), Some(unknown)),
+        (format!("?since={side}"), None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let head = app.head("acme");
+        let mut sse = Sse::open(&app, &t, &query, last).await;
+        let e = sse.next().await;
+        assert_eq!(
+            (e.kind.as_str(), e.id.as_str()),
+            ("reset", head.as_str()),
+            "{query} {last:?}"
+        );
+        assert_eq!(sse.next().await.kind, "head");
+        let written = put_int(&app, &t, 70 + n).await;
+        let e = sse.next().await;
+        assert_eq!(
+            e.id,
+            written["commit_sha"].as_str().unwrap(),
+            "live after the reset"
+        );
+    }
+}
+
+/// A stream ends when its token stops being accepted (`exp` plus the leeway, here 30 s);
+/// a ticket's stream when the token it was issued for does. A stream with a valid token
+/// stays open meanwhile.
+#[tokio::test]
+async fn a_stream_ends_when_its_token_does() {
+    let app = TestApp::spawn().await;
+    let claims = |exp: u64| {
+        common::sign_hs256(
+            common::SECRET,
+            &json!({"alg": "HS256", "typ": "JWT"}),
+            &json!({"tenant_id": "acme", "permissions": ALL, "exp": exp}),
+        )
+    };
+    // Accepted for 2 more seconds (exp 28 s ago, 30 s of leeway).
+    let ending = claims(common::now() - 28);
+    let lasting = token("acme", ALL);
+    let mut by_token = Sse::open(&app, &ending, "", None).await;
+    let ticket: Value = app.event_ticket(&ending).await.json().await.unwrap();
+    let mut by_ticket = Sse::new(
+        app.events(
+            None,
+            &format!("?ticket={}", ticket["ticket"].as_str().unwrap()),
+            None,
+        )
+        .await,
+    );
+    let mut control = Sse::open(&app, &lasting, "", None).await;
+    for sse in [&mut by_token, &mut by_ticket, &mut control] {
+        assert_eq!(sse.next().await.kind, "head");
+    }
+    assert!(
+        by_token.ends_within(Duration::from_secs(6)).await,
+        "the token's stream ended"
+    );
+    assert!(
+        by_ticket.ends_within(Duration::from_secs(2)).await,
+        "the ticket's stream ended"
+    );
+    // The other stream still delivers.
+    let written = put_int(&app, &lasting, 3).await;
+    assert_eq!(
+        control.next().await.id,
+        written["commit_sha"].as_str().unwrap()
+    );
+    // And the ending token is refused everywhere now.
+    assert_eq!(app.events(Some(&ending), "", None).await.status(), 401);
+}
+
+/// A resume from the root of a history longer than several replay steps (256 commits)
+/// gets every commit once, in order, then `head`.
+#[tokio::test]
+async fn a_long_resume_is_read_in_steps_without_a_gap_or_a_repeat() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let repo = app.repo("acme");
+    let start = app.head("acme");
+    common::fast_commits(&repo, 700, "integrations.yml");
+    let expected = app.git(
+        "acme",
+        &["rev-list", "--reverse", &format!("{start}..main")],
+    );
+    let mut sse = Sse::open(&app, &t, &format!("?since={start}"), None).await;
+    for id in expected.lines() {
+        let e = sse.next().await;
+        assert_eq!((e.kind.as_str(), e.id.as_str()), ("integration-file", id));
+    }
+    let head = sse.next().await;
+    assert_eq!(
+        (head.kind.as_str(), head.id.as_str()),
+        ("head", app.head("acme").as_str())
+    );
+}

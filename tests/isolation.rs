@@ -281,6 +281,7 @@ mod attacks;
 async fn under_each_attack_the_victims_requests_finish_within_2_s() {
     let app = TestApp::spawn().await;
     let big_commit = attacks::make_big(&app.repo("initech"), 6);
+    let resume_from = attacks::make_deep(&app.repo("globex"), 1_000);
     let target = attacks::Target {
         host: app.addr.trim_start_matches("http://").to_owned(),
         hot_token: common::token("globex", common::ALL),
@@ -290,6 +291,8 @@ async fn under_each_attack_the_victims_requests_finish_within_2_s() {
             &["planfiles.repos.read", "jit.integrations.read"],
         ),
         big_commit,
+        resume_from,
+        resumers: 100,
     };
     let victim = attacks::Victim {
         base: app.addr.clone(),

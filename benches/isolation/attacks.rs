@@ -21,15 +21,19 @@ pub enum Attack {
     RefReads,
     /// e. requests without a token, with random methods and paths.
     Junk,
+    /// f. event streams of the hot tenant, each resuming from the root of a long history
+    /// again and again (`Target::resumers` of them).
+    ResumingStreams,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 5] = [
+    pub const ALL: [Attack; 6] = [
         Attack::HotWrites,
         Attack::TrickledBodies,
         Attack::Clones,
         Attack::RefReads,
         Attack::Junk,
+        Attack::ResumingStreams,
     ];
 
     /// The row's letter, as `ATTACKS=` names it (the bench only; tests include this file).
@@ -45,6 +49,7 @@ impl Attack {
             Attack::Clones => "c. 8 stalled + 8 slow clones",
             Attack::RefReads => "d. ?ref= GETs of a 1 MiB file",
             Attack::Junk => "e. no token, random methods/paths",
+            Attack::ResumingStreams => "f. streams resuming a deep history",
         }
     }
 }
@@ -63,6 +68,10 @@ pub struct Target {
     /// A commit of the big tenant: its `main` (what a clone wants), whose integration file
     /// is about 1 MiB.
     pub big_commit: String,
+    /// A commit of the hot tenant far back in its history (`make_deep`), and how many
+    /// streams resume from it at once.
+    pub resume_from: String,
+    pub resumers: usize,
 }
 
 /// A running attack; its connections close when it is stopped.
@@ -99,6 +108,7 @@ pub fn start(attack: Attack, target: &Target) -> Running {
         Attack::Clones => spawn(16, cloner),
         Attack::RefReads => spawn(8, ref_reader),
         Attack::Junk => spawn(16, junk),
+        Attack::ResumingStreams => spawn(target.resumers, resumer),
     };
     Running { tasks, sent }
 }
@@ -244,6 +254,89 @@ fn junk(t: Arc<Target>, client: reqwest::Client, sent: Arc<AtomicU64>, _: usize)
             sent.fetch_add(1, Ordering::Relaxed);
         }
     })
+}
+
+/// Resumes a stream from `resume_from` and reads its replay up to the `head` event, again and
+/// again; a refusal (503) is retried after 10 ms.
+fn resumer(t: Arc<Target>, client: reqwest::Client, sent: Arc<AtomicU64>, _: usize) -> Task {
+    use futures_util::StreamExt;
+    Box::pin(async move {
+        loop {
+            sent.fetch_add(1, Ordering::Relaxed);
+            let res = client
+                .get(format!(
+                    "http://{}/plans/events?since={}",
+                    t.host, t.resume_from
+                ))
+                .bearer_auth(&t.hot_token)
+                .send()
+                .await;
+            let Ok(res) = res else {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            if res.status() != 200 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+            let mut body = res.bytes_stream();
+            let mut tail = Vec::new();
+            while let Some(Ok(chunk)) = body.next().await {
+                tail.extend_from_slice(&chunk);
+                if tail.windows(12).any(|w| w == b"event: head\n") {
+                    break;
+                }
+                let keep = tail.len().saturating_sub(11);
+                tail.drain(..keep);
+            }
+        }
+    })
+}
+
+/// `commits` commits on top of the repository's `main`, each changing the integration file
+/// (git fast-import, so many in a second); returns the commit they start after.
+pub fn make_deep(repo: &std::path::Path, commits: usize) -> String {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let head = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(["rev-parse", "main"])
+        .output()
+        .unwrap();
+    let head = String::from_utf8(head.stdout).unwrap().trim().to_owned();
+    let mut stream = String::new();
+    for i in 0..commits {
+        let msg = format!("deep {i}\n");
+        stream.push_str(&format!(
+            "commit refs/heads/main\ncommitter d <d@x> {} +0000\ndata {}\n{msg}",
+            1_700_000_000 + i,
+            msg.len()
+        ));
+        if i == 0 {
+            stream.push_str(&format!("from {head}\n"));
+        }
+        let text = format!("deep: {i}\n");
+        stream.push_str(&format!(
+            "M 100644 inline integrations.yml\ndata {}\n{text}\n",
+            text.len()
+        ));
+    }
+    let mut child = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(["fast-import", "--quiet"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stream.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    head
 }
 
 /// The victim tenant's requests: a PUT, the GET after it (a cache miss) and another GET (a

@@ -4,7 +4,8 @@
 //! hot tenant, `initech` gets a large repository (a 1 MiB integration file and 16 MiB of
 //! incompressible data) for the clone and `?ref=` attacks. Each run measures ROUNDS victim
 //! rounds (PUT, GET after the change = cache miss, GET again = cache hit) with no attack,
-//! then with each attack running. Targets (issue 14): victim p99 at most max(3x unloaded,
+//! then with each attack running (f, issue 24: 600 streams of `globex` resuming from the root
+//! of a 10,000-commit history, again and again). Targets (issue 14): victim p99 at most max(3x unloaded,
 //! unloaded + 20 ms), /metrics series unchanged while an attack runs (counted after an 11 s
 //! warm-up, past the queue timeout, which adds the few series of its statuses, and again at its end), peak RSS under
 //! 300 MiB. The victim runs on a thread of its own, the attackers on one runtime thread.
@@ -43,6 +44,16 @@ fn peak_rss_mib(pid: u32) -> f64 {
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Resident memory of a process now (VmRSS), in MiB.
+fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
 }
@@ -113,6 +124,7 @@ async fn main() {
         &data.join("tenants"),
     );
     let big_commit = attacks::make_big(&data.join("tenants/initech.git"), 16);
+    let resume_from = attacks::make_deep(&data.join("tenants/globex.git"), 10_000);
     // ATTACKS=ae runs only those rows; CONFIG=path serves with that config file (A/B runs).
     let only: Option<String> = std::env::var("ATTACKS").ok();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_planfiles"));
@@ -153,6 +165,8 @@ async fn main() {
             &["planfiles.repos.read", "jit.integrations.read"],
         ),
         big_commit,
+        resume_from,
+        resumers: 600,
     };
     let victim = std::sync::Arc::new(Victim {
         base: base.clone(),
@@ -212,6 +226,17 @@ async fn main() {
             format!("{series_before}>{series_now}"),
             sent,
         );
+        if attack == Attack::ResumingStreams {
+            // What the streams leave behind once they are gone.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let after = rss_mib(pid);
+            println!("{:<36} RSS {after:.1} MiB 2 s after the streams ended", "");
+            if after >= 300.0 {
+                failed.push(format!(
+                    "RSS {after:.1} MiB >= 300 MiB after the streams ended"
+                ));
+            }
+        }
         for (k, name) in ["PUT", "GET miss", "GET hit"].iter().enumerate() {
             let unloaded = base_run.hists[k].value_at_quantile(0.99);
             let allowed = (3 * unloaded).max(unloaded + 20_000);

@@ -68,11 +68,14 @@ impl Claims {
             .unwrap_or_else(|| self.exp.as_f64().unwrap_or(0.0).max(0.0) as u64)
     }
 
-    pub(super) fn into_principal(self) -> Result<Principal, AuthError> {
+    /// The caller, whose token is accepted until `valid_until` (unix seconds: `exp` plus the
+    /// configured leeway).
+    pub(super) fn into_principal(self, valid_until: u64) -> Result<Principal, AuthError> {
         let tenant = TenantId::parse(&self.tenant_id)
             .map_err(|e| AuthError::Invalid(format!("tenant_id: {e}")))?;
         Ok(Principal(std::sync::Arc::new(Caller {
             tenant,
+            valid_until,
             permissions: self.permissions,
             sub: self.sub,
             email: self.email,
@@ -88,6 +91,8 @@ pub struct Principal(std::sync::Arc<Caller>);
 #[derive(Debug)]
 struct Caller {
     tenant: TenantId,
+    /// The last unix second at which the token is accepted (`exp` plus the leeway).
+    valid_until: u64,
     permissions: Vec<String>,
     sub: Option<String>,
     email: Option<String>,
@@ -97,6 +102,12 @@ struct Caller {
 impl Principal {
     pub fn tenant(&self) -> &TenantId {
         &self.0.tenant
+    }
+
+    /// When the token stops being accepted (the second after `exp` plus the configured
+    /// leeway): what still runs on it, an event stream, ends then.
+    pub fn valid_until(&self) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.0.valid_until + 1)
     }
 
     pub fn has(&self, permission: &str) -> bool {
@@ -136,6 +147,7 @@ mod tests {
     fn principal(sub: Option<&str>, email: Option<&str>, name: Option<&str>) -> Principal {
         Principal(std::sync::Arc::new(Caller {
             tenant: TenantId::parse("acme").unwrap(),
+            valid_until: u64::MAX - 1,
             permissions: vec![
                 "jit.integrations.write".into(),
                 "jit.preferences.read".into(),

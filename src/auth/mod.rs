@@ -139,7 +139,7 @@ impl Verifier {
             }
         }
         let exp = claims.exp_secs();
-        let principal = claims.into_principal()?;
+        let principal = claims.into_principal(exp.saturating_add(self.leeway))?;
         self.verified.insert(token, principal.clone(), exp);
         Ok(principal)
     }

@@ -8,12 +8,15 @@ use std::time::{Duration, Instant};
 /// How long a ticket can be used.
 pub const TICKET_TTL: Duration = Duration::from_secs(30);
 
-/// What a ticket allows: reading the events of these files of this tenant.
+/// What a ticket allows: reading the events of these files of this tenant, until the
+/// token it was issued for stops being accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Grant {
     pub tenant: TenantId,
     pub integration: bool,
     pub configuration: bool,
+    /// The token's `exp` plus the leeway: a stream on this grant ends then.
+    pub valid_until: std::time::SystemTime,
 }
 
 impl Grant {
@@ -84,6 +87,7 @@ mod tests {
             tenant: TenantId::parse(tenant).unwrap(),
             integration: true,
             configuration: false,
+            valid_until: std::time::UNIX_EPOCH,
         }
     }
 

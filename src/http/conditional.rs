@@ -52,7 +52,13 @@ impl AppState {
             .subscribe(tenant)
             .await
             .map_err(|e| super::ApiError::from_storage(e, file))?;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+        // Held no longer than the token is accepted: then 304, and the client's next request
+        // meets the expiry.
+        let left = who
+            .valid_until()
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(secs).min(left);
         let shutdown = self.events.shutting_down();
         tokio::pin!(shutdown);
         let mut head = subscription.current().head.clone();
@@ -69,7 +75,11 @@ impl AppState {
                 }
             }
             tokio::select! {
-                update = subscription.changed() => head = update.head.clone(),
+                update = subscription.changed() => match update {
+                    Some(update) => head = update.head.clone(),
+                    // The feed stopped (a fault): answer now; the client asks again.
+                    None => break,
+                },
                 () = tokio::time::sleep_until(deadline) => break,
                 () = &mut shutdown => break,
             }

@@ -72,7 +72,7 @@ pub struct Ticket {
         (status = 403, description = "The token may read neither file", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
         (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "busy: events.max_streams or events.max_streams_per_tenant reached; Retry-After", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: the stream limits are reached, or too many of the tenant's streams are catching up at once; Retry-After", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = []))
 )]
@@ -98,7 +98,40 @@ pub async fn stream(state: web::Data<AppState>, req: HttpRequest) -> Reply {
         .subscribe(&grant.tenant)
         .await
         .map_err(|e| ApiError::from_storage(e, PlanFile::Integration))?;
-    let body = sse::start(state.events.clone(), grant, resume, subscription, slot);
+    // A resume walks the tenant's history: under one of its replay turns, or 503 `busy`
+    // before the stream starts. Read after subscribing, so no commit falls in between.
+    let start = match resume {
+        Resume::Head => sse::Start::Head,
+        Resume::After(commit) => {
+            let turn = state
+                .events
+                .replay_turn(&grant.tenant)
+                .await
+                .ok_or_else(|| {
+                    ApiError::busy(
+                        "too many event streams of this tenant are catching up at once",
+                        5,
+                    )
+                })?;
+            let (storage, tenant) = (state.storage.clone(), grant.tenant.clone());
+            let (head, plan) = blocking(
+                move || {
+                    let _turn = turn;
+                    let head = storage.head_state(&tenant)?;
+                    let plan =
+                        storage.replay_plan(&tenant, commit, head.commit, sse::REPLAY_STEP)?;
+                    Ok((head, plan))
+                },
+                PlanFile::Integration,
+            )
+            .await?;
+            sse::Start::After {
+                head: Box::new(head),
+                plan,
+            }
+        }
+    };
+    let body = sse::start(state.events.clone(), grant, start, subscription, slot);
     Ok(HttpResponse::Ok()
         .insert_header((header::CONTENT_TYPE, "text/event-stream"))
         .insert_header((header::CACHE_CONTROL, "no-store"))
@@ -155,6 +188,7 @@ fn grant_of(who: &Principal) -> Grant {
         tenant: who.tenant().clone(),
         integration: who.can_read(PlanFile::Integration),
         configuration: who.can_read(PlanFile::Configuration),
+        valid_until: who.valid_until(),
     }
 }
 

@@ -10,7 +10,7 @@ use super::problem::ApiError;
 use super::schema::Author;
 use crate::domain::{CommitId, ObjectId};
 use crate::events::{Events, Grant, Slot};
-use crate::storage::{FileChange, HeadState, Replay, Subscription, Update};
+use crate::storage::{FileChange, HeadState, Replay, ReplayPlan, Subscription, Update};
 use actix_web::web::Bytes;
 use actix_web::HttpRequest;
 use std::future::Future;
@@ -25,8 +25,8 @@ use tokio::sync::mpsc;
 const BUFFER: usize = 64;
 /// How long a stream waits for a client that accepts nothing while its buffer is full.
 const STALL: Duration = Duration::from_secs(5);
-/// Commits of a replay read at once.
-const REPLAY_STEP: usize = 256;
+/// Commits of a replay read at once (one blocking task, under one replay turn).
+pub const REPLAY_STEP: usize = 256;
 /// `retry:` sent first: how long `EventSource` waits before it reconnects.
 const RETRY_MS: u64 = 2_000;
 
@@ -78,11 +78,21 @@ impl Resume {
     }
 }
 
+/// Where the stream's task starts: at the head of the subscription, or with a replay planned
+/// (under a turn, before the response) from a resume point to `head`.
+pub enum Start {
+    Head,
+    After {
+        head: Box<HeadState>,
+        plan: ReplayPlan,
+    },
+}
+
 /// Starts the stream's task; returns the response body.
 pub fn start(
     events: Events,
     grant: Grant,
-    resume: Resume,
+    start: Start,
     subscription: Subscription,
     slot: Slot,
 ) -> Body {
@@ -97,7 +107,7 @@ pub fn start(
         _slot: slot,
     };
     let every = Duration::from_secs(task.events.config().heartbeat_secs);
-    actix_web::rt::spawn(task.run(resume));
+    actix_web::rt::spawn(task.run(start));
     Body {
         rx,
         dropped,
@@ -156,46 +166,56 @@ struct Task {
 }
 
 impl Task {
-    async fn run(mut self, resume: Resume) {
+    async fn run(mut self, start: Start) {
         let tenant = self.grant.tenant.clone();
-        match self.follow(resume).await {
+        match self.follow(start).await {
             End::Closed => {}
             End::Failed(e) => tracing::warn!(%tenant, error = %e, "an event stream ended"),
         }
     }
 
-    async fn follow(&mut self, resume: Resume) -> End {
+    async fn follow(&mut self, start: Start) -> End {
         let shutdown = self.events.shutting_down();
         tokio::pin!(shutdown);
+        // The token's end (plus leeway): the stream ends with it; the client comes back with
+        // a new token (or ticket) and its last event id.
+        let left = self
+            .grant
+            .valid_until
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        let expired = tokio::time::sleep(left);
+        tokio::pin!(expired);
         if let Err(end) = self.send(format!("retry: {RETRY_MS}\n\n")).await {
             return end;
         }
         let first = self.subscription.current();
-        let (mut at, head) = match resume {
-            Resume::Head => (first.head.commit, first.head.clone()),
-            // The head read now, not the feed's (which may lag a commit the client already
-            // saw elsewhere): the `head` event after the replay must not move it back.
-            Resume::After(commit) => match self.read_head().await {
-                Ok(head) => (commit, head),
-                Err(end) => return end,
-            },
+        let (mut at, head) = match start {
+            Start::Head => (first.head.commit, first.head.clone()),
+            Start::After { head, plan } => {
+                let head = *head;
+                let mut at = match &plan {
+                    ReplayPlan::Steps(stops) => stops[0],
+                    ReplayPlan::Reset(reset) => reset.commit,
+                };
+                if let Err(end) = self.run_plan(&mut at, plan).await {
+                    return end;
+                }
+                (at, head)
+            }
         };
-        let start = Update {
-            head: head.clone(),
-            since: None,
-            replay: None,
-        };
-        if let Err(end) = self.catch_up(&mut at, &start).await {
-            return end;
-        }
         if let Err(end) = self.send(self.head("head", &head)).await {
             return end;
         }
         loop {
             let update = tokio::select! {
-                update = self.subscription.changed() => update,
+                update = self.subscription.changed() => match update {
+                    Some(update) => update,
+                    None => return End::Failed("the change feed stopped".into()),
+                },
                 () = self.out.closed() => return End::Closed,
                 () = &mut shutdown => return End::Closed,
+                () = &mut expired => return End::Closed,
             };
             if let Err(end) = self.catch_up(&mut at, &update).await {
                 return end;
@@ -204,67 +224,112 @@ impl Task {
     }
 
     /// Sends what happened after `at` up to `update`'s head, and moves `at` there: the
-    /// update's own replay when it starts at `at` (read once for every stream), else one
-    /// read here, in steps.
+    /// update's own replay when it starts at `at` (read once for every stream), else a plan
+    /// of this stream's own, read in steps under replay turns.
     async fn catch_up(&mut self, at: &mut CommitId, update: &Update) -> Result<(), End> {
         let target = update.head.commit;
-        let mut shared = update.replay.clone().filter(|_| update.since == Some(*at));
-        while *at != target {
-            let replay = match shared.take() {
-                Some(replay) => replay,
-                None => {
-                    let replay = self.read_replay(*at, target, REPLAY_STEP).await?;
-                    // An update older than where the stream is (the feed lags a commit the
-                    // stream already sent): nothing to send, and no reset.
-                    if matches!(replay, Replay::Reset(_))
-                        && !matches!(self.read_replay(target, *at, 1).await?, Replay::Reset(_))
-                    {
-                        return Ok(());
-                    }
-                    Arc::new(replay)
+        if update.since == Some(*at) {
+            if let Some(replay) = &update.replay {
+                self.send_replay(at, replay).await?;
+            }
+        }
+        if *at == target {
+            return Ok(());
+        }
+        match self.plan(*at, target).await? {
+            ReplayPlan::Steps(stops) => self.run_plan(at, ReplayPlan::Steps(stops)).await,
+            ReplayPlan::Reset(head) => {
+                // An update older than where the stream is (the feed lags a commit the
+                // stream already sent): nothing to send, and no reset.
+                if matches!(self.plan(target, *at).await?, ReplayPlan::Steps(_)) {
+                    return Ok(());
                 }
-            };
-            match &*replay {
-                Replay::Changes { changes, through } => {
-                    for change in changes {
-                        if self.grant.can_read(change.file) {
-                            self.send(file_event(change)).await?;
-                            self.events
-                                .metrics()
-                                .events_sent
-                                .with_label_values(&[change.file.label()])
-                                .inc();
-                        }
+                self.run_plan(at, ReplayPlan::Reset(head)).await
+            }
+        }
+    }
+
+    /// Sends a planned replay, one step at a time, and moves `at` along.
+    async fn run_plan(&mut self, at: &mut CommitId, plan: ReplayPlan) -> Result<(), End> {
+        match plan {
+            ReplayPlan::Reset(head) => {
+                self.send(self.head("reset", &head)).await?;
+                *at = head.commit;
+            }
+            ReplayPlan::Steps(stops) => {
+                for pair in stops.windows(2) {
+                    let replay = self.read_replay(pair[0], pair[1]).await?;
+                    self.send_replay(at, &replay).await?;
+                    if matches!(*replay, Replay::Reset(_)) {
+                        // The history changed under the plan (plain git): from the reset on.
+                        break;
                     }
-                    if *through == *at {
-                        return Err(End::Failed("a replay made no progress".into()));
-                    }
-                    *at = *through;
-                }
-                Replay::Reset(head) => {
-                    self.send(self.head("reset", head)).await?;
-                    *at = head.commit;
                 }
             }
         }
         Ok(())
     }
 
-    async fn read_replay(&self, from: CommitId, to: CommitId, step: usize) -> Result<Replay, End> {
-        let (storage, tenant) = (self.events.storage().clone(), self.grant.tenant.clone());
-        match actix_web::web::block(move || storage.replay(&tenant, from, to, step)).await {
-            Ok(Ok(replay)) => Ok(replay),
-            Ok(Err(e)) => Err(End::Failed(e.to_string())),
-            Err(e) => Err(End::Failed(format!("the replay task failed: {e}"))),
+    /// Sends the changes of a replay the token may read (or its reset), and moves `at`.
+    async fn send_replay(&mut self, at: &mut CommitId, replay: &Replay) -> Result<(), End> {
+        match replay {
+            Replay::Changes { changes, through } => {
+                for change in changes {
+                    if self.grant.can_read(change.file) {
+                        self.send(file_event(change)).await?;
+                        self.events
+                            .metrics()
+                            .events_sent
+                            .with_label_values(&[change.file.label()])
+                            .inc();
+                    }
+                }
+                *at = *through;
+            }
+            Replay::Reset(head) => {
+                self.send(self.head("reset", head)).await?;
+                *at = head.commit;
+            }
         }
+        Ok(())
     }
 
-    async fn read_head(&self) -> Result<HeadState, End> {
+    /// A replay turn of the tenant's, or the stream ends (its client resumes later).
+    async fn turn(&self) -> Result<crate::gates::Turn, End> {
+        self.events
+            .replay_turn(&self.grant.tenant)
+            .await
+            .ok_or_else(|| End::Failed("no replay turn came in time; the client resumes".into()))
+    }
+
+    async fn plan(&self, from: CommitId, to: CommitId) -> Result<ReplayPlan, End> {
+        let turn = self.turn().await?;
         let (storage, tenant) = (self.events.storage().clone(), self.grant.tenant.clone());
-        match actix_web::web::block(move || storage.head_state(&tenant)).await {
-            Ok(Ok(head)) => Ok(head),
+        self.blocking(move || {
+            let _turn = turn;
+            storage.replay_plan(&tenant, from, to, REPLAY_STEP)
+        })
+        .await
+    }
+
+    async fn read_replay(&self, from: CommitId, to: CommitId) -> Result<Arc<Replay>, End> {
+        let turn = self.turn().await?;
+        let (storage, tenant) = (self.events.storage().clone(), self.grant.tenant.clone());
+        self.blocking(move || {
+            let _turn = turn;
+            storage.replay(&tenant, from, to, REPLAY_STEP).map(Arc::new)
+        })
+        .await
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, crate::storage::StorageError> + Send + 'static,
+    ) -> Result<T, End> {
+        match actix_web::web::block(work).await {
+            Ok(Ok(out)) => Ok(out),
             Ok(Err(e)) => Err(End::Failed(e.to_string())),
-            Err(e) => Err(End::Failed(format!("the head task failed: {e}"))),
+            Err(e) => Err(End::Failed(format!("a blocking task failed: {e}"))),
         }
     }
 

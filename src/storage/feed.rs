@@ -59,6 +59,16 @@ pub enum Replay {
     Reset(HeadState),
 }
 
+/// How a stream catches up from a resume point to a head: the commits to stop at, oldest
+/// first (the resume point, then one every step, then the head), each pair read as one
+/// [`Replay`] without walking the line again; or a reset, when the resume point is unknown
+/// or not on the head's first-parent line.
+#[derive(Debug, Clone)]
+pub enum ReplayPlan {
+    Steps(Vec<CommitId>),
+    Reset(HeadState),
+}
+
 /// What a tenant's channel holds: its head, and how it got there from the head before.
 #[derive(Debug, Clone)]
 pub struct Update {
@@ -74,12 +84,20 @@ pub struct Update {
 /// by each waiter in steps.
 const FEED_REPLAY_COMMITS: usize = 256;
 
-type Reply = oneshot::Sender<Result<watch::Receiver<Arc<Update>>, StorageError>>;
+/// The answer to a waiter: a whole [`Subscription`], so that a waiter that leaves before it
+/// takes it (its send fails, or the answer is dropped unread) unregisters it like any other.
+type Reply = oneshot::Sender<Result<Subscription, StorageError>>;
 
 enum Request {
     Watch(TenantId, Reply),
     /// The tenant's last waiter left (it is no longer in `tenants`, unless a new waiter came).
     Unwatch(TenantId),
+    /// Tests: a fault on the feed's thread.
+    #[cfg(test)]
+    Panic,
+    /// Tests: the thread's loop ends.
+    #[cfg(test)]
+    Exit,
 }
 
 /// Shared by the feed's handles, its subscriptions and (weakly) its thread.
@@ -90,6 +108,8 @@ struct Shared {
     requests: mpsc::Sender<Request>,
     /// Rung (an eventfd) when a request is queued, and when the feed is dropped.
     bell: Arc<OwnedFd>,
+    /// False once the thread has ended (it never should): a new feed is then started.
+    running: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -156,6 +176,7 @@ impl ChangeFeed {
             tenants: Mutex::default(),
             requests,
             bell: bell.clone(),
+            running: std::sync::atomic::AtomicBool::new(true),
         });
         let mut thread = Thread {
             shared: Arc::downgrade(&shared),
@@ -184,23 +205,27 @@ impl ChangeFeed {
             .tenants()
             .get(tenant)
             .map(watch::Sender::subscribe);
-        let rx = match existing {
-            Some(rx) => rx,
-            None => {
-                let (reply, answer) = oneshot::channel();
-                self.shared
-                    .requests
-                    .send(Request::Watch(tenant.clone(), reply))
-                    .map_err(|_| stopped(tenant))?;
-                self.shared.ring();
-                answer.await.map_err(|_| stopped(tenant))??
-            }
-        };
-        Ok(Subscription {
-            shared: self.shared.clone(),
-            tenant: tenant.clone(),
-            rx: Some(rx),
-        })
+        if let Some(rx) = existing {
+            return Ok(Subscription {
+                shared: self.shared.clone(),
+                tenant: tenant.clone(),
+                rx: Some(rx),
+            });
+        }
+        let (reply, answer) = oneshot::channel();
+        self.shared
+            .requests
+            .send(Request::Watch(tenant.clone(), reply))
+            .map_err(|_| stopped(tenant))?;
+        self.shared.ring();
+        answer.await.map_err(|_| stopped(tenant))?
+    }
+
+    /// False once the feed's thread has ended; its subscriptions then end too.
+    pub fn is_running(&self) -> bool {
+        self.shared
+            .running
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Tenants with at least one waiter.
@@ -214,6 +239,38 @@ fn stopped(tenant: &TenantId) -> StorageError {
         op: "follow the change feed",
         path: format!("{tenant}.git").into(),
         source: std::io::Error::other("the change feed's thread has stopped"),
+    }
+}
+
+/// Runs `work`; a panic in it is logged, and `None` returned.
+fn guarded<T>(what: &str, work: impl FnOnce() -> T) -> Option<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+        Ok(out) => Some(out),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(what, panic = %message, "the change feed's thread caught a panic; it goes on");
+            None
+        }
+    }
+}
+
+/// Marks the feed stopped when its thread ends, however it ends, and drops every tenant's
+/// channel, so that every waiter learns it.
+struct StopGuard(Weak<Shared>);
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.upgrade() {
+            shared
+                .running
+                .store(false, std::sync::atomic::Ordering::Release);
+            let channels = std::mem::take(&mut *shared.tenants());
+            drop(channels);
+        }
     }
 }
 
@@ -231,15 +288,12 @@ impl Subscription {
         self.rx().borrow_and_update().clone()
     }
 
-    /// Waits for an update not yet seen, and marks it seen.
-    pub async fn changed(&mut self) -> Arc<Update> {
+    /// Waits for an update not yet seen, and marks it seen; `None` when the feed's thread
+    /// ended (a fault): the waiter then ends, and its client comes back to a new feed.
+    pub async fn changed(&mut self) -> Option<Arc<Update>> {
         let rx = self.rx();
-        if rx.changed().await.is_err() {
-            // The sender lives while this receiver does (it is removed only with the last
-            // receiver), so this cannot happen; wait forever rather than spin.
-            std::future::pending::<()>().await;
-        }
-        rx.borrow_and_update().clone()
+        rx.changed().await.ok()?;
+        Some(rx.borrow_and_update().clone())
     }
 
     fn rx(&mut self) -> &mut watch::Receiver<Arc<Update>> {
@@ -284,7 +338,12 @@ struct Thread {
 }
 
 impl Thread {
+    /// The feed's loop. A panic in the work for one request or tenant is logged and that
+    /// work skipped, so one bad repository cannot stop every tenant's events; should the
+    /// loop itself end, every subscription ends with it and [`ChangeFeed::is_running`] says
+    /// so (the next waiter starts a new feed).
     fn run(&mut self) {
+        let _stop = StopGuard(self.shared.clone());
         let mut next_poll = Instant::now() + self.poll_interval;
         loop {
             let timeout = if self.polled.is_empty() {
@@ -299,20 +358,35 @@ impl Thread {
             };
             self.clear_bell();
             while let Ok(request) = self.queue.try_recv() {
-                match request {
+                #[cfg(test)]
+                if matches!(request, Request::Exit) {
+                    return;
+                }
+                guarded("a request", || match request {
                     Request::Watch(tenant, reply) => {
-                        let _ = reply.send(self.watch(&shared, &tenant));
+                        let answer = self.watch(&shared, &tenant).map(|rx| Subscription {
+                            shared: shared.clone(),
+                            tenant,
+                            rx: Some(rx),
+                        });
+                        // A waiter that left: its subscription is dropped here, and goes.
+                        drop(reply.send(answer));
                     }
                     Request::Unwatch(tenant) => self.unwatch(&shared, &tenant),
-                }
+                    #[cfg(test)]
+                    Request::Panic => panic!("a fault on the feed's thread"),
+                    #[cfg(test)]
+                    Request::Exit => {}
+                });
             }
-            let mut dirty = self.drain_events(&shared);
+            let mut dirty = guarded("reading inotify events", || self.drain_events(&shared))
+                .unwrap_or_default();
             if !self.polled.is_empty() && Instant::now() >= next_poll {
                 dirty.extend(self.polled.iter().cloned());
                 next_poll = Instant::now() + self.poll_interval;
             }
             for tenant in dirty {
-                self.refresh(&shared, &tenant);
+                guarded("refreshing a tenant", || self.refresh(&shared, &tenant));
             }
         }
     }
@@ -502,5 +576,79 @@ impl Thread {
             since: Some(last),
             replay,
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::Identity;
+    use crate::storage::Durability;
+    use futures_util::FutureExt;
+
+    fn feed() -> (ChangeFeed, TenantId, tempfile::TempDir) {
+        crate::storage::init_git();
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(
+            dir.path(),
+            Identity::new("p", "p@localhost", "localhost"),
+            Durability::Fsync,
+        )
+        .unwrap();
+        let tenant = TenantId::parse("acme").unwrap();
+        storage.create_tenant(&tenant, false).unwrap();
+        let feed = ChangeFeed::start(storage, Duration::from_millis(50)).unwrap();
+        (feed, tenant, dir)
+    }
+
+    async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn ask(feed: &ChangeFeed, request: Request) {
+        feed.shared.requests.send(request).unwrap();
+        feed.shared.ring();
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_leaves_before_its_answer_leaves_nothing_registered() {
+        let (feed, tenant, _dir) = feed();
+        for _ in 0..20 {
+            let mut asking = Box::pin(feed.subscribe(&tenant));
+            // Polled once: the request is queued; then the waiter goes.
+            assert!((&mut asking).now_or_never().is_none());
+            drop(asking);
+        }
+        eventually("no tenant stays registered", || feed.watched_tenants() == 0).await;
+        let subscription = feed.subscribe(&tenant).await.unwrap();
+        assert_eq!(feed.watched_tenants(), 1);
+        drop(subscription);
+        eventually("the last waiter's tenant goes", || {
+            feed.watched_tenants() == 0
+        })
+        .await;
+    }
+
+    #[tokio::test]
+    async fn a_panic_on_the_feed_thread_is_caught_and_the_feed_goes_on() {
+        let (feed, tenant, _dir) = feed();
+        ask(&feed, Request::Panic);
+        let mut subscription = feed.subscribe(&tenant).await.unwrap();
+        assert!(feed.is_running());
+        assert!(subscription.current().since.is_none());
+    }
+
+    #[tokio::test]
+    async fn when_the_thread_ends_every_waiter_learns_it() {
+        let (feed, tenant, _dir) = feed();
+        let mut subscription = feed.subscribe(&tenant).await.unwrap();
+        ask(&feed, Request::Exit);
+        let ended = tokio::time::timeout(Duration::from_secs(5), subscription.changed()).await;
+        assert!(matches!(ended, Ok(None)), "the waiter is told");
+        assert!(!feed.is_running());
     }
 }

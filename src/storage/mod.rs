@@ -1,5 +1,5 @@
 //! Storage: each tenant's two files in its bare git repository. No git type crosses this API.
-mod cursor_key;
+mod dir_key;
 mod disk;
 mod durable;
 mod error;
@@ -15,12 +15,12 @@ mod watch;
 
 pub use durable::{Durability, DurabilitySetting, GroupRefused};
 pub use error::StorageError;
-pub use feed::{ChangeFeed, FileChange, HeadState, Replay, Subscription, Update};
+pub use feed::{ChangeFeed, FileChange, HeadState, Replay, ReplayPlan, Subscription, Update};
 pub use seed::seed_if_empty;
 pub use upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
 pub use versions::{
     Change, CommitOutcome, CommitRequest, Committed, FileDiff, FileOutcome, IdempotencyRecord,
-    IdempotentHit, InFlight, IDEMPOTENCY_COMMITS, IDEMPOTENCY_WINDOW,
+    IdempotentHit, InFlight, IDEMPOTENCY_COMMITS,
 };
 pub use volume::{volume, volume_at_or_above, Volume, VolumeKind};
 
@@ -183,8 +183,9 @@ pub struct Storage {
     watch: Arc<watch::HeadWatch>,
     /// Turns to run `git upload-pack` for clones and fetches.
     upload_packs: Arc<upload_pack::CloneTurns>,
-    /// Signs history cursors, so that a page starts only where an earlier page ended.
-    cursors: Arc<cursor_key::CursorKey>,
+    /// The data dir's secret: signs history cursors (a page starts only where an earlier
+    /// page ended) and keys idempotency fingerprints.
+    dir_key: Arc<dir_key::DirKey>,
     /// A test seam: called by every write just before it moves `main`.
     write_hook: Option<WriteHook>,
     /// What idempotency lookups learnt of recent history, so the next reads only what is new.
@@ -237,7 +238,7 @@ impl Storage {
                 std::time::Duration::from_secs(30),
                 std::time::Duration::from_secs(10),
             )),
-            cursors: Arc::new(cursor_key::CursorKey::new(data_dir)),
+            dir_key: Arc::new(dir_key::DirKey::load(data_dir)?),
             write_hook: None,
             recent_keys: Arc::default(),
         })
@@ -304,6 +305,19 @@ impl Storage {
         max_commits: usize,
     ) -> Result<Replay, StorageError> {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.replay(from, to, max_commits)
+    }
+
+    /// How to replay from `from` to `to` in steps of at most `step` commits (see
+    /// [`ReplayPlan`]): the line is walked once, here; each step is then one [`Storage::replay`]
+    /// of at most `step` commits.
+    pub fn replay_plan(
+        &self,
+        tenant: &TenantId,
+        from: CommitId,
+        to: CommitId,
+        step: usize,
+    ) -> Result<ReplayPlan, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.replay_plan(from, to, step)
     }
 
     pub fn tenants_dir(&self) -> &Path {
@@ -380,7 +394,7 @@ impl Storage {
     ) -> Result<HistoryPage, StorageError> {
         let from = match from {
             None => None,
-            Some(cursor) => Some(self.cursors.open(tenant, &cursor)?.ok_or_else(|| {
+            Some(cursor) => Some(self.dir_key.open(tenant, &cursor).ok_or_else(|| {
                 StorageError::UnknownRef {
                     tenant: tenant.clone(),
                     commit: cursor.commit,
@@ -391,10 +405,7 @@ impl Storage {
             repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.history(file, limit, from)?;
         Ok(HistoryPage {
             entries: page.0,
-            next: page
-                .1
-                .map(|commit| self.cursors.mint(tenant, commit))
-                .transpose()?,
+            next: page.1.map(|commit| self.dir_key.mint(tenant, commit)),
         })
     }
 

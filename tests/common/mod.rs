@@ -95,6 +95,30 @@ pub struct TestApp {
     pub events: planfiles::events::Events,
 }
 
+/// `count` commits on top of `main`, each setting `path` to `<i>\n` (valid YAML), made now
+/// by git fast-import (thousands in a second).
+pub fn fast_commits(repo: &Path, count: usize, path: &str) {
+    let head = git_in(repo, &["rev-parse", "main"]);
+    let now = now();
+    let mut stream = String::new();
+    for i in 0..count {
+        let msg = format!("outside {i}\n");
+        stream.push_str(&format!(
+            "commit refs/heads/main\ncommitter o <o@x> {now} +0000\ndata {}\n{msg}",
+            msg.len()
+        ));
+        if i == 0 {
+            stream.push_str(&format!("from {head}\n"));
+        }
+        let text = format!("n: {i}\n");
+        stream.push_str(&format!(
+            "M 100644 inline {path}\ndata {}\n{text}\n",
+            text.len()
+        ));
+    }
+    git_stdin(repo, &["fast-import", "--quiet"], &stream);
+}
+
 /// Copies a directory tree.
 pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();

@@ -106,13 +106,25 @@ fn listening_addr(line: &str) -> Option<String> {
 /// Starts the binary on a random port and waits for its "listening" line.
 pub fn serve(dir: &Path, extra_env: &[(&str, &str)]) -> Server {
     let mut cmd = planfiles(dir);
-    cmd.env("PLANFILES_BIND", "127.0.0.1:0")
-        .env("PLANFILES_LOG_FORMAT", "json")
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null());
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
+    serve_command(cmd)
+}
+
+/// [`serve`] with a command made by [`planfiles`] and changed by the caller (limits, say);
+/// a random port and JSON logs unless the caller set `PLANFILES_BIND` or
+/// `PLANFILES_LOG_FORMAT`.
+pub fn serve_command(mut cmd: Command) -> Server {
+    for (name, value) in [
+        ("PLANFILES_BIND", "127.0.0.1:0"),
+        ("PLANFILES_LOG_FORMAT", "json"),
+    ] {
+        if !cmd.get_envs().any(|(k, _)| k == name) {
+            cmd.env(name, value);
+        }
+    }
+    cmd.stderr(Stdio::piped()).stdout(Stdio::null());
     let mut child = cmd.arg("serve").spawn().unwrap();
     let stderr = child.stderr.take().unwrap();
     // Raw lines, decoded lossily: a reader that stopped at the first non-UTF-8 line would let

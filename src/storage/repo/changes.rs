@@ -2,7 +2,7 @@
 use super::history::{entry, request_id};
 use super::{git_err, to_id, to_oid, TenantRepo, MAIN};
 use crate::domain::{BlobId, CommitId, PlanFile};
-use crate::storage::{FileChange, HeadState, Replay, StorageError};
+use crate::storage::{FileChange, HeadState, Replay, ReplayPlan, StorageError};
 use git2::Oid;
 
 /// A resume point further back than this many commits of the first-parent line is answered
@@ -31,7 +31,8 @@ impl TenantRepo<'_> {
 
     /// What the commits after `from` up to `to` on `to`'s first-parent line changed, oldest
     /// first, at most `max_commits` of them (`through` says where the replay stopped). A
-    /// reset when `from` is not on that line within [`MAX_REPLAY_COMMITS`] commits.
+    /// reset when `from` is unknown or not on that line within [`MAX_REPLAY_COMMITS`]
+    /// commits, or `to` is unknown.
     pub(in crate::storage) fn replay(
         &self,
         from: CommitId,
@@ -42,19 +43,9 @@ impl TenantRepo<'_> {
         let (from, to) = (to_oid(&from.0), to_oid(&to.0));
         // The line from `to` back to `from`, newest first: only ids, then the oldest
         // `max_commits` of them are read whole.
-        let mut line = Vec::new();
-        let mut at = to;
-        while at != from {
-            if line.len() == MAX_REPLAY_COMMITS {
-                return self.reset(to);
-            }
-            line.push(at);
-            let commit = self.repo.find_commit(at).map_err(err("read commit"))?;
-            match commit.parent_id(0) {
-                Ok(parent) => at = parent,
-                Err(_) => return self.reset(to),
-            }
-        }
+        let Some(line) = self.line(from, to, MAX_REPLAY_COMMITS)? else {
+            return self.reset(to);
+        };
         let take = line.len().min(max_commits.max(1));
         let mut changes = Vec::new();
         let mut through = from;
@@ -78,7 +69,66 @@ impl TenantRepo<'_> {
         })
     }
 
+    /// How to replay from `from` to `to` in steps of at most `step` commits, walking the line
+    /// once: `from`, every `step`-th commit after it, and `to` (see [`ReplayPlan`]).
+    pub(in crate::storage) fn replay_plan(
+        &self,
+        from: CommitId,
+        to: CommitId,
+        step: usize,
+    ) -> Result<ReplayPlan, StorageError> {
+        let (from_oid, to_oid_) = (to_oid(&from.0), to_oid(&to.0));
+        let Some(line) = self.line(from_oid, to_oid_, MAX_REPLAY_COMMITS)? else {
+            return Ok(match self.reset(to_oid_)? {
+                Replay::Reset(head) => ReplayPlan::Reset(head),
+                Replay::Changes { .. } => unreachable!("a reset"),
+            });
+        };
+        // `line` is newest first and excludes `from`.
+        let mut stops = vec![from];
+        let oldest_first: Vec<Oid> = line.into_iter().rev().collect();
+        for chunk in oldest_first.chunks(step.max(1)) {
+            stops.push(CommitId(to_id(
+                *chunk.last().expect("chunks are not empty"),
+            )));
+        }
+        Ok(ReplayPlan::Steps(stops))
+    }
+
+    /// The first-parent line from `to` back to `from` (excluded), newest first, ids only;
+    /// `None` when either is unknown, or `from` is not on the line within `max` commits.
+    fn line(&self, from: Oid, to: Oid, max: usize) -> Result<Option<Vec<Oid>>, StorageError> {
+        if self.repo.find_commit(from).is_err() {
+            return Ok(None);
+        }
+        let mut line = Vec::new();
+        let mut at = to;
+        while at != from {
+            if line.len() == max {
+                return Ok(None);
+            }
+            let Ok(commit) = self.repo.find_commit(at) else {
+                return Ok(None);
+            };
+            line.push(at);
+            match commit.parent_id(0) {
+                Ok(parent) => at = parent,
+                Err(_) => return Ok(None),
+            }
+        }
+        Ok(Some(line))
+    }
+
+    /// A reset to `to`, or to `main`'s head when `to` is unknown.
     fn reset(&self, to: Oid) -> Result<Replay, StorageError> {
-        Ok(Replay::Reset(self.state_at(to)?))
+        let at = match self.repo.find_commit(to) {
+            Ok(_) => to,
+            Err(_) => {
+                self.repo
+                    .refname_to_id(MAIN)
+                    .map_err(git_err(self.tenant, "resolve main", ""))?
+            }
+        };
+        Ok(Replay::Reset(self.state_at(at)?))
     }
 }
