@@ -41,7 +41,14 @@ pub struct Writers {
     depth: usize,
     /// How long a write waits for its turn.
     wait: Duration,
+    /// Turns to walk a history for a commit-hash `file_sha` before the write's turn: each a
+    /// blocking thread for as long as the history is, so bounded in all and per tenant.
+    walks: crate::gates::Turns,
 }
+
+/// History walks of writes at once, in all and for one tenant.
+const WALKS: usize = 8;
+const WALKS_PER_TENANT: usize = 2;
 
 impl Writers {
     pub fn new(storage: Storage, upkeep: Upkeep, depth: usize, wait: Duration) -> Self {
@@ -51,6 +58,7 @@ impl Writers {
             turns: Gates::new(1),
             depth: depth.max(1),
             wait,
+            walks: crate::gates::Turns::new(WALKS, WALKS_PER_TENANT, wait),
         }
     }
 
@@ -120,10 +128,21 @@ impl Writers {
             if let (Some(ShaCheck::BlobOrCommit(id)), None) =
                 (change.preconditions.file_sha, change.preconditions.ancestry)
             {
-                let (storage, owned) = (self.storage.clone(), tenant.clone());
-                let found = tokio::task::spawn_blocking(move || storage.ancestry(&owned, id))
+                let walk = self
+                    .walks
+                    .take(tenant)
                     .await
-                    .map_err(task_err)??;
+                    .ok_or_else(|| WriteError::TimedOut {
+                        tenant: tenant.clone(),
+                        waited: self.wait,
+                    })?;
+                let (storage, owned) = (self.storage.clone(), tenant.clone());
+                let found = tokio::task::spawn_blocking(move || {
+                    let _walk = walk;
+                    storage.ancestry(&owned, id)
+                })
+                .await
+                .map_err(task_err)??;
                 change.preconditions.ancestry = Some(found);
             }
         }

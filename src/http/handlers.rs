@@ -128,7 +128,7 @@ pub async fn put_integration(
     };
     let bytes = state.read_body(&req, payload).await?;
     let options = WriteOptions::from_request(&req)?;
-    let record = options.record(&req, &bytes);
+    let record = options.record(&state.storage, &req, &bytes);
     let (source_hosting, if_match) = (tenant.source_hosting, body::if_match(&req));
     let (part, subject) = cpu(bytes.len(), move || {
         let mut body = body::parse_put_body(&bytes)?;
@@ -192,7 +192,7 @@ pub async fn put_configuration(
     };
     let bytes = state.read_body(&req, payload).await?;
     let options = WriteOptions::from_request(&req)?;
-    let record = options.record(&req, &bytes);
+    let record = options.record(&state.storage, &req, &bytes);
     let if_match = body::if_match(&req);
     let (part, subject) = cpu(bytes.len(), move || {
         let mut body = body::parse_put_body(&bytes)?;

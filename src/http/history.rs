@@ -65,14 +65,20 @@ async fn history(
     state.tenant(&who, file).await?;
     require(who.can_read(file), file.read_permission())?;
     let query = HistoryQuery::parse(req.query_string())?;
+    // A page reads up to its scan budget of commits: one of the tenant's render turns.
+    let turn = state.render_turn(who.tenant()).await?;
     let (storage, tenant) = (state.storage.clone(), who.tenant().clone());
     let page = blocking(
-        move || match storage.history(&tenant, file, query.limit, query.cursor) {
-            // A cursor is only ever one that a page of this history made; else a bad query.
-            Err(StorageError::UnknownRef { .. }) => Ok(Err(ApiError::InvalidQuery(
-                "cursor is not a cursor of this history".into(),
-            ))),
-            other => other.map(Ok),
+        move || {
+            let _turn = turn;
+            match storage.history(&tenant, file, query.limit, query.cursor) {
+                // A cursor is only ever one that a page of this history made; else a bad
+                // query.
+                Err(StorageError::UnknownRef { .. }) => Ok(Err(ApiError::InvalidQuery(
+                    "cursor is not a cursor of this history".into(),
+                ))),
+                other => other.map(Ok),
+            }
         },
         file,
     )

@@ -10,7 +10,6 @@ use super::schema::{
 };
 use super::{views, AppState};
 use crate::auth::Principal;
-use crate::domain::idempotency::fingerprint;
 use crate::domain::yaml::Mapping;
 use crate::domain::{
     json_patch, CommitId, CommitMessage, ConfigurationDoc, ContentError, IdempotencyKey,
@@ -64,11 +63,17 @@ impl WriteOptions {
     /// What the commit records: the key and a fingerprint of this request (method, path,
     /// body bytes). A dry run is checked against the key as the real call would be (409,
     /// 422, a replay) and records nothing, since it commits nothing.
-    pub fn record(&self, req: &HttpRequest, body: &[u8]) -> Option<IdempotencyRecord> {
-        let key = self.key.as_ref()?;
+    pub fn record(
+        &self,
+        storage: &crate::storage::Storage,
+        req: &HttpRequest,
+        body: &[u8],
+    ) -> Option<IdempotencyRecord> {
+        let key = self.key.clone()?;
+        let target = format!("{} {}", req.method(), req.path());
         Some(IdempotencyRecord {
-            key: key.as_str().to_owned(),
-            fingerprint: fingerprint(&format!("{} {}", req.method(), req.path()), body),
+            key,
+            fingerprint: storage.fingerprint(&target, body),
         })
     }
 }
@@ -214,10 +219,15 @@ impl AppState {
             Committed::Written(outcome) => {
                 let docs = planned.parts.into_iter().map(|p| p.doc).collect();
                 let answer = if planned.dry_run {
-                    // The patch parses the stored file: CPU work, off the worker.
-                    web::block(move || render(docs, outcome, shape))
-                        .await
-                        .map_err(|e| ApiError::Internal(format!("the render task failed: {e}")))?
+                    // The patch parses the stored file and diffs both: CPU work, off the
+                    // worker, under one of the tenant's render turns.
+                    let turn = self.render_turn(who.tenant()).await?;
+                    web::block(move || {
+                        let _turn = turn;
+                        render(docs, outcome, shape)
+                    })
+                    .await
+                    .map_err(|e| ApiError::Internal(format!("the render task failed: {e}")))?
                 } else {
                     render(docs, outcome, shape)
                 };
@@ -503,7 +513,7 @@ pub async fn post_commits(
     };
     let bytes = state.read_body(&req, payload).await?;
     let options = WriteOptions::from_request(&req)?;
-    let record = options.record(&req, &bytes);
+    let record = options.record(&state.storage, &req, &bytes);
     let source_hosting = tenant.source_hosting;
     let granted = [PlanFile::Integration, PlanFile::Configuration].map(|f| who.can_write(f));
     // The contract's order across both parts: every part's permission (403), then every
@@ -715,7 +725,7 @@ impl AppState {
         };
         let bytes = self.read_body(&req, payload).await?;
         let options = WriteOptions::from_request(&req)?;
-        let record = options.record(&req, &bytes);
+        let record = options.record(&self.storage, &req, &bytes);
         let source_hosting = tenant.source_hosting;
         let (commit, subject, sha) = super::handlers::cpu(bytes.len(), move || {
             let body = body::parse_put_body(&bytes)?;
@@ -724,9 +734,12 @@ impl AppState {
         })
         .await?;
         drop(turn);
+        // Whether `commit` is in main's history is a walk of it: a render turn of the tenant's.
+        let render = self.render_turn(who.tenant()).await?;
         let (storage, owned) = (self.storage.clone(), who.tenant().clone());
         let (doc, bytes) = blocking(
             move || {
+                let _turn = render;
                 let snap = storage.read_at(&owned, file, commit)?;
                 Ok(snap.bytes)
             },
