@@ -10,8 +10,8 @@
 #[allow(dead_code)]
 mod fixtures;
 
-use planfiles::domain::{Identity, ObjectId, PlanFile, RequestId, TenantId};
-use planfiles::storage::{self, Preconditions, ShaCheck, Storage, WriteRequest};
+use planfiles::domain::{Identity, ObjectId, PlanFile, TenantId};
+use planfiles::storage::{self, CommitRequest, Preconditions, ShaCheck, Storage};
 use std::time::Instant;
 
 fn main() {
@@ -37,17 +37,17 @@ fn main() {
     )
     .unwrap();
     let id = ObjectId::parse(&first).unwrap();
-    let write = |n: usize, ancestry| WriteRequest {
-        file: PlanFile::Configuration,
-        bytes: format!("folders:\n- path: p{n}\n").into_bytes(),
-        content: None,
-        preconditions: Preconditions {
-            file_sha: Some(ShaCheck::BlobOrCommit(id)),
-            if_match: None,
-            ancestry,
-        },
-        author: Identity::new("Bench", "bench@example.com", "bench"),
-        request_id: RequestId::generate(),
+    let write = |n: usize, ancestry| {
+        CommitRequest::of(
+            PlanFile::Configuration,
+            format!("folders:\n- path: p{n}\n").into_bytes(),
+            Preconditions {
+                file_sha: Some(ShaCheck::BlobOrCommit(id)),
+                if_match: None,
+                ancestry,
+            },
+            Identity::new("Bench", "bench@example.com", "bench"),
+        )
     };
     for round in 0..3 {
         let t = Instant::now();
@@ -56,12 +56,14 @@ fn main() {
         assert!(found.in_history);
         let t = Instant::now();
         let out = storage
-            .write(&tenant, write(2 * round, Some(found)))
-            .unwrap();
+            .commit(&tenant, write(2 * round, Some(found)))
+            .unwrap()
+            .written()
+            .expect("no key");
         let with_hint = t.elapsed();
-        assert!(out.forced && out.changed);
+        assert!(out.files[0].forced && out.changed());
         let t = Instant::now();
-        storage.write(&tenant, write(2 * round + 1, None)).unwrap();
+        storage.commit(&tenant, write(2 * round + 1, None)).unwrap();
         let without = t.elapsed();
         println!(
             "round {round}: walk outside the lock {:.1} ms; write with its answer {:.1} ms; write walking under the lock {:.1} ms",

@@ -5,8 +5,8 @@
 //!
 //! Default: 10,000 commits (about 30 s of durable writes to build). Uses the storage API
 //! directly, with the default durability (group commit), in a temporary directory.
-use planfiles::domain::{Identity, PlanFile, RequestId, TenantId};
-use planfiles::storage::{self, Preconditions, Storage, WriteRequest};
+use planfiles::domain::{Identity, PlanFile, TenantId};
+use planfiles::storage::{self, CommitRequest, Preconditions, Storage};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,16 +14,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn write(storage: &Storage, tenant: &TenantId, n: usize) {
-    let req = WriteRequest {
-        file: PlanFile::Integration,
-        bytes: format!("aws:\n- account_id: '{n:012}'\n  regions: [us-east-1]\n  type: aws\n")
+    let req = CommitRequest::of(
+        PlanFile::Integration,
+        format!("aws:\n- account_id: '{n:012}'\n  regions: [us-east-1]\n  type: aws\n")
             .into_bytes(),
-        content: None,
-        preconditions: Preconditions::default(),
-        author: Identity::new("Bench", "bench@example.com", "bench"),
-        request_id: RequestId::generate(),
-    };
-    storage.write(tenant, req).expect("write");
+        Preconditions::default(),
+        Identity::new("Bench", "bench@example.com", "bench"),
+    );
+    storage.commit(tenant, req).expect("write");
 }
 
 /// (bytes on disk, files) under `dir`.

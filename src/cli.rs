@@ -1,14 +1,12 @@
 //! The command line: `serve` (default), `token`, `maintain`, `tenant create|set|list` (clap).
-use crate::auth::{self, MintRequest, Verifier};
-use crate::config::{Config, ConfigError, Sources, WatchRefs};
-use crate::domain::{Identity, TenantId};
-use crate::http::{self, AppState, ServerOptions};
-use crate::storage::{self, Durability, GroupRefused, Storage, StorageError, Volume, VolumeKind};
+use crate::auth::{self, MintRequest};
+use crate::config::{Config, ConfigError, Sources};
+use crate::domain::TenantId;
+use crate::startup::{Application, StartupError};
+use crate::storage::{self, Storage, StorageError};
 use crate::upkeep::Upkeep;
 use clap::{Parser, Subcommand, ValueEnum};
-use std::net::TcpListener;
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -93,16 +91,8 @@ pub enum CliError {
     Io(String),
     #[error("{0}")]
     Usage(String),
-    /// `serve` on an address other hosts can reach with a secret anyone may know.
-    #[error(
-        "refusing to serve on {bind} with {reason}: anyone who knows it can sign tokens for \
-         every tenant. Set PLANFILES_JWT_SECRET (or auth.secret) to a random secret of at \
-         least 32 bytes, or bind to a loopback address"
-    )]
-    WeakSecret { bind: String, reason: &'static str },
-    /// `durability = "group"` on a volume where `syncfs` is not known to flush.
     #[error(transparent)]
-    Durability(#[from] GroupRefused),
+    Startup(#[from] StartupError),
     /// Some tenants were done, others failed (each failure was printed).
     #[error("{0}")]
     Partial(String),
@@ -115,8 +105,8 @@ impl CliError {
         match self {
             CliError::TenantId { .. }
             | CliError::Usage(_)
-            | CliError::WeakSecret { .. }
-            | CliError::Durability(_)
+            | CliError::Startup(StartupError::WeakSecret { .. })
+            | CliError::Startup(StartupError::Durability(_))
             | CliError::Config(ConfigError::Env { .. }) => 2,
             _ => 1,
         }
@@ -175,48 +165,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
 }
 
 fn open_storage(config: &Config) -> Result<Storage, CliError> {
-    Ok(open_storage_on(config)?.0)
-}
-
-/// The storage of the data dir, its volume, and the durability mode chosen for that volume
-/// (`storage.durability`, `storage.trust_syncfs`).
-fn open_storage_on(config: &Config) -> Result<(Storage, Option<Volume>, Durability), CliError> {
-    let committer = Identity::new(
-        &config.commit.committer_name,
-        &config.commit.committer_email,
-        "localhost",
-    );
-    let volume = storage::volume_at_or_above(&config.storage.data_dir).ok();
-    let durability = Durability::choose(
-        config.storage.durability,
-        config.storage.trust_syncfs,
-        volume.as_ref(),
-    )?;
-    let storage = Storage::open(&config.storage.data_dir, committer, durability)?;
-    Ok((storage, volume, durability))
-}
-
-/// Whether to watch refs with inotify, from `storage.watch_refs` and the kind of volume the
-/// tenants are on. `auto` turns the watch off, with one log line, on a volume that other
-/// hosts change (inotify would miss their commits); `true` and `false` are honoured as they
-/// are, with a warning when `true` is set on such a volume.
-fn watch_refs(setting: WatchRefs, volume: std::io::Result<VolumeKind>) -> bool {
-    match (setting, volume) {
-        (WatchRefs::Off, _) => false,
-        (WatchRefs::On, Ok(VolumeKind::Shared(fs))) => {
-            tracing::warn!(filesystem = fs, "storage.watch_refs = true on a network or FUSE volume: commits made on other hosts are not seen by inotify, and cached GETs may answer an old version");
-            true
-        }
-        (WatchRefs::On, _) | (WatchRefs::Auto, Ok(VolumeKind::Local)) => true,
-        (WatchRefs::Auto, Ok(VolumeKind::Shared(fs))) => {
-            tracing::info!(filesystem = fs, "the data dir is on a network or FUSE volume, where inotify misses other hosts' commits: watch_refs off, every GET reads the ref file (set storage.watch_refs = true to override)");
-            false
-        }
-        (WatchRefs::Auto, Err(e)) => {
-            tracing::warn!(error = %e, "cannot tell the data dir's volume type: watch_refs off, every GET reads the ref file (set storage.watch_refs = true to override)");
-            false
-        }
-    }
+    Ok(crate::startup::open_storage(config)?.0)
 }
 
 fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
@@ -312,148 +261,19 @@ fn maintain(config: &Config, only: Option<&str>) -> Result<(), CliError> {
     Ok(())
 }
 
-/// A weak HS256 secret is refused on an address other hosts can reach, and warned about on
-/// loopback.
-fn check_secret(config: &Config) -> Result<(), CliError> {
-    let Some(reason) = config.auth.weak_secret() else {
-        return Ok(());
-    };
-    if !config.server.binds_loopback() {
-        return Err(CliError::WeakSecret {
-            bind: config.server.bind.clone(),
-            reason,
-        });
-    }
-    tracing::warn!(
-        bind = %config.server.bind,
-        "serving with {reason}, on loopback only; set PLANFILES_JWT_SECRET to a random secret of at least 32 bytes before binding to another address"
-    );
-    Ok(())
-}
-
-/// The stream limits of `[events]`, fitted under the descriptor limit (raised to the hard
-/// one first), with one log line of the limits in force.
-fn events_limits(config: &crate::config::EventsConfig) -> crate::config::EventsConfig {
-    let limit = match crate::descriptors::raise_limit() {
-        Ok(limit) => limit,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read the descriptor limit; stream limits as configured");
-            return config.clone();
-        }
-    };
-    let fitted = crate::descriptors::fit(config, limit.now);
-    tracing::info!(
-        descriptors = limit.now,
-        raised_from = limit.was,
-        reserve = crate::descriptors::reserve(limit.now),
-        max_streams = fitted.max_streams,
-        max_streams_per_tenant = fitted.max_streams_per_tenant,
-        "descriptor limit and the stream limits that fit under it"
-    );
-    if fitted.max_streams < config.max_streams
-        || fitted.max_streams_per_tenant < config.max_streams_per_tenant
-    {
-        tracing::warn!(
-            configured = config.max_streams,
-            configured_per_tenant = config.max_streams_per_tenant,
-            "the stream limits were lowered to fit the descriptor limit; raise the hard limit (LimitNOFILE=) for more"
-        );
-    }
-    fitted
-}
-
 fn serve(config: Config) -> Result<(), CliError> {
     crate::telemetry::init(&config.log);
-    check_secret(&config)?;
-    auth::self_test()?;
-    let (storage, volume, durability) = open_storage_on(&config)?;
-    let filesystem = volume.map_or_else(|| "unknown".into(), |v| v.name());
-    tracing::info!(
-        %filesystem,
-        durability = durability.name(),
-        setting = ?config.storage.durability,
-        "{}",
-        match durability {
-            Durability::Group => "group commit: writers share syncfs calls, which reach the disk on this volume",
-            Durability::Fsync => "per-file fsync: every object, ref and folder a write makes is fsynced",
-        }
-    );
-    let watch = watch_refs(
-        config.storage.watch_refs,
-        storage::volume(storage.tenants_dir()).map(|v| v.kind()),
-    );
-    let storage = storage
-        .watch_refs(watch)
-        .head_lookup_threads(config.server.workers)
-        .clone_limits(
-            storage::CLONE_TURNS,
-            Duration::from_secs(config.server.clone_stall_secs),
-            Duration::from_secs(config.server.queue_timeout_secs),
-        );
-    if let Some(fixture) = &config.storage.seed_from {
-        if fixture.is_dir() {
-            let n = storage::seed_if_empty(fixture, storage.tenants_dir())?;
-            if n > 0 {
-                tracing::info!(tenants = n, from = %fixture.display(), "seeded an empty data dir");
-            }
-        } else {
-            tracing::warn!(from = %fixture.display(), "seed directory not found; not seeding");
-        }
-    }
-    let state = AppState::new(
-        storage,
-        Verifier::from_config(&config.auth)?,
-        crate::metrics::Metrics::new(),
-        &http::Limits::from_config(&config.server),
-        config.storage.repack_loose_objects,
-    )
-    .metrics_require_token(config.metrics.require_token)
-    .events_config(events_limits(&config.events));
-    let events = state.events.clone();
-    let listener = TcpListener::bind(&config.server.bind)
-        .map_err(|e| CliError::Io(format!("cannot listen on {}: {e}", config.server.bind)))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| CliError::Io(e.to_string()))?;
-    let options = ServerOptions {
-        workers: config.server.workers,
-        client_request_timeout: Duration::from_secs(config.server.client_request_timeout_secs),
-        shutdown_timeout: Duration::from_secs(config.server.shutdown_timeout_secs),
-        send_stall: Duration::from_secs(config.server.send_stall_secs),
-    };
+    let app = Application::build(&config)?;
+    let addr = app.addr().map_err(|e| CliError::Io(e.to_string()))?;
     tracing::info!(%addr, data_dir = %config.storage.data_dir.display(), "planfiles listening");
     actix_web::rt::System::new()
         .block_on(async move {
-            let server = http::serve(state, listener, &options)?;
-            http::stop_on_signals(server.handle(), events);
+            let events = app.events();
+            let server = app.run()?;
+            crate::http::stop_on_signals(server.handle(), events);
             server.await
         })
         .map_err(|e| CliError::Io(format!("server: {e}")))?;
     tracing::info!("planfiles stopped");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn watch_refs_auto_follows_the_volume_and_explicit_settings_win() {
-        let local = || Ok(VolumeKind::Local);
-        let nfs = || Ok(VolumeKind::Shared("nfs"));
-        let unknown = || Err(std::io::Error::other("statfs failed"));
-        for (setting, volume, on) in [
-            (WatchRefs::Auto, local(), true),
-            (WatchRefs::Auto, nfs(), false),
-            (WatchRefs::Auto, unknown(), false),
-            (WatchRefs::On, local(), true),
-            (WatchRefs::On, nfs(), true),
-            (WatchRefs::On, unknown(), true),
-            (WatchRefs::Off, local(), false),
-            (WatchRefs::Off, nfs(), false),
-        ] {
-            let label = format!("{setting:?} {volume:?}");
-            assert_eq!(watch_refs(setting, volume), on, "{label}");
-        }
-    }
 }

@@ -49,17 +49,17 @@ pub fn reserve(limit: u64) -> u64 {
     (limit / 4).max(256)
 }
 
-/// The stream limits fitted under `limit` descriptors: at most `limit - reserve(limit)`
-/// streams and held requests in all (one connection each), one tenant at most half of them.
-/// A stream past them is answered 503 `busy`, so an open descriptor is never what another
-/// request fails on.
+/// The stream limits fitted under `limit` descriptors: when `limit - reserve(limit)` cannot
+/// hold `max_streams` streams and held requests (one connection each), that is the limit, and
+/// one tenant gets at most half of it; limits that fit stay as configured. A stream past them
+/// is answered 503 `busy`, so an open descriptor is never what another request fails on.
 pub fn fit(config: &EventsConfig, limit: u64) -> EventsConfig {
     let room = usize::try_from(limit.saturating_sub(reserve(limit))).unwrap_or(usize::MAX);
-    let max_streams = config.max_streams.min(room).max(1);
-    let per_tenant = config
-        .max_streams_per_tenant
-        .min((max_streams / 2).max(1))
-        .max(1);
+    if config.max_streams <= room {
+        return config.clone();
+    }
+    let max_streams = room.max(1);
+    let per_tenant = config.max_streams_per_tenant.min((max_streams / 2).max(1));
     EventsConfig {
         max_streams,
         max_streams_per_tenant: per_tenant,
@@ -93,6 +93,13 @@ mod tests {
             );
             assert!(fitted.max_streams as u64 + reserve(limit) <= limit.max(257));
         }
+        // Limits that fit are kept as configured, a tenant's share included.
+        let small = EventsConfig {
+            max_streams: 3,
+            max_streams_per_tenant: 3,
+            ..EventsConfig::default()
+        };
+        assert_eq!(fit(&small, 1_024), small);
     }
 
     #[test]

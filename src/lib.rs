@@ -8,6 +8,7 @@ pub mod events;
 pub mod gates;
 pub mod http;
 pub mod metrics;
+pub mod startup;
 pub mod storage;
 pub mod telemetry;
 pub mod upkeep;

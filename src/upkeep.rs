@@ -183,8 +183,8 @@ impl Upkeep {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Identity, PlanFile, RequestId};
-    use crate::storage::{Durability, WriteRequest};
+    use crate::domain::{Identity, PlanFile};
+    use crate::storage::{CommitRequest, Durability};
 
     /// A tenant whose one write left a loose object in `objects/17` (the folder the estimate
     /// samples), and upkeep that finds it due; retries after `first`, doubling up to `max`.
@@ -196,15 +196,13 @@ mod tests {
         let tenant = TenantId::parse("acme").unwrap();
         storage.create_tenant(&tenant, false).unwrap();
         // The blob of "n: 203\n" is 17726d27…
-        let req = WriteRequest {
-            file: PlanFile::Integration,
-            bytes: b"n: 203\n".to_vec(),
-            content: None,
-            preconditions: Default::default(),
-            author: who,
-            request_id: RequestId::parse("upkeep-test").unwrap(),
-        };
-        storage.write(&tenant, req).unwrap();
+        let req = CommitRequest::of(
+            PlanFile::Integration,
+            b"n: 203\n".to_vec(),
+            Default::default(),
+            who,
+        );
+        storage.commit(&tenant, req).unwrap();
         let mut upkeep = Upkeep::new(storage, 256, Metrics::new());
         upkeep.retry = (first, max);
         assert!(upkeep.due(&tenant), "one object in objects/17 reads as 256");

@@ -11,7 +11,7 @@
 use crate::domain::TenantId;
 use crate::gates::Gates;
 pub use crate::storage::Committed;
-use crate::storage::{CommitRequest, ShaCheck, Storage, StorageError, WriteOutcome, WriteRequest};
+use crate::storage::{CommitRequest, ShaCheck, Storage, StorageError};
 use crate::upkeep::Upkeep;
 use std::time::Duration;
 
@@ -66,18 +66,6 @@ impl Writers {
     /// body is read and parsed (load shedding); [`Writers::write`] checks again.
     pub fn queue_full(&self, tenant: &TenantId) -> bool {
         self.turns.users(tenant) >= self.depth
-    }
-
-    /// Writes once it is this tenant's turn, then schedules upkeep when it is due.
-    pub async fn write(
-        &self,
-        tenant: &TenantId,
-        req: WriteRequest,
-    ) -> Result<WriteOutcome, WriteError> {
-        let Committed::Written(outcome) = self.commit(tenant, req.into()).await? else {
-            unreachable!("a write without an idempotency key is never a replay");
-        };
-        Ok(outcome.into_single())
     }
 
     /// Commits one or both files once it is this tenant's turn (a dry run too: it checks

@@ -1,11 +1,10 @@
 //! The planfiles server the benchmarks measure: in process, on a random port, over a data dir, with a token for any tenant.
-use planfiles::auth::{mint_hs256, Verifier};
-use planfiles::config::AuthConfig;
-use planfiles::domain::{Identity, TenantId};
-use planfiles::http::{self, AppState, ServerOptions};
-use planfiles::storage::{self, Storage};
+use planfiles::auth::mint_hs256;
+use planfiles::config::Config;
+use planfiles::domain::TenantId;
+use planfiles::startup::Application;
+use planfiles::storage::{self, DurabilitySetting};
 use std::path::Path;
-use std::time::Duration;
 
 pub const SECRET: &str = "bench-secret-0123456789abcdef";
 
@@ -28,38 +27,23 @@ pub fn token(tenant: &str) -> String {
     .unwrap()
 }
 
-/// Starts planfiles over `data_dir` on a random port, in its own thread; returns its address.
+/// Starts planfiles over `data_dir` on a random port, in its own thread, built as `serve`
+/// builds it (`Application::build`) with group commit; returns its address.
 pub fn start_planfiles(data_dir: &Path) -> String {
     storage::init_git();
-    let storage = Storage::open(
-        data_dir,
-        Identity::new("planfiles", "p@localhost", "x"),
-        planfiles::storage::Durability::Group,
-    )
-    .unwrap()
-    .head_lookup_threads(2);
-    let state = AppState::new(
-        storage,
-        Verifier::from_config(&AuthConfig {
-            secret: SECRET.into(),
-            ..AuthConfig::default()
-        })
-        .unwrap(),
-        planfiles::metrics::Metrics::new(),
-        &Default::default(),
-        2000,
-    );
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = format!("http://{}", listener.local_addr().unwrap());
-    let options = ServerOptions {
-        workers: 2,
-        client_request_timeout: Duration::from_secs(5),
-        shutdown_timeout: Duration::from_secs(1),
-        send_stall: Duration::from_secs(30),
-    };
+    let mut config = Config::default();
+    config.server.bind = "127.0.0.1:0".into();
+    config.server.workers = 2;
+    config.server.shutdown_timeout_secs = 1;
+    config.storage.data_dir = data_dir.to_owned();
+    config.storage.seed_from = None;
+    config.storage.durability = DurabilitySetting::Group;
+    config.commit.committer_email = "p@localhost".into();
+    config.auth.secret = SECRET.into();
+    let app = Application::build(&config).unwrap();
+    let addr = format!("http://{}", app.addr().unwrap());
     std::thread::spawn(move || {
-        actix_web::rt::System::new()
-            .block_on(async move { http::serve(state, listener, &options).unwrap().await })
+        actix_web::rt::System::new().block_on(async move { app.run().unwrap().await })
     });
     addr
 }

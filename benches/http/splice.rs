@@ -5,7 +5,7 @@
 use planfiles::domain::yaml::splice::{rewrite, Rewrite};
 use planfiles::domain::yaml::{self, Mapping};
 use planfiles::domain::{Identity, PlanFile, RequestId, TenantId};
-use planfiles::storage::{Preconditions, Storage, WriteRequest};
+use planfiles::storage::{Change, CommitRequest, Committed, Preconditions, Storage};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -60,6 +60,35 @@ fn p50(mut samples: Vec<Duration>) -> f64 {
     samples[samples.len() / 2].as_secs_f64() * 1000.0
 }
 
+/// A commit of the integration file: `bytes`, edited from the stored text into `content`
+/// when given; true when it changed the file.
+fn write(
+    storage: &Storage,
+    tenant: &TenantId,
+    who: &Identity,
+    bytes: Vec<u8>,
+    content: Option<Arc<planfiles::domain::yaml::Mapping>>,
+) -> bool {
+    let req = CommitRequest {
+        changes: vec![Change {
+            file: PlanFile::Integration,
+            bytes,
+            content,
+            preconditions: Preconditions::default(),
+        }],
+        subject: None,
+        restored_from: None,
+        idempotency: None,
+        dry_run: false,
+        author: who.clone(),
+        request_id: RequestId::generate(),
+    };
+    match storage.commit(tenant, req).unwrap() {
+        Committed::Written(outcome) => outcome.changed(),
+        Committed::Replayed(_) => unreachable!("no key"),
+    }
+}
+
 /// Median milliseconds of (edited, whole emission) writes of `text`'s shape, `n` each.
 fn measure(storage: &Storage, name: &str, text: &str, n: usize) -> (f64, f64) {
     let who = Identity::new("Bench", "bench@example.com", "bench");
@@ -71,15 +100,7 @@ fn measure(storage: &Storage, name: &str, text: &str, n: usize) -> (f64, f64) {
     for t in &tenants {
         storage.create_tenant(t, false).unwrap();
         // Both start from the hand-written text.
-        let seed = WriteRequest {
-            file: PlanFile::Integration,
-            bytes: text.as_bytes().to_vec(),
-            content: None,
-            preconditions: Preconditions::default(),
-            author: who.clone(),
-            request_id: RequestId::generate(),
-        };
-        storage.write(t, seed).unwrap();
+        write(storage, t, &who, text.as_bytes().to_vec(), None);
     }
     let (mut edited, mut emitted) = (Vec::new(), Vec::new());
     for i in 0..n {
@@ -92,16 +113,8 @@ fn measure(storage: &Storage, name: &str, text: &str, n: usize) -> (f64, f64) {
             let started = Instant::now();
             // The handler's part (emission, which also checks the content), then storage.
             let bytes = yaml::emit(content).unwrap().into_bytes();
-            let req = WriteRequest {
-                file: PlanFile::Integration,
-                bytes,
-                content: (k == 0).then(|| Arc::new(content.clone())),
-                preconditions: Preconditions::default(),
-                author: who.clone(),
-                request_id: RequestId::generate(),
-            };
-            let out = storage.write(tenant, req).unwrap();
-            assert!(out.changed);
+            let edit = (k == 0).then(|| Arc::new(content.clone()));
+            assert!(write(storage, tenant, &who, bytes, edit));
             [&mut edited, &mut emitted][k].push(started.elapsed());
         }
     }

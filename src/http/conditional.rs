@@ -1,6 +1,6 @@
 //! Conditional GETs of a file: `If-None-Match` answers 304, and `Prefer: wait=N` (RFC 7240) holds the request until the file changes.
+use super::common::Reply;
 use super::events::busy;
-use super::handlers::Reply;
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::PlanFile;

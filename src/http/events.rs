@@ -1,6 +1,8 @@
 //! The change stream: `GET /plans/events` (Server-Sent Events) and `POST /plans/events/tickets`.
-use super::handlers::{blocking, Reply};
+use super::common::{blocking, Reply};
 use super::problem::{ApiError, Problem};
+use super::schema::CommonProblems;
+use super::schema::Ticket;
 use super::sse::{self, Resume};
 use super::AppState;
 use crate::auth::{AuthError, Principal};
@@ -8,52 +10,6 @@ use crate::domain::PlanFile;
 use crate::events::{Full, Grant, Kind, TICKET_TTL};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
-use serde::Serialize;
-use utoipa::ToSchema;
-
-/// The first event of a stream (`event: head`), and `event: reset`: `main` now.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct HeadEvent {
-    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
-    pub commit_sha: String,
-    /// Null when the token may not read the integration file.
-    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
-    pub integration_file_sha: Option<String>,
-    /// Null when the token may not read the configuration file.
-    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
-    pub configuration_file_sha: Option<String>,
-}
-
-/// One file changed by one commit (`event: integration-file` or `configuration-file`, `id:`
-/// the commit): the file's history entry, plus `file` and the commit's `Request-Id` trailer.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct FileEvent {
-    /// `integration-file` or `configuration-file`.
-    pub file: &'static str,
-    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
-    pub commit_sha: String,
-    /// The file's blob id after the commit.
-    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
-    pub file_sha: String,
-    pub author: super::schema::Author,
-    /// The author date, RFC 3339.
-    pub date: String,
-    /// The whole commit message, trailers included.
-    pub message: String,
-    /// True when the commit carries the `Forced: true` trailer.
-    pub forced: bool,
-    /// The `Request-Id` trailer; null when the commit has none (plain git).
-    pub request_id: Option<String>,
-}
-
-/// A ticket for `GET /plans/events?ticket=` (browsers' `EventSource` cannot send headers).
-#[derive(Debug, Serialize, ToSchema)]
-pub struct Ticket {
-    /// Single use; 64 hex digits.
-    pub ticket: String,
-    /// Seconds it stays valid.
-    pub expires_in: u64,
-}
 
 #[utoipa::path(
     get,
@@ -147,11 +103,10 @@ pub async fn stream(state: web::Data<AppState>, req: HttpRequest) -> Reply {
     description = "A single-use ticket, valid 30 s, for GET /plans/events?ticket= (for browsers' EventSource, which cannot send Authorization). It carries the token's tenant and read permissions.",
     responses(
         (status = 200, description = "The ticket", body = Ticket),
-        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token may read neither file", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "busy: too many tickets outstanding; Retry-After", body = Problem, content_type = "application/problem+json"),
+        CommonProblems,
     ),
     security(("bearer" = []))
 )]

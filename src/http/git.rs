@@ -1,7 +1,8 @@
 //! Read-only git smart HTTP at `/git/<tenant>.git` for backup jobs: clone and fetch, no push.
 use super::body::read_limited;
-use super::handlers::Reply;
+use super::common::Reply;
 use super::problem::{ApiError, Problem};
+use super::schema::CommonProblems;
 use super::schema::GitBytes;
 use super::AppState;
 use crate::auth::Principal;
@@ -24,7 +25,7 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
     cfg.service(
         web::resource("/git/{repo}/info/refs")
             .route(web::get().to(info_refs))
-            .default_service(web::to(super::handlers::get_only)),
+            .default_service(web::to(super::common::get_only)),
     )
     .service(
         web::resource("/git/{repo}/git-upload-pack")
@@ -103,11 +104,10 @@ fn refuse(req: &HttpRequest, err: ApiError) -> Reply {
     responses(
         (status = 200, description = "The ref advertisement", body = GitBytes, content_type = "application/x-git-upload-pack-advertisement"),
         (status = 400, description = "invalid_query: no service=git-upload-pack", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "insufficient_scope (planfiles.repos.read), wrong_tenant, or push_not_allowed", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not_found: not <tenant_id>.git; tenant_not_found", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "busy: no clone turn within server.queue_timeout_secs (8 per process, 4 per tenant); see Retry-After", body = Problem, content_type = "application/problem+json"),
+        CommonProblems,
     ),
     security(("bearer" = []))
 )]
@@ -168,14 +168,13 @@ pub(super) async fn info_refs(
     responses(
         (status = 200, description = "git upload-pack's answer. A want that is neither a ref tip nor reachable from one (protocol v0 or v2) is answered with the packet `ERR upload-pack: not our ref <id>`. The pack stops, and the response ends in an error, when the client accepts no bytes for server.clone_stall_secs", body = GitBytes, content_type = "application/x-git-upload-pack-result"),
         (status = 400, description = "invalid_body: a gzip body that cannot be read, or not a sequence of pkt-lines", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "insufficient_scope (planfiles.repos.read) or wrong_tenant", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not_found: not <tenant_id>.git; tenant_not_found", body = Problem, content_type = "application/problem+json"),
         (status = 408, description = "body_timeout", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "payload_too_large: over 8 MiB", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported_media_type: not application/x-git-upload-pack-request", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "busy: no clone turn within server.queue_timeout_secs (8 per process, 4 per tenant); see Retry-After", body = Problem, content_type = "application/problem+json"),
+        CommonProblems,
     ),
     security(("bearer" = []))
 )]
@@ -252,7 +251,7 @@ async fn open(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let storage = state.storage.clone();
-    let pack = super::handlers::blocking(
+    let pack = super::common::blocking(
         move || storage.upload_pack(&tenant, protocol.as_deref()),
         PlanFile::Integration,
     )

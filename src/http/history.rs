@@ -1,7 +1,8 @@
 //! The history endpoints: the commits that changed a file, newest first, a page at a time.
-use super::handlers::{blocking, require, Reply};
+use super::common::{blocking, require, Reply};
 use super::problem::{ApiError, Problem};
 use super::query::HistoryQuery;
+use super::schema::CommonProblems;
 use super::schema::{Author, HistoryEntry, HistoryPage};
 use super::AppState;
 use crate::auth::Principal;
@@ -22,10 +23,9 @@ use actix_web::{web, HttpRequest, HttpResponse};
     responses(
         (status = 200, description = "A page of history", body = HistoryPage),
         (status = 400, description = "invalid_query: a bad limit or cursor", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.integrations.read", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        CommonProblems,
     ),
     security(("bearer" = []))
 )]
@@ -45,10 +45,9 @@ pub async fn integration(state: web::Data<AppState>, who: Principal, req: HttpRe
     responses(
         (status = 200, description = "A page of history", body = HistoryPage),
         (status = 400, description = "invalid_query: a bad limit or cursor", body = Problem, content_type = "application/problem+json"),
-        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks jit.preferences.read", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
-        (status = 500, description = "Server fault", body = Problem, content_type = "application/problem+json"),
+        CommonProblems,
     ),
     security(("bearer" = []))
 )]

@@ -2,7 +2,10 @@
 mod body;
 mod budget;
 mod cache;
+mod commits;
+mod common;
 mod conditional;
+mod diff;
 mod events;
 mod git;
 mod handlers;
@@ -12,11 +15,12 @@ mod openapi;
 mod ops;
 mod problem;
 mod query;
+mod restore;
 mod schema;
 mod socket;
 mod sse;
-mod versions;
 mod views;
+mod write;
 
 pub use body::{parse_put_body, BodyPace, PutBody};
 pub use budget::BodyBudget;
@@ -188,72 +192,72 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .name("/plans/integration-file")
             .route(web::get().to(handlers::get_integration))
             .route(web::put().to(handlers::put_integration))
-            .default_service(web::to(handlers::get_put_only)),
+            .default_service(web::to(common::get_put_only)),
     )
     .service(
         web::resource("/plans/configuration-file")
             .name("/plans/configuration-file")
             .route(web::get().to(handlers::get_configuration))
             .route(web::put().to(handlers::put_configuration))
-            .default_service(web::to(handlers::get_put_only)),
+            .default_service(web::to(common::get_put_only)),
     )
     .service(
         web::resource("/plans/integration-file/history")
             .name("/plans/integration-file/history")
             .route(web::get().to(history::integration))
-            .default_service(web::to(handlers::get_only)),
+            .default_service(web::to(common::get_only)),
     )
     .service(
         web::resource("/plans/configuration-file/history")
             .name("/plans/configuration-file/history")
             .route(web::get().to(history::configuration))
-            .default_service(web::to(handlers::get_only)),
+            .default_service(web::to(common::get_only)),
     );
     cfg.service(
         web::resource("/plans/events")
             .name("/plans/events")
             .route(web::get().to(events::stream))
-            .default_service(web::to(handlers::get_only)),
+            .default_service(web::to(common::get_only)),
     )
     .service(
         web::resource("/plans/events/tickets")
             .name("/plans/events/tickets")
             .route(web::post().to(events::ticket))
-            .default_service(web::to(handlers::post_only)),
+            .default_service(web::to(common::post_only)),
     );
     for (path, handler) in [
-        ("/plans/commits", web::post().to(versions::post_commits)),
+        ("/plans/commits", web::post().to(commits::post_commits)),
         (
             "/plans/integration-file/restore",
-            web::post().to(versions::restore_integration),
+            web::post().to(restore::restore_integration),
         ),
         (
             "/plans/configuration-file/restore",
-            web::post().to(versions::restore_configuration),
+            web::post().to(restore::restore_configuration),
         ),
     ] {
         cfg.service(
             web::resource(path)
                 .name(path)
                 .route(handler)
-                .default_service(web::to(handlers::post_only)),
+                .default_service(web::to(common::post_only)),
         );
     }
     for (path, handler) in [
         (
             "/plans/integration-file/diff",
-            web::get().to(versions::diff_integration),
+            web::get().to(diff::diff_integration),
         ),
         (
             "/plans/configuration-file/diff",
-            web::get().to(versions::diff_configuration),
+            web::get().to(diff::diff_configuration),
         ),
     ] {
         cfg.service(
             web::resource(path)
                 .name(path)
                 .route(handler)
-                .default_service(web::to(handlers::get_only)),
+                .default_service(web::to(common::get_only)),
         );
     }
     cfg.configure(git::routes);
@@ -261,12 +265,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
         ("/healthz", web::get().to(ops::healthz)),
         ("/readyz", web::get().to(ops::readyz)),
         ("/metrics", web::get().to(ops::metrics)),
-        ("/openapi.json", web::get().to(ops::openapi)),
+        ("/openapi.json", web::get().to(openapi::openapi)),
     ] {
         cfg.service(
             web::resource(path)
                 .route(handler)
-                .default_service(web::to(handlers::get_only)),
+                .default_service(web::to(common::get_only)),
         );
     }
 }
@@ -283,7 +287,7 @@ pub fn serve(
             .app_data(data.clone())
             .wrap(from_fn(middleware::request_context))
             .configure(routes)
-            .default_service(web::to(handlers::not_found))
+            .default_service(web::to(common::not_found))
     })
     .on_connect(socket::on_connect(options.send_stall))
     .disable_signals()

@@ -57,10 +57,3 @@ pub async fn metrics(
 }
 
 pub const METRICS_PERMISSION: &str = "planfiles.metrics.read";
-
-/// The OpenAPI 3.1 document of this service.
-#[utoipa::path(get, path = "/openapi.json", tag = "operations", security(()),
-    responses((status = 200, description = "This document", content_type = "application/json")))]
-pub async fn openapi() -> HttpResponse {
-    HttpResponse::Ok().json(super::openapi::document())
-}

@@ -1,5 +1,7 @@
 //! The JSON bodies of the API as types: responses are serialized from them and the OpenAPI
 //! document is generated from them, so the two cannot drift apart.
+use super::problem::Problem;
+use crate::domain::json_patch::Op;
 use crate::domain::yaml::Mapping;
 use crate::domain::{BlobId, CommitId};
 use serde::Serialize;
@@ -32,14 +34,15 @@ pub struct IntegrationFile {
     /// Why a stored file is invalid (only when `status` is `invalid`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub validation_errors: Option<Vec<String>>,
-    /// The head of `main` after a PUT.
+    /// The head of `main` after a write (`null` on a dry run), or the commit of a `?ref=`
+    /// read; absent on a plain GET.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
-    pub commit_sha: Option<CommitId>,
+    pub commit_sha: Option<Option<CommitId>>,
     /// Only in a dry run's answer: the RFC 6902 patch from the stored content to this one.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<PatchOp>>)]
-    pub patch: Option<Vec<Value>>,
+    pub patch: Option<Vec<Op>>,
 }
 
 /// The configuration file (GET), or its new state (PUT, with `commit_sha`).
@@ -58,11 +61,11 @@ pub struct ConfigurationFile {
     pub validation_errors: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
-    pub commit_sha: Option<CommitId>,
+    pub commit_sha: Option<Option<CommitId>>,
     /// Only in a dry run's answer: the RFC 6902 patch from the stored content to this one.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Vec<PatchOp>>)]
-    pub patch: Option<Vec<Value>>,
+    pub patch: Option<Vec<Op>>,
 }
 
 /// The new integration configuration: a mapping, or YAML text whose top level is a mapping.
@@ -161,14 +164,15 @@ pub struct PutConfigurationPart {
 }
 
 /// Answer of `POST /plans/commits`: the GET body of each part sent (with `patch` on a dry run).
-#[derive(Debug, ToSchema)]
-#[allow(dead_code)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct CommitsAnswer {
     /// The new commit (the head when nothing changed); null on a dry run.
-    #[schema(nullable, pattern = "^[0-9a-f]{40}$")]
-    pub commit_sha: Option<String>,
+    #[schema(value_type = Option<String>, nullable, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: Option<CommitId>,
+    #[serde(rename = "integration-file", skip_serializing_if = "Option::is_none")]
     #[schema(rename = "integration-file", nullable)]
     pub integration_file: Option<IntegrationFile>,
+    #[serde(rename = "configuration-file", skip_serializing_if = "Option::is_none")]
     #[schema(rename = "configuration-file", nullable)]
     pub configuration_file: Option<ConfigurationFile>,
 }
@@ -188,13 +192,12 @@ pub struct RestoreFile {
 }
 
 /// One side of a diff.
-#[derive(Debug, ToSchema)]
-#[allow(dead_code)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct DiffSide {
-    #[schema(pattern = "^[0-9a-f]{40}$")]
-    pub commit_sha: String,
-    #[schema(pattern = "^[0-9a-f]{40}$")]
-    pub file_sha: String,
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: CommitId,
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub file_sha: BlobId,
 }
 
 /// One RFC 6902 operation (`add`, `remove`, `replace`, `move`).
@@ -210,14 +213,14 @@ pub struct PatchOp {
 }
 
 /// Answer of `GET /plans/<file>/diff`.
-#[derive(Debug, ToSchema)]
-#[allow(dead_code)]
+#[derive(Debug, Serialize, ToSchema)]
 pub struct FileDiff {
     pub from: DiffSide,
     pub to: DiffSide,
     /// RFC 6902 JSON Patch from the parsed `from` content to the parsed `to` content; arrays
     /// of objects with `account_id` or `path` are diffed by that key.
-    pub patch: Vec<PatchOp>,
+    #[schema(value_type = Vec<PatchOp>)]
+    pub patch: Vec<Op>,
     /// The unified diff of the two YAML texts, as `git diff` prints it.
     pub text: String,
 }
@@ -265,3 +268,161 @@ pub struct HistoryPage {
 #[derive(ToSchema)]
 #[schema(value_type = String, format = Binary)]
 pub struct GitBytes(#[allow(dead_code)] Vec<u8>);
+
+/// The first event of a stream (`event: head`), and `event: reset`: `main` now.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HeadEvent {
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: String,
+    /// Null when the token may not read the integration file.
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
+    pub integration_file_sha: Option<String>,
+    /// Null when the token may not read the configuration file.
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
+    pub configuration_file_sha: Option<String>,
+}
+
+/// One file changed by one commit (`event: integration-file` or `configuration-file`, `id:`
+/// the commit): the file's history entry, plus `file` and the commit's `Request-Id` trailer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FileEvent {
+    /// `integration-file` or `configuration-file`.
+    pub file: &'static str,
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: String,
+    /// The file's blob id after the commit.
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub file_sha: String,
+    pub author: Author,
+    /// The author date, RFC 3339.
+    pub date: String,
+    /// The whole commit message, trailers included.
+    pub message: String,
+    /// True when the commit carries the `Forced: true` trailer.
+    pub forced: bool,
+    /// The `Request-Id` trailer; null when the commit has none (plain git).
+    pub request_id: Option<String>,
+}
+
+/// A ticket for `GET /plans/events?ticket=` (browsers' `EventSource` cannot send headers).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Ticket {
+    /// Single use; 64 hex digits.
+    pub ticket: String,
+    /// Seconds it stays valid.
+    pub expires_in: u64,
+}
+
+/// The problems every authenticated endpoint can answer, listed once: each adds its own 400,
+/// 403, 404 and 503.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum CommonProblems {
+    #[response(
+        status = 401,
+        description = "No token, or the token was refused (WWW-Authenticate: Bearer)",
+        content_type = "application/problem+json"
+    )]
+    Unauthorized(Problem),
+    #[response(
+        status = 500,
+        description = "Server fault (its details are in the log, under the request id)",
+        content_type = "application/problem+json"
+    )]
+    Internal(Problem),
+}
+
+/// The problems every write can answer (both PUTs, `POST /plans/commits`, both restores),
+/// listed once; each write adds its own 200, 403, 404 and, where it applies, 428.
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum WriteProblems {
+    #[response(
+        status = 400,
+        description = "invalid_json, invalid_file_sha, file_sha_not_allowed, invalid_query (dry_run) or invalid_idempotency_key",
+        content_type = "application/problem+json"
+    )]
+    BadRequest(Problem),
+    #[response(
+        status = 401,
+        description = "No token, or the token was refused",
+        content_type = "application/problem+json"
+    )]
+    Unauthorized(Problem),
+    #[response(
+        status = 408,
+        description = "body_timeout: the body did not arrive in time",
+        content_type = "application/problem+json"
+    )]
+    BodyTimeout(Problem),
+    #[response(
+        status = 409,
+        description = "sha_mismatch: the file changed since it was read (current_sha), or idempotency_key_in_flight",
+        content_type = "application/problem+json"
+    )]
+    Conflict(Problem),
+    #[response(
+        status = 412,
+        description = "precondition_failed: If-Match differs (current_sha); on POST /plans/commits, any If-Match (it has no version of its own)",
+        content_type = "application/problem+json"
+    )]
+    PreconditionFailed(Problem),
+    #[response(
+        status = 413,
+        description = "The body is over the limit",
+        content_type = "application/problem+json"
+    )]
+    TooLarge(Problem),
+    #[response(
+        status = 415,
+        description = "The body is not application/json",
+        content_type = "application/problem+json"
+    )]
+    UnsupportedMediaType(Problem),
+    #[response(
+        status = 422,
+        description = "invalid_content, with the JSON pointer of the first bad element, or idempotency_key_reused",
+        content_type = "application/problem+json"
+    )]
+    Unprocessable(Problem),
+    #[response(
+        status = 500,
+        description = "Server fault",
+        content_type = "application/problem+json"
+    )]
+    Internal(Problem),
+    #[response(
+        status = 503,
+        description = "busy: the tenant's write queue is full, its turn did not come in time, or main kept moving; Retry-After",
+        content_type = "application/problem+json"
+    )]
+    Busy(Problem),
+    #[response(
+        status = 507,
+        description = "storage_full: no space left on the data volume",
+        content_type = "application/problem+json"
+    )]
+    StorageFull(Problem),
+}
+
+/// The query of every write.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct WriteQuery {
+    /// true: run every check, write nothing; commit_sha is null and a patch is added
+    dry_run: Option<bool>,
+}
+
+/// The headers every write takes (a single file's writes also take `If-Match`).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+pub struct WriteHeaders {
+    /// 1-255 printable ASCII; a retry with the same request answers the first answer (Idempotent-Replayed: true)
+    #[param(rename = "Idempotency-Key")]
+    idempotency_key: Option<String>,
+    /// Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit
+    #[param(rename = "X-Request-Id")]
+    request_id: Option<String>,
+}

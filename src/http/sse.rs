@@ -5,9 +5,9 @@
 //! happens. Its events go through a channel of [`BUFFER`] chunks to the response body: a
 //! client that accepts nothing for [`STALL`] while that buffer is full is dropped (its
 //! connection is closed with an error when next written), and resumes with `Last-Event-ID`.
-use super::events::{FileEvent, HeadEvent};
 use super::problem::ApiError;
 use super::schema::Author;
+use super::schema::{FileEvent, HeadEvent};
 use crate::domain::{CommitId, ObjectId};
 use crate::events::{Events, Grant, Slot};
 use crate::storage::{FileChange, HeadState, Replay, ReplayPlan, Subscription, Update};

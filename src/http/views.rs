@@ -1,30 +1,76 @@
-//! Response bodies: what a GET or PUT answers for each file, valid or broken.
+//! Response bodies of a file, as typed values serialized once: what a GET or a write answers for each file, valid or broken.
 use super::schema::{ConfigurationFile, FileStatus, IntegrationFile};
+use crate::domain::json_patch::Op;
 use crate::domain::yaml::Mapping;
 use crate::domain::{BlobId, CommitId, ConfigurationDoc, IntegrationDoc, PlanFile, Stored};
 use actix_web::http::{header, StatusCode};
 use actix_web::web::Bytes;
 use actix_web::HttpResponse;
+use serde_json::Value;
 
-/// A GET's body for a stored file, serialized once (the response cache keeps it).
-pub fn stored_body(file: PlanFile, bytes: &[u8], sha: BlobId, commit: Option<CommitId>) -> Bytes {
-    match file {
-        PlanFile::Integration => {
-            integration_body(IntegrationDoc::from_stored(bytes), bytes, sha, commit)
+/// One file's body: the GET body, plus `commit_sha` after a write and `patch` on a dry run.
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+pub(super) enum FileView {
+    Integration(IntegrationFile),
+    Configuration(ConfigurationFile),
+}
+
+impl FileView {
+    /// The view of stored bytes, valid or not.
+    pub fn stored(file: PlanFile, bytes: &[u8], sha: BlobId) -> Self {
+        match file {
+            PlanFile::Integration => integration(IntegrationDoc::from_stored(bytes), bytes, sha),
+            PlanFile::Configuration => configuration(ConfigurationDoc::from_stored(bytes), sha),
         }
-        PlanFile::Configuration => {
-            configuration_body(ConfigurationDoc::from_stored(bytes), sha, commit)
+    }
+
+    /// The view of a valid integration document.
+    pub fn integration(doc: IntegrationDoc, sha: BlobId) -> Self {
+        integration(Stored::Valid(doc), &[], sha)
+    }
+
+    /// The view of a valid configuration document.
+    pub fn configuration(doc: ConfigurationDoc, sha: BlobId) -> Self {
+        configuration(Stored::Valid(doc), sha)
+    }
+
+    /// With `commit_sha`: the commit a write made (or found), or `null` for a dry run.
+    pub fn commit(mut self, commit: Option<CommitId>) -> Self {
+        match &mut self {
+            FileView::Integration(f) => f.commit_sha = Some(commit),
+            FileView::Configuration(f) => f.commit_sha = Some(commit),
         }
+        self
+    }
+
+    /// With the dry run's `patch`.
+    pub fn patch(mut self, patch: Vec<Op>) -> Self {
+        match &mut self {
+            FileView::Integration(f) => f.patch = Some(patch),
+            FileView::Configuration(f) => f.patch = Some(patch),
+        }
+        self
+    }
+
+    pub fn to_bytes(&self) -> Bytes {
+        Bytes::from(serde_json::to_vec(self).expect("response bodies serialize"))
     }
 }
 
-pub(super) fn integration_body(
-    stored: Stored<IntegrationDoc>,
-    raw: &[u8],
-    sha: BlobId,
-    commit: Option<CommitId>,
-) -> Bytes {
-    let body = match stored {
+/// A GET's body for a stored file (at `commit` for a `?ref=` read), serialized once (the
+/// response cache keeps it).
+pub fn stored_body(file: PlanFile, bytes: &[u8], sha: BlobId, commit: Option<CommitId>) -> Bytes {
+    let view = FileView::stored(file, bytes, sha);
+    match commit {
+        Some(commit) => view.commit(Some(commit)),
+        None => view,
+    }
+    .to_bytes()
+}
+
+fn integration(stored: Stored<IntegrationDoc>, raw: &[u8], sha: BlobId) -> FileView {
+    FileView::Integration(match stored {
         Stored::Valid(doc) => {
             let (content, raw_content) = doc.into_parts();
             IntegrationFile {
@@ -34,7 +80,7 @@ pub(super) fn integration_body(
                 status: FileStatus::Valid,
                 vendor_response: Mapping::new(),
                 validation_errors: None,
-                commit_sha: commit,
+                commit_sha: None,
                 patch: None,
             }
         }
@@ -45,25 +91,20 @@ pub(super) fn integration_body(
             status: FileStatus::Invalid,
             vendor_response: Mapping::new(),
             validation_errors: Some(errors),
-            commit_sha: commit,
+            commit_sha: None,
             patch: None,
         },
-    };
-    to_bytes(&body)
+    })
 }
 
-pub(super) fn configuration_body(
-    stored: Stored<ConfigurationDoc>,
-    sha: BlobId,
-    commit: Option<CommitId>,
-) -> Bytes {
-    let body = match stored {
+fn configuration(stored: Stored<ConfigurationDoc>, sha: BlobId) -> FileView {
+    FileView::Configuration(match stored {
         Stored::Valid(doc) => ConfigurationFile {
             content: doc.into_content(),
             sha,
             status: None,
             validation_errors: None,
-            commit_sha: commit,
+            commit_sha: None,
             patch: None,
         },
         Stored::Invalid { content, errors } => ConfigurationFile {
@@ -71,15 +112,24 @@ pub(super) fn configuration_body(
             sha,
             status: Some(FileStatus::Invalid),
             validation_errors: Some(errors),
-            commit_sha: commit,
+            commit_sha: None,
             patch: None,
         },
-    };
-    to_bytes(&body)
+    })
 }
 
-fn to_bytes(body: &impl serde::Serialize) -> Bytes {
-    Bytes::from(serde_json::to_vec(body).expect("response bodies serialize"))
+/// The `content` a GET shows for stored bytes (`{}` for a file that is not a mapping).
+pub(super) fn stored_content(file: PlanFile, bytes: &[u8]) -> Value {
+    Value::Object(match file {
+        PlanFile::Integration => match IntegrationDoc::from_stored(bytes) {
+            Stored::Valid(d) => d.into_parts().0,
+            Stored::Invalid { content, .. } => content,
+        },
+        PlanFile::Configuration => match ConfigurationDoc::from_stored(bytes) {
+            Stored::Valid(d) => d.into_content(),
+            Stored::Invalid { content, .. } => content,
+        },
+    })
 }
 
 /// The `ETag` of a file: its blob id, quoted.

@@ -2,174 +2,31 @@
 mod dir_key;
 mod disk;
 mod durable;
-mod error;
 mod feed;
 mod inflight;
+mod model;
 mod recent_keys;
 mod repo;
 mod seed;
 mod upload_pack;
-mod versions;
 mod volume;
 mod watch;
 
 pub use durable::{Durability, DurabilitySetting, GroupRefused};
-pub use error::StorageError;
-pub use feed::{ChangeFeed, FileChange, HeadState, Replay, ReplayPlan, Subscription, Update};
+pub use feed::{ChangeFeed, Subscription, Update};
+pub use model::*;
 pub use seed::seed_if_empty;
 pub use upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
-pub use versions::{
-    Change, CommitOutcome, CommitRequest, Committed, FileDiff, FileOutcome, IdempotencyRecord,
-    IdempotentHit, InFlight, IDEMPOTENCY_COMMITS,
-};
 pub use volume::{volume, volume_at_or_above, Volume, VolumeKind};
 
-use crate::domain::yaml::{splice::Made, Mapping};
-use crate::domain::{BlobId, CommitId, Cursor, Identity, ObjectId, PlanFile, RequestId, TenantId};
+use crate::domain::{CommitId, Cursor, IdempotencyKey, Identity, ObjectId, PlanFile, TenantId};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
 
 /// Turns on what libgit2 leaves off by default (its fsync); call once at start, before any
 /// git work. [`Storage::open`] then sets fsync for its durability mode.
 pub fn init_git() {
     repo::init_libgit2();
-}
-
-/// What a tenant is, as far as requests are concerned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TenantInfo {
-    pub id: TenantId,
-    pub source_hosting: bool,
-}
-
-/// One row of `tenant list`.
-#[derive(Debug, Clone)]
-pub struct TenantSummary {
-    pub id: TenantId,
-    pub source_hosting: bool,
-    pub head: Option<CommitId>,
-    pub last_change: Option<SystemTime>,
-}
-
-/// A file as it is at the head of `main`.
-#[derive(Debug, Clone)]
-pub struct FileSnapshot {
-    pub bytes: Vec<u8>,
-    pub blob: BlobId,
-    pub commit: CommitId,
-}
-
-/// One commit that changed a file, as the history lists it.
-#[derive(Debug, Clone)]
-pub struct HistoryEntry {
-    pub commit: CommitId,
-    /// The file's blob id after this commit.
-    pub blob: BlobId,
-    pub author_name: String,
-    pub author_email: String,
-    /// The author time.
-    pub time: SystemTime,
-    /// The whole commit message, trailers included.
-    pub message: String,
-    /// True when the commit carries the `Forced: true` trailer.
-    pub forced: bool,
-}
-
-/// A page of history, and where the next page starts.
-#[derive(Debug, Clone)]
-pub struct HistoryPage {
-    pub entries: Vec<HistoryEntry>,
-    pub next: Option<Cursor>,
-}
-
-/// What one repack did.
-#[derive(Debug, Clone)]
-pub struct RepackReport {
-    pub loose_before: usize,
-    pub packs_before: usize,
-    /// Objects written to the new pack.
-    pub objects_packed: usize,
-    pub loose_removed: usize,
-    pub packs_removed: usize,
-    /// `incremental` (loose objects only), `merge` (the smaller packs too) or `full`.
-    pub kind: &'static str,
-    pub duration: std::time::Duration,
-}
-
-/// What a read that already knows one version found.
-#[derive(Debug, Clone)]
-pub enum ReadOutcome {
-    /// `main` is still at the known commit.
-    Unchanged,
-    Changed(FileSnapshot),
-}
-
-/// What must hold of the current file for a write to go ahead.
-#[derive(Debug, Clone, Default)]
-pub struct Preconditions {
-    /// The `file_sha` of the request, if any.
-    pub file_sha: Option<ShaCheck>,
-    /// The `If-Match` header, if any.
-    pub if_match: Option<IfMatch>,
-    /// What [`Storage::ancestry`] found about a `BlobOrCommit` id before the write lock was
-    /// taken, so that the walk of a long history happens outside it.
-    pub ancestry: Option<Ancestry>,
-}
-
-/// Whether an object id named a commit of `main`'s history when `main` was at `head`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ancestry {
-    pub head: CommitId,
-    pub in_history: bool,
-}
-
-/// How a `file_sha` is checked.
-#[derive(Debug, Clone, Copy)]
-pub enum ShaCheck {
-    /// Must equal the current blob id.
-    Blob(ObjectId),
-    /// Must equal the current blob id, or name a commit reachable from `main` (a forced write).
-    BlobOrCommit(ObjectId),
-}
-
-/// A parsed `If-Match` header.
-#[derive(Debug, Clone)]
-pub enum IfMatch {
-    /// `*`: any current file.
-    Any,
-    /// A list of entity tags; it matches when one of them is the current blob id.
-    Tags(Vec<String>),
-}
-
-/// A write of one file.
-#[derive(Debug, Clone)]
-pub struct WriteRequest {
-    pub file: PlanFile,
-    /// The file's new bytes; with `content`, its whole emission, stored only when the file's
-    /// current text cannot be edited into the content.
-    pub bytes: Vec<u8>,
-    /// Content sent as JSON: the current text is edited into its text under the write lock
-    /// (unchanged nodes keep their bytes), checked to read back as exactly this content.
-    pub content: Option<Arc<Mapping>>,
-    pub preconditions: Preconditions,
-    pub author: Identity,
-    pub request_id: RequestId,
-}
-
-/// The result of a successful write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteOutcome {
-    pub commit: CommitId,
-    pub blob: BlobId,
-    /// False when the bytes equalled the stored bytes and no commit was made.
-    pub changed: bool,
-    /// True when no blob-id precondition matched (the commit carries `Forced: true`).
-    pub forced: bool,
-    /// The bytes the file holds now.
-    pub bytes: Vec<u8>,
-    /// For content sent as JSON, how its text was made.
-    pub made: Option<Made>,
 }
 
 /// The tenants under one data directory.
@@ -416,17 +273,6 @@ impl Storage {
         repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.ancestry(id)
     }
 
-    /// Commits a new version of one file if the preconditions hold (see [`Preconditions`]).
-    pub fn write(
-        &self,
-        tenant: &TenantId,
-        req: WriteRequest,
-    ) -> Result<WriteOutcome, StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
-            .with_write_hook(self.write_hook.clone())
-            .write(req, &self.committer, self.sync.as_deref())
-    }
-
     /// Creates a tenant repository with its first commit. Fails if the tenant exists.
     pub fn create_tenant(
         &self,
@@ -521,6 +367,86 @@ impl Storage {
     }
 }
 
+impl Storage {
+    /// Commits one or both files if every change's preconditions hold (all or nothing).
+    ///
+    /// With an idempotency key, first looks for the key in recent history, on the same open
+    /// repository: a commit with the same fingerprint is replayed, one with another is
+    /// [`StorageError::KeyReused`]. A real write's caller holds the key's marker
+    /// ([`Storage::claim_in_flight`]) until this returns; a dry run's caller has looked that
+    /// nobody does ([`Storage::key_in_flight`]).
+    pub fn commit(&self, tenant: &TenantId, req: CommitRequest) -> Result<Committed, StorageError> {
+        let repo = repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
+            .with_write_hook(self.write_hook.clone());
+        if let Some(record) = &req.idempotency {
+            match repo.find_idempotent(record.key.as_str(), &self.recent_keys)? {
+                Some(hit) if hit.fingerprint == record.fingerprint => {
+                    return Ok(Committed::Replayed(hit))
+                }
+                Some(hit) => {
+                    return Err(StorageError::KeyReused {
+                        tenant: tenant.clone(),
+                        commit: hit.commit,
+                    })
+                }
+                None => {}
+            }
+        }
+        repo.commit(&req, &self.committer, self.sync.as_deref())
+            .map(Committed::Written)
+    }
+
+    /// `file` in `from` and `to` (both `main` or ancestors of it; `to` defaults to `main`) and
+    /// the unified diff between them.
+    pub fn diff(
+        &self,
+        tenant: &TenantId,
+        file: PlanFile,
+        from: CommitId,
+        to: Option<CommitId>,
+    ) -> Result<FileDiff, StorageError> {
+        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.diff(file, from, to)
+    }
+
+    /// The fingerprint of a request to `target` (`PUT /plans/integration-file`, …) with
+    /// `body`, keyed with the data dir's secret, for its [`IdempotencyRecord`].
+    pub fn fingerprint(&self, target: &str, body: &[u8]) -> String {
+        self.dir_key.fingerprint(target, body)
+    }
+
+    /// Marks a write with `key` as in flight, for every process on this data dir; `None` when
+    /// one is in flight already. Held by a keyed write from before its turn until it is
+    /// durable.
+    pub fn claim_in_flight(
+        &self,
+        tenant: &TenantId,
+        key: &IdempotencyKey,
+    ) -> Result<Option<InFlight>, StorageError> {
+        let path = self.repo_path(tenant);
+        if !path.is_dir() {
+            return Err(StorageError::TenantNotFound(tenant.clone()));
+        }
+        inflight::Marker::claim(&path, key.as_str())
+            .map(|m| m.map(InFlight))
+            .map_err(|e| StorageError::io("mark an idempotency key in flight", &path, e))
+    }
+
+    /// True when someone, in any process on this data dir, holds the marker of `key`. Takes
+    /// nothing and creates nothing (a dry run's look).
+    pub fn key_in_flight(
+        &self,
+        tenant: &TenantId,
+        key: &IdempotencyKey,
+    ) -> Result<bool, StorageError> {
+        let path = self.repo_path(tenant);
+        if !path.is_dir() {
+            return Err(StorageError::TenantNotFound(tenant.clone()));
+        }
+        inflight::Marker::held(&path, key.as_str())
+            .map_err(|e| StorageError::io("look for an idempotency key in flight", &path, e))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -591,28 +517,30 @@ mod tests {
         let tenant = TenantId::parse("acme").unwrap();
         let first = storage.create_tenant(&tenant, false).unwrap();
         let write = |n: usize, id: &ObjectId, ancestry| {
-            storage.write(
-                &tenant,
-                WriteRequest {
-                    file: PlanFile::Configuration,
-                    bytes: format!("folders:\n- path: p{n}\n").into_bytes(),
-                    content: None,
-                    preconditions: Preconditions {
-                        file_sha: Some(ShaCheck::BlobOrCommit(*id)),
-                        if_match: None,
-                        ancestry,
-                    },
-                    author: committer.clone(),
-                    request_id: RequestId::generate(),
+            let req = CommitRequest::of(
+                PlanFile::Configuration,
+                format!("folders:\n- path: p{n}\n").into_bytes(),
+                Preconditions {
+                    file_sha: Some(ShaCheck::BlobOrCommit(*id)),
+                    if_match: None,
+                    ancestry,
                 },
-            )
+                committer.clone(),
+            );
+            match storage.commit(&tenant, req)? {
+                Committed::Written(outcome) => Ok((
+                    outcome.commit.expect("not a dry run"),
+                    outcome.files[0].forced,
+                )),
+                Committed::Replayed(_) => unreachable!("no key"),
+            }
         };
         // Found in history at the first head; two commits land before the write.
         let found = storage.ancestry(&tenant, first.0).unwrap();
         assert!(found.in_history);
-        let second = write(1, &first.0, None).unwrap().commit;
+        let second = write(1, &first.0, None).unwrap().0;
         write(2, &first.0, None).unwrap();
-        assert!(write(3, &first.0, Some(found)).unwrap().forced);
+        assert!(write(3, &first.0, Some(found)).unwrap().1);
         // Not in history at the check, but among the commits added since.
         let stale = Ancestry {
             head: first,

@@ -1,30 +1,30 @@
-//! The git2 side of storage: one tenant's bare repository, read and written with libgit2.
-use super::disk::{self, sync_dir, sync_tree};
-use super::durable::{SyncGroup, SyncMark};
-use super::versions::Change;
-use super::{Ancestry, FileSnapshot, StorageError, TenantSummary, WriteOutcome, WriteRequest};
-use crate::domain::yaml::splice::{self, Made, Rewrite};
+//! One tenant's bare repository, opened with libgit2: what every operation shares (ids, `main`, locks, errors), and reading the head. Each operation has its file below `repo/`.
+use super::disk;
+use super::{Ancestry, FileSnapshot, StorageError, TenantSummary};
 use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, TenantId};
-use git2::{
-    ConfigLevel, ErrorClass, ErrorCode, ObjectType, Oid, Repository, RepositoryInitOptions,
-    Signature,
-};
-use std::borrow::Cow;
+use git2::{ConfigLevel, ErrorClass, ObjectType, Oid, Repository, Signature};
 use std::fs::{File, TryLockError};
 use std::path::Path;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-mod changes;
 mod commit;
+mod create;
+mod diff;
+mod durability;
 mod history;
-mod upkeep;
-mod versions;
+mod idempotency;
+mod objects;
+mod repack;
+mod replay;
+mod source_hosting;
 #[cfg(test)]
 mod write_tests;
 
+pub(super) use create::create;
+pub(super) use source_hosting::source_hosting_flag;
+
 const MAIN: &str = "refs/heads/main";
-const SOURCE_HOSTING_KEY: &str = "planfiles.sourcehosting";
 const FILE_MODE: i32 = 0o100644;
 /// How long a write keeps trying to get the tenant's write lock and move `main`.
 const WRITE_DEADLINE: Duration = Duration::from_secs(10);
@@ -116,43 +116,23 @@ fn packed_head(packed: &[u8]) -> Option<CommitId> {
         })
 }
 
-/// The source-hosting flag of the repository at `path`, read from its config file alone: no
-/// repository is opened (path resolution, `HEAD`, `objects/`, `refs/`), which a check made
-/// before every write does not need. A broken repository is found by the operation after it.
-pub(super) fn source_hosting_flag(tenant: &TenantId, path: &Path) -> Result<bool, StorageError> {
-    if !path.is_dir() {
-        return Err(StorageError::TenantNotFound(tenant.clone()));
-    }
-    let config =
-        git2::Config::open(&path.join("config")).map_err(git_err(tenant, "read config", ""))?;
-    source_hosting_in(&config, tenant)
-}
-
-fn source_hosting_in(config: &git2::Config, tenant: &TenantId) -> Result<bool, StorageError> {
-    match config.get_bool(SOURCE_HOSTING_KEY) {
-        Ok(on) => Ok(on),
-        Err(e) if e.code() == ErrorCode::NotFound => Ok(false),
-        Err(e) => Err(git_err(tenant, "read config", "")(e)),
-    }
-}
-
 /// An open tenant repository.
-pub(super) struct TenantRepo<'a> {
-    tenant: &'a TenantId,
+pub(super) struct TenantRepo {
+    tenant: TenantId,
     path: PathBuf,
     repo: Repository,
     /// Called by a write just before it moves `main` (a test seam; see [`super::WriteHook`]).
     before_ref_update: Option<super::WriteHook>,
 }
 
-impl<'a> TenantRepo<'a> {
-    pub(super) fn open(tenant: &'a TenantId, path: &Path) -> Result<Self, StorageError> {
+impl TenantRepo {
+    pub(super) fn open(tenant: &TenantId, path: &Path) -> Result<Self, StorageError> {
         if !path.is_dir() {
             return Err(StorageError::TenantNotFound(tenant.clone()));
         }
         let repo = Repository::open_bare(path).map_err(git_err(tenant, "open repository", ""))?;
         Ok(Self {
-            tenant,
+            tenant: tenant.clone(),
             path: path.to_owned(),
             repo,
             before_ref_update: None,
@@ -164,106 +144,6 @@ impl<'a> TenantRepo<'a> {
         self
     }
 
-    pub(super) fn source_hosting(&self) -> Result<bool, StorageError> {
-        let config = self
-            .repo
-            .config()
-            .map_err(git_err(self.tenant, "read config", ""))?;
-        source_hosting_in(&config, self.tenant)
-    }
-
-    /// Sets the flag in the repository's config. libgit2 writes `config.lock` and renames it
-    /// over `config`; a process killed in between leaves `config.lock` behind, which would
-    /// refuse every later change. So the same rule as for `main.lock` applies: planfiles
-    /// setters take turns on the tenant's write lock, and a `config.lock` older than
-    /// [`STALE_REF_LOCK`] found while holding it was left by a dead process and is removed.
-    /// A fresh one is waited on until [`WRITE_DEADLINE`].
-    pub(super) fn set_source_hosting(&self, on: bool) -> Result<(), StorageError> {
-        let deadline = Instant::now() + WRITE_DEADLINE;
-        let _turn = self.config_turn(deadline)?;
-        let mut config = self
-            .repo
-            .config()
-            .map_err(git_err(self.tenant, "open config", ""))?;
-        let lock = self.path.join("config.lock");
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match config.set_bool(SOURCE_HOSTING_KEY, on) {
-                Ok(()) => break,
-                Err(e) if e.code() == ErrorCode::Locked => {
-                    if let Some(age) = remove_if_stale(&lock) {
-                        tracing::warn!(tenant = %self.tenant, age_ms = age.as_millis() as u64, "removed a stale config.lock");
-                        continue;
-                    }
-                    if Instant::now() >= deadline {
-                        return Err(StorageError::io(
-                            "change the tenant's config: config.lock is held by another \
-                             process; remove it if no git or planfiles process uses the \
-                             repository",
-                            &lock,
-                            std::io::Error::new(
-                                std::io::ErrorKind::WouldBlock,
-                                format!(
-                                    "still locked after {} s and {attempt} attempts",
-                                    WRITE_DEADLINE.as_secs()
-                                ),
-                            ),
-                        ));
-                    }
-                    backoff(attempt);
-                }
-                Err(e) => return Err(git_err(self.tenant, "write config", "")(e)),
-            }
-        }
-        // libgit2 never fsyncs a config it writes (renamed from config.lock): the flag
-        // reaches the disk here, in both modes, before the change is reported done.
-        disk::sync_file(&self.path.join("config"))?;
-        sync_dir(&self.path)
-    }
-
-    /// The tenant's write lock, for a config change: while it is held no other planfiles
-    /// process changes the config (or writes), so an old `config.lock` is nobody's.
-    fn config_turn(&self, deadline: Instant) -> Result<File, StorageError> {
-        let path = self.path.join(WRITE_LOCK_FILE);
-        lock_file_until(&path, deadline)
-            .map_err(|e| StorageError::io("take the write lock", &path, e))?
-            .map_err(|_| {
-                StorageError::io(
-                    "change the tenant's config: another planfiles process kept the tenant's \
-                     write lock",
-                    &path,
-                    std::io::ErrorKind::WouldBlock.into(),
-                )
-            })
-    }
-
-    /// In group-commit mode, waits for a shared `syncfs` of the volume.
-    fn group_sync(&self, sync: Option<&SyncGroup>, file: &'static str) -> Result<(), StorageError> {
-        match sync {
-            Some(group) => group
-                .sync()
-                .map_err(|e| self.io_err("sync the data volume", &self.path, e, file)),
-            None => Ok(()),
-        }
-    }
-
-    /// In group-commit mode, waits for a shared `syncfs` that covers everything written since
-    /// `mark` (taken from the same group before writing).
-    fn group_sync_since(
-        &self,
-        sync: Option<&SyncGroup>,
-        mark: Option<SyncMark>,
-        file: &'static str,
-    ) -> Result<(), StorageError> {
-        match (sync, mark) {
-            (Some(group), Some(mark)) => group
-                .sync_from(mark)
-                .map_err(|e| self.io_err("sync the data volume", &self.path, e, file)),
-            _ => self.group_sync(sync, file),
-        }
-    }
-
     pub(super) fn summary(&self) -> Result<TenantSummary, StorageError> {
         let head = self.repo.refname_to_id(MAIN).ok();
         let last_change = match head {
@@ -271,7 +151,7 @@ impl<'a> TenantRepo<'a> {
                 let commit =
                     self.repo
                         .find_commit(oid)
-                        .map_err(git_err(self.tenant, "read head", ""))?;
+                        .map_err(git_err(&self.tenant, "read head", ""))?;
                 let secs = u64::try_from(commit.time().seconds()).unwrap_or(0);
                 Some(UNIX_EPOCH + Duration::from_secs(secs))
             }
@@ -291,15 +171,15 @@ impl<'a> TenantRepo<'a> {
         let head_oid =
             self.repo
                 .refname_to_id(MAIN)
-                .map_err(git_err(self.tenant, "resolve main", path))?;
+                .map_err(git_err(&self.tenant, "resolve main", path))?;
         let head = self.repo.find_commit(head_oid).map_err(git_err(
-            self.tenant,
+            &self.tenant,
             "read head commit",
             path,
         ))?;
         let tree = head
             .tree()
-            .map_err(git_err(self.tenant, "read head tree", path))?;
+            .map_err(git_err(&self.tenant, "read head tree", path))?;
         let entry = tree
             .get_name(path)
             .filter(|e| e.kind() == Some(ObjectType::Blob));
@@ -313,7 +193,7 @@ impl<'a> TenantRepo<'a> {
         let (head, blob_oid, present) = self.head_and_blob(file)?;
         let bytes = if present {
             let blob = self.repo.find_blob(blob_oid).map_err(git_err(
-                self.tenant,
+                &self.tenant,
                 "read blob",
                 file.path(),
             ))?;
@@ -344,7 +224,7 @@ impl<'a> TenantRepo<'a> {
         let head =
             self.repo
                 .refname_to_id(MAIN)
-                .map_err(git_err(self.tenant, "resolve main", ""))?;
+                .map_err(git_err(&self.tenant, "resolve main", ""))?;
         Ok(Ancestry {
             head: CommitId(to_id(head)),
             in_history: self.in_history(head, to_oid(&id)),
@@ -380,189 +260,6 @@ impl<'a> TenantRepo<'a> {
         self.in_history(head, oid)
     }
 
-    /// Writes one file (see [`crate::storage::Storage::write`]): a commit of one change.
-    pub(super) fn write(
-        &self,
-        req: WriteRequest,
-        committer: &Identity,
-        sync: Option<&SyncGroup>,
-    ) -> Result<WriteOutcome, StorageError> {
-        Ok(self.commit(&req.into(), committer, sync)?.into_single())
-    }
-
-    /// The bytes a write stores: the request's, or for JSON content the current file's text
-    /// edited into the content's text (its whole emission when that cannot be done).
-    fn new_bytes<'r>(
-        &self,
-        req: &'r Change,
-        current: Oid,
-        present: bool,
-    ) -> Result<(Cow<'r, [u8]>, Option<Made>), StorageError> {
-        let Some(content) = &req.content else {
-            return Ok((Cow::Borrowed(&req.bytes), None));
-        };
-        if !present {
-            return Ok((Cow::Borrowed(&req.bytes), Some(Made::Emitted)));
-        }
-        let blob = self.repo.find_blob(current).map_err(git_err(
-            self.tenant,
-            "read blob",
-            req.file.path(),
-        ))?;
-        let rewrite = match std::str::from_utf8(blob.content()) {
-            Ok(old) => splice::rewrite(old, content),
-            Err(_) => Rewrite::Fresh,
-        };
-        let made = rewrite.made();
-        if made == Made::Fallback {
-            tracing::warn!(
-                tenant = %self.tenant,
-                file = req.file.path(),
-                "the stored text could not be edited into the new content; emitted whole"
-            );
-        }
-        Ok(match rewrite {
-            Rewrite::Edited(text) => (Cow::Owned(text.into_bytes()), Some(made)),
-            Rewrite::Fresh | Rewrite::Fallback => (Cow::Borrowed(&req.bytes), Some(made)),
-        })
-    }
-
-    /// In fsync mode, syncs the loose files of `objects` (see [`TenantRepo::commit_on`]),
-    /// their fan-out folders and `objects/`: libgit2 fsyncs each object it writes, but an
-    /// object that is there already (written by plain git, or by a `group` instance before its
-    /// `syncfs`) it only touches, and it does not sync `objects/` when it creates a fan-out
-    /// folder.
-    fn sync_objects(&self, objects: &[Oid], file: &'static str) -> Result<(), StorageError> {
-        let mut fanouts: Vec<PathBuf> = Vec::new();
-        for oid in objects {
-            let object = self.loose_path(*oid);
-            match File::open(&object).and_then(|f| f.sync_all()) {
-                Ok(()) => {}
-                // Packed (packs are synced when written), or not an object (a gitlink).
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(self.io_err("sync an object", &object, e, file)),
-            }
-            if let Some(fanout) = object.parent().filter(|f| !fanouts.iter().any(|k| k == f)) {
-                fanouts.push(fanout.to_owned());
-            }
-        }
-        for fanout in &fanouts {
-            sync_dir(fanout)?;
-        }
-        sync_dir(&self.path.join("objects"))
-    }
-
-    /// Puts `main` back from `commit` to `head` after the sync that was to make `commit`
-    /// durable failed, and syncs that. Only if `main` is still at `commit`: when it moved
-    /// again meanwhile (plain git), the new head builds on `commit`, which then stays.
-    fn undo_unsynced(
-        &self,
-        head: Oid,
-        commit: Oid,
-        sync: Option<&SyncGroup>,
-        file: &'static str,
-        cause: &StorageError,
-    ) {
-        let tenant = self.tenant.as_str();
-        let undo_mark = sync.map(SyncGroup::mark);
-        let undone = self.repo.reference_matching(
-            MAIN,
-            head,
-            true,
-            commit,
-            &format!("planfiles: undo an update of {file} that was not synced"),
-        );
-        match undone {
-            Ok(_) => match self.group_sync_since(sync, undo_mark, file) {
-                Ok(()) => {
-                    tracing::warn!(
-                        tenant, file, %commit, %head, error = %cause,
-                        "main put back after its update could not be synced"
-                    );
-                }
-                Err(e) => {
-                    tracing::error!(
-                        tenant, file, %commit, %head, error = %cause, undo_error = %e,
-                        "main put back after its update could not be synced, but the undo \
-                         could not be synced either: after a crash main may be at either"
-                    );
-                }
-            },
-            Err(e) if e.code() == ErrorCode::Modified => {
-                tracing::error!(
-                    tenant, file, %commit, error = %cause,
-                    "main could not be put back after its update could not be synced: it moved \
-                     again meanwhile, so the unsynced commit stays in its history"
-                );
-            }
-            Err(e) => {
-                tracing::error!(
-                    tenant, file, %commit, %head, error = %cause, undo_error = e.message(),
-                    "main could not be put back after its update could not be synced: it \
-                     stays at the unsynced commit"
-                );
-            }
-        }
-    }
-
-    /// Takes the tenant's write lock (an OS file lock on a sidecar file), waiting until
-    /// `deadline` at most.
-    fn lock_for_write(&self, deadline: Instant, file: &'static str) -> Result<File, StorageError> {
-        let lock_path = self.path.join(WRITE_LOCK_FILE);
-        lock_file_until(&lock_path, deadline)
-            .map_err(|e| self.io_err("take the write lock", &lock_path, e, file))?
-            .map_err(|attempts| StorageError::Contended {
-                tenant: self.tenant.clone(),
-                file,
-                attempts,
-            })
-    }
-
-    /// Removes `refs/heads/main.lock` when it is older than [`STALE_REF_LOCK`]. Called only
-    /// while holding the write lock, so no live planfiles writer owns it.
-    fn remove_stale_ref_lock(&self) {
-        if let Some(age) = remove_if_stale(&self.path.join("refs/heads/main.lock")) {
-            tracing::warn!(tenant = %self.tenant, age_ms = age.as_millis() as u64, "removed a stale refs/heads/main.lock");
-        }
-    }
-
-    /// libgit2 does not always keep the errno of a failed write (a full disk reads as "no
-    /// error"), so a failed write probes the volume: if a small file cannot be written and
-    /// synced there, the disk is full.
-    fn explain_write_failure(&self, e: StorageError, file: &'static str) -> StorageError {
-        if !matches!(e, StorageError::Git { .. }) {
-            return e;
-        }
-        let probe = tempfile::tempfile_in(&self.path).and_then(|mut f| {
-            use std::io::Write;
-            f.write_all(&[0u8; 64 * 1024])?;
-            f.sync_all()
-        });
-        match probe {
-            Err(p) if p.kind() == std::io::ErrorKind::StorageFull => StorageError::StorageFull {
-                tenant: self.tenant.clone(),
-                file,
-            },
-            _ => e,
-        }
-    }
-
-    fn io_err(
-        &self,
-        op: &'static str,
-        path: &Path,
-        e: std::io::Error,
-        file: &'static str,
-    ) -> StorageError {
-        if e.kind() == std::io::ErrorKind::StorageFull {
-            return StorageError::StorageFull {
-                tenant: self.tenant.clone(),
-                file,
-            };
-        }
-        StorageError::io(op, path, e)
-    }
-
     /// The file of the loose object `oid`.
     fn loose_path(&self, oid: Oid) -> PathBuf {
         let hex = oid.to_string();
@@ -572,50 +269,6 @@ impl<'a> TenantRepo<'a> {
     fn is_loose(&self, oid: Oid) -> bool {
         self.loose_path(oid).exists()
     }
-}
-
-/// A commit [`TenantRepo::commit_on`] wrote, and the objects it depends on that libgit2 did
-/// not write (and fsync) for it.
-struct NewCommit {
-    id: Oid,
-    found: Vec<Oid>,
-}
-
-/// The id of `base` with the blob entry `name` set to `blob`, as git would write it, computed
-/// without writing it.
-#[cfg(test)]
-fn tree_id_with(base: &git2::Tree<'_>, name: &str, blob: Oid) -> Option<Oid> {
-    tree_id_with_all(base, &[(name, blob)])
-}
-
-/// The id of `base` with each blob entry of `set` replaced, as git would write it, computed
-/// without writing it (entries sorted as git sorts them: a folder as if its name ended in `/`).
-fn tree_id_with_all(base: &git2::Tree<'_>, set: &[(&str, Oid)]) -> Option<Oid> {
-    let mut entries: Vec<(Vec<u8>, i32, Oid)> = base
-        .iter()
-        .filter(|e| !set.iter().any(|(n, _)| e.name_bytes() == n.as_bytes()))
-        .map(|e| (e.name_bytes().to_vec(), e.filemode(), e.id()))
-        .collect();
-    entries.extend(
-        set.iter()
-            .map(|(name, blob)| (name.as_bytes().to_vec(), FILE_MODE, *blob)),
-    );
-    let key = |(name, mode, _): &(Vec<u8>, i32, Oid)| {
-        let mut key = name.clone();
-        if *mode == 0o040000 {
-            key.push(b'/');
-        }
-        key
-    };
-    entries.sort_by_cached_key(key);
-    let mut bytes = Vec::with_capacity(entries.len() * 48);
-    for (name, mode, id) in &entries {
-        bytes.extend_from_slice(format!("{mode:o} ").as_bytes());
-        bytes.extend_from_slice(name);
-        bytes.push(0);
-        bytes.extend_from_slice(id.as_bytes());
-    }
-    Oid::hash_object(ObjectType::Tree, &bytes).ok()
 }
 
 fn signature(who: &Identity) -> Result<Signature<'static>, git2::Error> {
@@ -654,127 +307,6 @@ fn backoff(attempt: u32) {
     let cap_us = 500u64 * u64::from(attempt.min(20));
     let us = rand::random_range(50..=cap_us.max(100));
     std::thread::sleep(Duration::from_micros(us));
-}
-
-/// The lock file that tenant creations of every planfiles process take turns on, in the
-/// data dir (not in `tenants/`, whose emptiness means "seed me").
-const CREATE_LOCK_FILE: &str = ".planfiles-create.lock";
-
-/// Creates a tenant repository: init in a temporary directory, first commit, then rename.
-/// Creations take turns, and an id that equals an existing tenant's in another letter case is
-/// refused: on a case-insensitive volume both would be one repository.
-pub(super) fn create(
-    tenant: &TenantId,
-    tenants_dir: &Path,
-    path: &Path,
-    source_hosting: bool,
-    committer: &Identity,
-) -> Result<CommitId, StorageError> {
-    let lock_path = tenants_dir
-        .parent()
-        .unwrap_or(tenants_dir)
-        .join(CREATE_LOCK_FILE);
-    let _turn = lock_file_until(&lock_path, Instant::now() + WRITE_DEADLINE)
-        .map_err(|e| StorageError::io("take the tenant creation lock", &lock_path, e))?
-        .map_err(|_| {
-            StorageError::io(
-                "another process kept the tenant creation lock",
-                &lock_path,
-                std::io::ErrorKind::WouldBlock.into(),
-            )
-        })?;
-    if let Some(existing) = same_id_in_other_case(tenant, tenants_dir)? {
-        return Err(StorageError::TenantCaseClash {
-            tenant: tenant.clone(),
-            existing,
-        });
-    }
-    if path.exists() {
-        return Err(StorageError::TenantExists(tenant.clone()));
-    }
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".new-{tenant}-"))
-        .tempdir_in(tenants_dir)
-        .map_err(|e| StorageError::io("create a temporary directory", tenants_dir, e))?;
-    let commit = init_repo(tenant, tmp.path(), source_hosting, committer)?;
-    // Every file and folder of the new repository (libgit2 fsyncs none of its config, and in
-    // group mode nothing), then the rename, then the folder that gained it.
-    sync_tree(tmp.path())?;
-    let tmp_path = tmp.keep();
-    if let Err(e) = std::fs::rename(&tmp_path, path) {
-        let _ = std::fs::remove_dir_all(&tmp_path);
-        return Err(if path.exists() {
-            StorageError::TenantExists(tenant.clone())
-        } else {
-            StorageError::io("move the new repository into place", path, e)
-        });
-    }
-    sync_dir(tenants_dir)?;
-    Ok(CommitId(to_id(commit)))
-}
-
-/// The name of an existing tenant repository whose id equals `tenant` in another letter case.
-fn same_id_in_other_case(
-    tenant: &TenantId,
-    tenants_dir: &Path,
-) -> Result<Option<String>, StorageError> {
-    let wanted = format!("{tenant}.git");
-    let entries = std::fs::read_dir(tenants_dir)
-        .map_err(|e| StorageError::io("list tenants", tenants_dir, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| StorageError::io("list tenants", tenants_dir, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if name != wanted && name.eq_ignore_ascii_case(&wanted) {
-            let id = &name[..name.len() - ".git".len()];
-            return Ok(Some(id.to_owned()));
-        }
-    }
-    Ok(None)
-}
-
-/// Initialises a bare repository at `path` with branch `main` and the tenant's first commit.
-fn init_repo(
-    tenant: &TenantId,
-    path: &Path,
-    source_hosting: bool,
-    committer: &Identity,
-) -> Result<Oid, StorageError> {
-    let err = |op| git_err(tenant, op, "");
-    let mut opts = RepositoryInitOptions::new();
-    opts.bare(true)
-        .initial_head("main")
-        .mkdir(true)
-        .mkpath(false);
-    let repo = Repository::init_opts(path, &opts).map_err(err("init repository"))?;
-    repo.config()
-        .and_then(|mut c| c.set_bool(SOURCE_HOSTING_KEY, source_hosting))
-        .map_err(err("write config"))?;
-    let mut builder = repo.treebuilder(None).map_err(err("build tree"))?;
-    for (file, text) in [
-        (PlanFile::Integration, "{}\n"),
-        (PlanFile::Configuration, "folders: []\n"),
-    ] {
-        let blob = repo.blob(text.as_bytes()).map_err(err("write blob"))?;
-        builder
-            .insert(file.path(), blob, FILE_MODE)
-            .map_err(err("build tree"))?;
-    }
-    let tree = repo
-        .find_tree(builder.write().map_err(err("write tree"))?)
-        .map_err(err("read tree"))?;
-    let sig = signature(committer).map_err(err("signature"))?;
-    let commit = repo
-        .commit(
-            Some(MAIN),
-            &sig,
-            &sig,
-            &format!("Create tenant {tenant}\n"),
-            &tree,
-            &[],
-        )
-        .map_err(err("write commit"))?;
-    Ok(commit)
 }
 
 /// Maps a git2 error to a `StorageError` that names the tenant, the file and the operation.

@@ -7,15 +7,13 @@ pub mod process;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use hmac::{Hmac, Mac};
-use planfiles::auth::Verifier;
-use planfiles::config::AuthConfig;
-use planfiles::domain::Identity;
-use planfiles::http::{self, AppState, ServerOptions};
-use planfiles::storage::{self, Storage};
+use planfiles::config::{AuthConfig, Config, WatchRefs};
+use planfiles::startup::Application;
+use planfiles::storage;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 pub const SECRET: &str = "test-secret-0123456789abcdef";
 pub const ALL: &[&str] = &["jit.integrations.write", "jit.preferences.write"];
@@ -43,10 +41,6 @@ thread_local! {
     /// Set by a test before `spawn` to start the server with these `[events]` settings and
     /// `storage.watch_refs` (the bool).
     pub static EVENTS: std::cell::RefCell<Option<(planfiles::config::EventsConfig, bool)>> = const { std::cell::RefCell::new(None) };
-}
-
-fn limits() -> planfiles::http::Limits {
-    LIMITS.with(|l| l.borrow().clone()).unwrap_or_default()
 }
 
 pub fn fixture_dir() -> PathBuf {
@@ -171,50 +165,47 @@ impl TestApp {
         Self::spawn_full(data_dir, auth, threshold).await
     }
 
+    /// Builds what production builds (`Application::build`), from a config for this test:
+    /// the data dir given, no seeding, two workers, the limits, events, metrics and write
+    /// hook a test set in the thread-locals above.
     async fn spawn_full(data_dir: tempfile::TempDir, auth: AuthConfig, threshold: usize) -> Self {
         storage::init_git();
-        let committer = Identity::new("planfiles", "planfiles@test", "test");
-        // The mode `serve` would choose for this volume (`storage.durability = "auto"`).
-        let volume = storage::volume(data_dir.path()).ok();
-        let durability = storage::Durability::choose(Default::default(), false, volume.as_ref())
-            .expect("auto never refuses");
-        let storage = Storage::open(data_dir.path(), committer, durability).unwrap();
-        let storage = match WRITE_HOOK.with(|h| h.borrow_mut().take()) {
-            Some(hook) => storage.write_hook(hook),
-            None => storage,
-        };
-        let (events, watch_refs) = EVENTS
-            .with(|e| e.borrow_mut().take())
-            .unwrap_or_else(|| (Default::default(), true));
-        let storage = storage
-            .clone_limits(
-                storage::CLONE_TURNS,
-                Duration::from_secs(30),
-                Duration::from_secs(10),
-            )
-            .watch_refs(watch_refs);
-        let state = AppState::new(
-            storage,
-            Verifier::from_config(&auth).unwrap(),
-            planfiles::metrics::Metrics::new(),
-            &limits(),
-            threshold,
-        )
-        .metrics_require_token(self_metrics_token())
-        .events_config(events);
-        let events = state.events.clone();
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = format!("http://{}", listener.local_addr().unwrap());
-        let options = ServerOptions {
-            workers: 2,
-            client_request_timeout: Duration::from_secs(5),
-            shutdown_timeout: Duration::from_secs(5),
-            send_stall: Duration::from_secs(30),
-        };
+        let mut config = Config::default();
+        config.server.bind = "127.0.0.1:0".into();
+        config.server.workers = 2;
+        config.server.shutdown_timeout_secs = 5;
+        config.storage.data_dir = data_dir.path().to_owned();
+        config.storage.seed_from = None;
+        config.storage.repack_loose_objects = threshold;
+        config.commit.committer_email = "planfiles@test".into();
+        config.auth = auth;
+        config.metrics.require_token = self_metrics_token();
+        if let Some(limits) = LIMITS.with(|l| l.borrow().clone()) {
+            let server = &mut config.server;
+            server.body_limit = limits.body_limit;
+            server.body_timeout_secs = limits.body_pace.total.as_secs();
+            server.body_min_bytes_per_sec = limits.body_pace.min_bytes_per_sec;
+            server.bodies_in_flight_bytes = limits.bodies_in_flight;
+            server.bodies_per_tenant_bytes = limits.bodies_per_tenant;
+            server.write_queue_depth = limits.write_queue_depth;
+            server.queue_timeout_secs = limits.queue_timeout.as_secs();
+        }
+        if let Some((events, watch_refs)) = EVENTS.with(|e| e.borrow_mut().take()) {
+            config.events = events;
+            config.storage.watch_refs = if watch_refs {
+                WatchRefs::On
+            } else {
+                WatchRefs::Off
+            };
+        }
+        let hook = WRITE_HOOK.with(|h| h.borrow_mut().take());
+        let app = Application::build_with(&config, hook).unwrap();
+        let events = app.events();
+        let addr = format!("http://{}", app.addr().unwrap());
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
             actix_web::rt::System::new().block_on(async move {
-                let server = http::serve(state, listener, &options).unwrap();
+                let server = app.run().unwrap();
                 tx.send(server.handle()).unwrap();
                 server.await.unwrap();
             })

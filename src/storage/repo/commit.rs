@@ -1,34 +1,15 @@
-//! The write path: one commit of one or both files, its preconditions, durability order and compare-and-swap of `main`.
-use super::{
-    backoff, git_err, signature, to_id, to_oid, tree_id_with_all, NewCommit, TenantRepo, FILE_MODE,
-    MAIN, WRITE_DEADLINE,
-};
-use crate::domain::yaml::splice::Made;
-use crate::domain::{BlobId, CommitId, Identity, PlanFile};
+//! The write path: one commit of one or both files, its preconditions checked against the head, the compare-and-swap of `main` in the durability order, and dry runs.
+use super::objects::{paths, Checked, NewCommit};
+use super::{backoff, git_err, to_id, to_oid, TenantRepo, MAIN, WRITE_DEADLINE};
+use crate::domain::{BlobId, CommitId, Identity};
 use crate::storage::durable::SyncGroup;
-use crate::storage::versions::{Change, CommitOutcome, CommitRequest, FileOutcome};
-use crate::storage::{IfMatch, ShaCheck, StorageError};
+use crate::storage::{
+    Change, CommitOutcome, CommitRequest, FileOutcome, IfMatch, ShaCheck, StorageError,
+};
 use git2::{ErrorCode, ObjectType, Oid};
 use std::time::Instant;
 
-/// One change checked against the head: its new bytes and blob, and what the head holds.
-struct Checked {
-    /// Made again on every attempt: a JSON change edits the text stored at this head.
-    bytes: Vec<u8>,
-    made: Option<Made>,
-    new_blob: Oid,
-    current: Oid,
-    present: bool,
-    forced: bool,
-}
-
-impl Checked {
-    fn unchanged(&self) -> bool {
-        self.present && self.new_blob == self.current
-    }
-}
-
-impl TenantRepo<'_> {
+impl TenantRepo {
     /// See [`crate::storage::Storage::commit`]. `sync` is the group to share `syncfs` with;
     /// `None` when libgit2 fsyncs by itself.
     pub(in crate::storage) fn commit(
@@ -91,7 +72,7 @@ impl TenantRepo<'_> {
             }
             let ref_mark = sync.map(SyncGroup::mark);
             if let Some(hook) = &self.before_ref_update {
-                (hook.0)(self.tenant, &self.path);
+                (hook.0)(&self.tenant, &self.path);
             }
             match self.repo.reference_matching(
                 MAIN,
@@ -132,7 +113,7 @@ impl TenantRepo<'_> {
                 }
                 Err(e) => {
                     return Err(self
-                        .explain_write_failure(git_err(self.tenant, "move main", path)(e), path))
+                        .explain_write_failure(git_err(&self.tenant, "move main", path)(e), path))
                 }
             }
         }
@@ -142,10 +123,10 @@ impl TenantRepo<'_> {
         let oid =
             self.repo
                 .refname_to_id(MAIN)
-                .map_err(git_err(self.tenant, "resolve main", path))?;
+                .map_err(git_err(&self.tenant, "resolve main", path))?;
         self.repo
             .find_commit(oid)
-            .map_err(git_err(self.tenant, "read head commit", path))
+            .map_err(git_err(&self.tenant, "read head commit", path))
     }
 
     /// Checks every change's preconditions against `head`; the first that fails names its file.
@@ -156,7 +137,7 @@ impl TenantRepo<'_> {
     ) -> Result<Vec<Checked>, StorageError> {
         let tree = head
             .tree()
-            .map_err(git_err(self.tenant, "read head tree", ""))?;
+            .map_err(git_err(&self.tenant, "read head tree", ""))?;
         req.changes
             .iter()
             .map(|change| {
@@ -170,7 +151,7 @@ impl TenantRepo<'_> {
                 let forced = !self.check(head.id(), change, current)?;
                 let (bytes, made) = self.new_bytes(change, current, present)?;
                 let new_blob = Oid::hash_object(ObjectType::Blob, &bytes).map_err(git_err(
-                    self.tenant,
+                    &self.tenant,
                     "hash blob",
                     change.file.path(),
                 ))?;
@@ -189,7 +170,6 @@ impl TenantRepo<'_> {
     /// Whether a blob-id precondition of `change` names the current blob (`current`);
     /// `ShaMismatch` / `PreconditionFailed` when a precondition fails.
     fn check(&self, head: Oid, change: &Change, current: Oid) -> Result<bool, StorageError> {
-        let path = change.file.path();
         let current_id = BlobId(to_id(current));
         let mut blob_matched = false;
         match change.preconditions.file_sha {
@@ -204,7 +184,7 @@ impl TenantRepo<'_> {
             Some(_) => {
                 return Err(StorageError::ShaMismatch {
                     tenant: self.tenant.clone(),
-                    file: path,
+                    file: change.file,
                     current: current_id,
                 })
             }
@@ -217,7 +197,7 @@ impl TenantRepo<'_> {
             Some(IfMatch::Tags(_)) => {
                 return Err(StorageError::PreconditionFailed {
                     tenant: self.tenant.clone(),
-                    file: path,
+                    file: change.file,
                     current: current_id,
                 })
             }
@@ -242,7 +222,7 @@ impl TenantRepo<'_> {
                     self.repo
                         .find_blob(k.current)
                         .map(|b| b.content().to_vec())
-                        .map_err(git_err(self.tenant, "read blob", c.file.path()))?
+                        .map_err(git_err(&self.tenant, "read blob", c.file.path()))?
                 } else {
                     Vec::new()
                 };
@@ -262,129 +242,4 @@ impl TenantRepo<'_> {
             files,
         })
     }
-
-    /// Writes the changed blobs, the head's tree with those entries replaced, and a commit on
-    /// top of `head`. With `track` (fsync mode) it also lists the objects the commit depends
-    /// on that libgit2 did not write here, and so did not fsync: those it found already there
-    /// (it only touches them), and the tree's other entries.
-    fn commit_changes(
-        &self,
-        head: &git2::Commit<'_>,
-        req: &CommitRequest,
-        checked: &[Checked],
-        committer: &Identity,
-        track: bool,
-    ) -> Result<NewCommit, StorageError> {
-        let path = req.changes.first().map_or("", |c| c.file.path());
-        let err = |op| git_err(self.tenant, op, path);
-        let mut found = Vec::new();
-        let base = head.tree().map_err(err("read head tree"))?;
-        let mut entries: Vec<(&'static str, Oid)> = Vec::new();
-        for (change, k) in req.changes.iter().zip(checked) {
-            if k.unchanged() {
-                continue;
-            }
-            if track && self.is_loose(k.new_blob) {
-                found.push(k.new_blob);
-            }
-            let blob = self.repo.blob(&k.bytes).map_err(err("write blob"))?;
-            entries.push((change.file.path(), blob));
-        }
-        let expected_tree = track.then(|| tree_id_with_all(&base, &entries)).flatten();
-        if track {
-            found.extend(
-                base.iter()
-                    .filter(|e| !entries.iter().any(|(n, _)| e.name_bytes() == n.as_bytes()))
-                    .map(|e| e.id()),
-            );
-            found.extend(expected_tree.filter(|t| self.is_loose(*t)));
-        }
-        let mut builder = self
-            .repo
-            .treebuilder(Some(&base))
-            .map_err(err("build tree"))?;
-        for (name, blob) in &entries {
-            builder
-                .insert(name, *blob, FILE_MODE)
-                .map_err(err("build tree"))?;
-        }
-        let tree_oid = builder.write().map_err(err("write tree"))?;
-        if track && expected_tree != Some(tree_oid) {
-            // Not foreseen (an unusual entry in the old tree): sync it to be sure.
-            found.push(tree_oid);
-        }
-        let tree = self
-            .repo
-            .find_tree(tree_oid)
-            .map_err(err("read new tree"))?;
-        let author = signature(&req.author).map_err(err("author signature"))?;
-        let committer = signature(committer).map_err(err("committer signature"))?;
-        let forced = checked.iter().any(|k| !k.unchanged() && k.forced);
-        let message = message(req, &entries, forced);
-        let buffer = self
-            .repo
-            .commit_create_buffer(&author, &committer, &message, &tree, &[head])
-            .map_err(err("write commit"))?;
-        if track {
-            let id = Oid::hash_object(ObjectType::Commit, &buffer).map_err(err("hash commit"))?;
-            if self.is_loose(id) {
-                found.push(id);
-            }
-        }
-        let id = self
-            .repo
-            .odb()
-            .and_then(|odb| odb.write(ObjectType::Commit, &buffer))
-            .map_err(err("write commit"))?;
-        Ok(NewCommit { id, found })
-    }
-}
-
-/// The paths a request writes, in the order of [`PlanFile::ALL`], joined by `, `.
-fn paths(req: &CommitRequest) -> String {
-    PlanFile::ALL
-        .iter()
-        .filter(|f| req.changes.iter().any(|c| c.file == **f))
-        .map(|f| f.path())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The commit message: the subject (the caller's, or one that names what changed), a blank
-/// line, then the trailers.
-fn message(req: &CommitRequest, changed: &[(&'static str, Oid)], forced: bool) -> String {
-    let subject = match (&req.subject, req.restored_from) {
-        (Some(subject), _) => subject.clone(),
-        (None, Some(from)) => format!(
-            "Restore {} as of {}",
-            changed
-                .iter()
-                .map(|(p, _)| *p)
-                .collect::<Vec<_>>()
-                .join(", "),
-            &from.to_string()[..12]
-        ),
-        (None, None) => {
-            let mut names: Vec<&str> = changed.iter().map(|(p, _)| *p).collect();
-            names.sort_by_key(|p| PlanFile::ALL.iter().position(|f| f.path() == *p));
-            format!("Update {}", names.join(", "))
-        }
-    };
-    let mut message = format!("{subject}\n\nRequest-Id: {}\n", req.request_id);
-    if forced {
-        message.push_str("Forced: true\n");
-    }
-    if let Some(from) = req.restored_from {
-        message.push_str(&format!("Restored-From: {from}\n"));
-    }
-    if let Some(record) = &req.idempotency {
-        message.push_str(&format!(
-            "{}{}\n{}{}\n",
-            super::versions::KEY_TRAILER,
-            record.key.as_str(),
-            super::versions::FINGERPRINT_TRAILER,
-            record.fingerprint
-        ));
-    }
-    message
 }

@@ -5,7 +5,7 @@ use crate::storage::{FileSnapshot, HistoryEntry, StorageError};
 use git2::{ObjectType, Oid};
 use std::time::{Duration, UNIX_EPOCH};
 
-impl TenantRepo<'_> {
+impl TenantRepo {
     /// The file as it was in `commit`, which must be `main` or one of its ancestors.
     pub(in crate::storage) fn read_at(
         &self,
@@ -16,7 +16,7 @@ impl TenantRepo<'_> {
         let (blob, present) = self.blob_in(oid, file)?;
         let bytes = if present {
             let blob = self.repo.find_blob(blob).map_err(git_err(
-                self.tenant,
+                &self.tenant,
                 "read blob",
                 file.path(),
             ))?;
@@ -43,7 +43,7 @@ impl TenantRepo<'_> {
         from: Option<CommitId>,
     ) -> Result<(Vec<HistoryEntry>, Option<CommitId>), StorageError> {
         let path = file.path();
-        let err = |op| git_err(self.tenant, op, path);
+        let err = |op| git_err(&self.tenant, op, path);
         let start = match from {
             Some(c) => self.commit_in_repo(file, c)?,
             None => self.repo.refname_to_id(MAIN).map_err(err("resolve main"))?,
@@ -88,7 +88,7 @@ impl TenantRepo<'_> {
 
     /// The blob id of `file` in `commit` (the empty blob when absent) and whether it is there.
     pub(super) fn blob_in(&self, commit: Oid, file: PlanFile) -> Result<(Oid, bool), StorageError> {
-        let err = |op| git_err(self.tenant, op, file.path());
+        let err = |op| git_err(&self.tenant, op, file.path());
         let tree = self
             .repo
             .find_commit(commit)
@@ -116,14 +116,14 @@ impl TenantRepo<'_> {
                 tenant: self.tenant.clone(),
                 commit,
             }),
-            Err(e) => Err(git_err(self.tenant, "read commit", file.path())(e)),
+            Err(e) => Err(git_err(&self.tenant, "read commit", file.path())(e)),
         }
     }
 
     /// `commit` as an oid when it is `main` or an ancestor of it; `UnknownRef` otherwise.
     fn commit_in_history(&self, file: PlanFile, commit: CommitId) -> Result<Oid, StorageError> {
         let head = self.repo.refname_to_id(MAIN).map_err(git_err(
-            self.tenant,
+            &self.tenant,
             "resolve main",
             file.path(),
         ))?;

@@ -1,8 +1,8 @@
 //! Tests of the write path's failure handling, with `syncfs` results injected.
 use super::{create, TenantRepo};
-use crate::domain::{Identity, PlanFile, RequestId, TenantId};
+use crate::domain::{Identity, PlanFile, TenantId};
 use crate::storage::durable::SyncGroup;
-use crate::storage::{Preconditions, WriteRequest};
+use crate::storage::{CommitRequest, Preconditions};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -92,15 +92,13 @@ fn write_with(script: Script) -> (tempfile::TempDir, PathBuf, String, bool, usiz
         .with_ansi(false)
         .finish();
     let result = tracing::subscriber::with_default(subscriber, || {
-        TenantRepo::open(&tenant, &path).unwrap().write(
-            WriteRequest {
-                file: PlanFile::Integration,
-                bytes: b"changed: true\n".to_vec(),
-                content: None,
-                preconditions: Preconditions::default(),
-                author: committer.clone(),
-                request_id: RequestId::parse("undo-test").unwrap(),
-            },
+        TenantRepo::open(&tenant, &path).unwrap().commit(
+            &CommitRequest::of(
+                PlanFile::Integration,
+                b"changed: true\n".to_vec(),
+                Preconditions::default(),
+                committer.clone(),
+            ),
             &committer,
             Some(&group),
         )
@@ -204,7 +202,8 @@ fn an_undo_that_cannot_move_main_is_logged_as_an_error() {
 
 #[test]
 fn the_new_tree_id_is_foreseen_as_git_writes_it() {
-    use super::{tree_id_with, FILE_MODE};
+    use super::objects::tree_id_with;
+    use super::FILE_MODE;
     crate::storage::init_git();
     let dir = tempfile::tempdir().unwrap();
     let repo = git2::Repository::init_bare(dir.path()).unwrap();

@@ -18,7 +18,7 @@ const MAX_PACKS: usize = 8;
 /// The file a repack holds an OS lock on, so that one runs per tenant across processes.
 const UPKEEP_LOCK_FILE: &str = "planfiles-upkeep.lock";
 
-impl TenantRepo<'_> {
+impl TenantRepo {
     /// About how many loose objects the repository holds, from one fan-out folder (as
     /// `git gc --auto` estimates it). Costs one small directory listing.
     pub(in crate::storage) fn loose_estimate(&self) -> usize {
@@ -41,7 +41,7 @@ impl TenantRepo<'_> {
         let Some(_lock) = self.try_upkeep_lock()? else {
             return Ok(None);
         };
-        let err = |op| git_err(self.tenant, op, "");
+        let err = |op| git_err(&self.tenant, op, "");
         let objects = self.path.join("objects");
         let pack_dir = objects.join("pack");
         let loose = loose_objects(&objects)?;

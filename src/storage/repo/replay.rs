@@ -9,13 +9,13 @@ use git2::Oid;
 /// with a reset: the client reads the files again rather than a replay of that length.
 pub(in crate::storage) const MAX_REPLAY_COMMITS: usize = 10_000;
 
-impl TenantRepo<'_> {
+impl TenantRepo {
     /// `main`'s commit and the blob ids of both files in it (the empty blob when absent).
     pub(in crate::storage) fn head_state(&self) -> Result<HeadState, StorageError> {
         let head =
             self.repo
                 .refname_to_id(MAIN)
-                .map_err(git_err(self.tenant, "resolve main", ""))?;
+                .map_err(git_err(&self.tenant, "resolve main", ""))?;
         self.state_at(head)
     }
 
@@ -39,7 +39,7 @@ impl TenantRepo<'_> {
         to: CommitId,
         max_commits: usize,
     ) -> Result<Replay, StorageError> {
-        let err = |op| git_err(self.tenant, op, "");
+        let err = |op| git_err(&self.tenant, op, "");
         let (from, to) = (to_oid(&from.0), to_oid(&to.0));
         // The line from `to` back to `from`, newest first: only ids, then the oldest
         // `max_commits` of them are read whole.
@@ -126,7 +126,7 @@ impl TenantRepo<'_> {
             Err(_) => {
                 self.repo
                     .refname_to_id(MAIN)
-                    .map_err(git_err(self.tenant, "resolve main", ""))?
+                    .map_err(git_err(&self.tenant, "resolve main", ""))?
             }
         };
         Ok(Replay::Reset(self.state_at(at)?))

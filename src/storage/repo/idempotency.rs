@@ -1,12 +1,11 @@
-//! Diffs between two versions of a file; idempotency keys: their lookup in recent history, and the record of a keyed write that changed nothing.
+//! Idempotency keys: their lookup in the last commits of `main` and of the no-op records, and the durable record of a keyed write that changed nothing.
 use super::{git_err, signature, to_id, to_oid, TenantRepo, MAIN};
-use crate::domain::{CommitId, Identity, ObjectId, PlanFile};
+use crate::domain::{CommitId, Identity, ObjectId};
 use crate::storage::disk;
 use crate::storage::durable::SyncGroup;
 use crate::storage::recent_keys::{key_hash, Line, RecentKeys, Scan, Seen};
-use crate::storage::versions::{FileDiff, IdempotencyRecord, IdempotentHit, IDEMPOTENCY_COMMITS};
-use crate::storage::StorageError;
-use git2::{DiffOptions, ErrorCode, ObjectType, Oid, Patch};
+use crate::storage::{IdempotencyRecord, IdempotentHit, StorageError, IDEMPOTENCY_COMMITS};
+use git2::{ErrorCode, ObjectType, Oid};
 use std::collections::VecDeque;
 
 pub(in crate::storage) const KEY_TRAILER: &str = "Idempotency-Key: ";
@@ -16,44 +15,7 @@ const REPLAYS_TRAILER: &str = "Replays: ";
 /// The records of idempotent writes that changed nothing, one commit each.
 pub(in crate::storage) const NO_OPS: &str = "refs/planfiles/no-ops";
 
-impl TenantRepo<'_> {
-    /// See [`crate::storage::Storage::diff`].
-    pub(in crate::storage) fn diff(
-        &self,
-        file: PlanFile,
-        from: CommitId,
-        to: Option<CommitId>,
-    ) -> Result<FileDiff, StorageError> {
-        let path = file.path();
-        let err = |op| git_err(self.tenant, op, path);
-        let to = match to {
-            Some(to) => to,
-            None => CommitId(to_id(
-                self.repo.refname_to_id(MAIN).map_err(err("resolve main"))?,
-            )),
-        };
-        let from = self.read_at(file, from)?;
-        let to = self.read_at(file, to)?;
-        let text = if from.blob == to.blob {
-            String::new()
-        } else {
-            let mut opts = DiffOptions::new();
-            opts.context_lines(3);
-            let name = std::path::Path::new(path);
-            let mut patch = Patch::from_buffers(
-                &from.bytes,
-                Some(name),
-                &to.bytes,
-                Some(name),
-                Some(&mut opts),
-            )
-            .map_err(err("diff"))?;
-            let buf = patch.to_buf().map_err(err("print diff"))?;
-            String::from_utf8_lossy(&buf).into_owned()
-        };
-        Ok(FileDiff { from, to, text })
-    }
-
+impl TenantRepo {
     /// An earlier write with `key`: on `main`'s first-parent line (a write that made a
     /// commit), else among the records of writes that changed nothing. Each line is looked
     /// at for its last [`IDEMPOTENCY_COMMITS`] commits, whatever their dates; only the
@@ -75,7 +37,7 @@ impl TenantRepo<'_> {
         key: &str,
         recent: &RecentKeys,
     ) -> Result<Option<IdempotentHit>, StorageError> {
-        let err = |op| git_err(self.tenant, op, "");
+        let err = |op| git_err(&self.tenant, op, "");
         let reference = match line {
             Line::Main => MAIN,
             Line::NoOps => NO_OPS,
@@ -85,7 +47,7 @@ impl TenantRepo<'_> {
             Err(e) if e.code() == ErrorCode::NotFound && line == Line::NoOps => return Ok(None),
             Err(e) => return Err(err("resolve a ref")(e)),
         };
-        let mut prior = recent.take(self.tenant, line);
+        let mut prior = recent.take(&self.tenant, line);
         let mut fresh = VecDeque::new();
         let mut joined = None;
         let mut at = head;
@@ -135,7 +97,7 @@ impl TenantRepo<'_> {
             }
         }
         recent.put(
-            self.tenant,
+            &self.tenant,
             line,
             Scan {
                 head: to_id(head),
@@ -156,7 +118,7 @@ impl TenantRepo<'_> {
         committer: &Identity,
         sync: Option<&SyncGroup>,
     ) -> Result<(), StorageError> {
-        let err = |op| git_err(self.tenant, op, "");
+        let err = |op| git_err(&self.tenant, op, "");
         let previous = match self.repo.refname_to_id(NO_OPS) {
             Ok(id) => Some(
                 self.repo

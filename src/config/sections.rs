@@ -1,0 +1,325 @@
+//! The sections of `config.toml` (`[server]`, `[storage]`, `[auth]`, `[commit]`, `[log]`, `[metrics]`, `[events]`): each setting, its default and what it means.
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// `[events]`: the change stream (`GET /plans/events`) and long-polls (`Prefer: wait`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventsConfig {
+    /// Seconds between `: keep-alive` comments on an idle stream.
+    pub heartbeat_secs: u64,
+    /// Streams and held long-polls open at once in the process; more get 503 `busy`.
+    pub max_streams: usize,
+    /// Streams and held long-polls of one tenant at once; more get 503 `busy`.
+    pub max_streams_per_tenant: usize,
+    /// The longest `Prefer: wait` honoured, in seconds.
+    pub max_wait_secs: u64,
+    /// With `storage.watch_refs` off: how often (ms) each watched tenant's ref is read.
+    pub poll_interval_ms: u64,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self {
+            heartbeat_secs: 15,
+            max_streams: 10_000,
+            max_streams_per_tenant: 1_000,
+            max_wait_secs: 60,
+            poll_interval_ms: 500,
+        }
+    }
+}
+
+impl EventsConfig {
+    /// The settings that must be positive, by name.
+    pub(super) fn positive_settings(&self) -> [(&'static str, u64); 5] {
+        [
+            ("heartbeat_secs", self.heartbeat_secs),
+            ("max_streams", self.max_streams as u64),
+            ("max_streams_per_tenant", self.max_streams_per_tenant as u64),
+            ("max_wait_secs", self.max_wait_secs),
+            ("poll_interval_ms", self.poll_interval_ms),
+        ]
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// When true, `/metrics` needs a token with the permission `planfiles.metrics.read`.
+    pub require_token: bool,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Address to listen on, `host:port`.
+    pub bind: String,
+    /// Largest request body in bytes; larger bodies get 413.
+    pub body_limit: usize,
+    /// HTTP worker threads; 0 means one per CPU.
+    pub workers: usize,
+    /// Seconds a client has to send its request headers.
+    pub client_request_timeout_secs: u64,
+    /// Seconds in-flight requests get to finish on shutdown.
+    pub shutdown_timeout_secs: u64,
+    /// Seconds a client has to send a whole body once it has its turn.
+    pub body_timeout_secs: u64,
+    /// Bytes of request bodies (by Content-Length; body_limit when chunked) read and
+    /// processed at once; more wait their turn.
+    pub bodies_in_flight_bytes: usize,
+    /// Seconds a request waits for a turn (its tenant's writer, the body budget, a clone
+    /// slot) before it is answered 503 `busy` with `Retry-After`.
+    pub queue_timeout_secs: u64,
+    /// Bytes of request bodies one tenant may have in flight (at least body_limit).
+    pub bodies_per_tenant_bytes: usize,
+    /// After a grace of 5 s, a body must keep arriving at this many bytes per second on
+    /// average, or it is cut off with 408 (slow-body defence, like Apache's MinRate).
+    pub body_min_bytes_per_sec: u64,
+    /// Writes of one tenant queued or running at most; more are answered 503 `busy`.
+    pub write_queue_depth: usize,
+    /// Seconds a clone or fetch may go without the client accepting a byte; then its
+    /// `git upload-pack` is stopped and its turn given to the next.
+    pub clone_stall_secs: u64,
+    /// Seconds any answer may go without the client accepting a byte; then the connection
+    /// is closed (TCP_USER_TIMEOUT), so a client that stops reading holds no socket buffers.
+    pub send_stall_secs: u64,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// Where tenant repositories live: `<data_dir>/tenants/<tenant_id>.git`.
+    pub data_dir: PathBuf,
+    /// Copy the demo tenants from this directory into an empty data dir on start; `""` (or
+    /// `None`) turns seeding off.
+    pub seed_from: Option<PathBuf>,
+    /// How writes reach the disk: `auto` (group commit where `syncfs` is known to flush,
+    /// fsync elsewhere), `group` (shared `syncfs`) or `fsync` (libgit2's fsyncs).
+    pub durability: crate::storage::DurabilitySetting,
+    /// The operator knows that `syncfs` flushes this volume although planfiles does not
+    /// recognise it as one that does (virtiofs reports the FUSE type): `auto` then means
+    /// group commit, and `group` starts.
+    pub trust_syncfs: bool,
+    /// Repack a tenant once it holds about this many loose objects; 0 turns upkeep off.
+    pub repack_loose_objects: usize,
+    /// Learn through inotify that a tenant's `main` has not moved, so cached GETs need no
+    /// disk read. `auto`: on unless the data dir is on a network, cluster or FUSE volume,
+    /// whose other hosts' changes inotify does not see.
+    pub watch_refs: WatchRefs,
+}
+
+/// `storage.watch_refs`: `"auto"`, or `true`/`false`, which are always honoured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WatchRefs {
+    /// On, unless the data dir's volume is shared with other hosts.
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl<'de> Deserialize<'de> for WatchRefs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = WatchRefs;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("true, false or \"auto\"")
+            }
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<WatchRefs, E> {
+                Ok(if on { WatchRefs::On } else { WatchRefs::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<WatchRefs, E> {
+                match text {
+                    "auto" => Ok(WatchRefs::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(text), &self)),
+                }
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+pub enum Algorithm {
+    HS256,
+    RS256,
+    ES256,
+}
+
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// The one algorithm tokens may use.
+    pub algorithm: Algorithm,
+    /// HS256 shared secret (also used by `planfiles token`).
+    pub secret: String,
+    /// PEM public key file for RS256 or ES256.
+    pub public_key_file: Option<PathBuf>,
+    /// When set, tokens must carry this `iss`.
+    pub issuer: Option<String>,
+    /// When set, tokens must carry this `aud`.
+    pub audience: Option<String>,
+    /// Clock skew allowed on `exp`, `nbf` and `iat`, in seconds.
+    pub leeway_secs: u64,
+}
+
+impl std::fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("algorithm", &self.algorithm)
+            .field("secret", &"<redacted>")
+            .field("public_key_file", &self.public_key_file)
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .field("leeway_secs", &self.leeway_secs)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CommitConfig {
+    /// Committer name on every commit the service makes.
+    pub committer_name: String,
+    /// Committer email on every commit the service makes.
+    pub committer_email: String,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogConfig {
+    /// A tracing filter such as `info` or `planfiles=debug,actix_web=info`.
+    pub filter: String,
+    /// `text` or `json`.
+    pub format: String,
+}
+
+/// The secret that ships in `config.toml` and the README: anyone can sign tokens with it.
+pub const DEMO_SECRET: &str = "planfiles-demo-secret-change-me";
+/// The shortest HS256 secret `serve` accepts on an address other hosts can reach.
+pub const MIN_SERVING_SECRET_LEN: usize = 32;
+
+impl AuthConfig {
+    /// Why the HS256 secret must not be used on an address other hosts can reach, if it must
+    /// not: the demo value, or fewer than [`MIN_SERVING_SECRET_LEN`] bytes. RS256 and ES256
+    /// use no secret.
+    pub fn weak_secret(&self) -> Option<&'static str> {
+        if self.algorithm != Algorithm::HS256 {
+            None
+        } else if self.secret == DEMO_SECRET {
+            Some("the demo HS256 secret")
+        } else if self.secret.len() < MIN_SERVING_SECRET_LEN {
+            Some("an HS256 secret shorter than 32 bytes")
+        } else {
+            None
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The settings that must be positive, by name: every timeout, rate, depth and size.
+    pub(super) fn positive_settings(&self) -> [(&'static str, u64); 9] {
+        [
+            ("body_limit", self.body_limit as u64),
+            (
+                "client_request_timeout_secs",
+                self.client_request_timeout_secs,
+            ),
+            ("shutdown_timeout_secs", self.shutdown_timeout_secs),
+            ("body_timeout_secs", self.body_timeout_secs),
+            ("queue_timeout_secs", self.queue_timeout_secs),
+            ("body_min_bytes_per_sec", self.body_min_bytes_per_sec),
+            ("write_queue_depth", self.write_queue_depth as u64),
+            ("clone_stall_secs", self.clone_stall_secs),
+            ("send_stall_secs", self.send_stall_secs),
+        ]
+    }
+
+    /// Whether `bind` names a loopback address (127.0.0.0/8, `::1`, `localhost`), which only
+    /// this host can reach. Any other host, name or form counts as reachable.
+    pub fn binds_loopback(&self) -> bool {
+        let Some((host, _port)) = self.bind.rsplit_once(':') else {
+            return false;
+        };
+        let host = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(host);
+        if host.eq_ignore_ascii_case("localhost") {
+            return true;
+        }
+        match host.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V4(ip)) => ip.is_loopback(),
+            Ok(std::net::IpAddr::V6(ip)) => {
+                ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+            }
+            Err(_) => false,
+        }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1:8080".into(),
+            body_limit: 1024 * 1024,
+            workers: 0,
+            client_request_timeout_secs: 5,
+            shutdown_timeout_secs: 30,
+            bodies_in_flight_bytes: 16 * 1024 * 1024,
+            body_timeout_secs: 30,
+            queue_timeout_secs: 10,
+            bodies_per_tenant_bytes: 4 * 1024 * 1024,
+            body_min_bytes_per_sec: 8 * 1024,
+            write_queue_depth: 16,
+            clone_stall_secs: 30,
+            send_stall_secs: 30,
+        }
+    }
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: "data".into(),
+            seed_from: Some("repos-fixture".into()),
+            repack_loose_objects: 2000,
+            durability: Default::default(),
+            trust_syncfs: false,
+            watch_refs: WatchRefs::Auto,
+        }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            algorithm: Algorithm::HS256,
+            secret: DEMO_SECRET.into(),
+            public_key_file: None,
+            issuer: None,
+            audience: None,
+            leeway_secs: 30,
+        }
+    }
+}
+
+impl Default for CommitConfig {
+    fn default() -> Self {
+        Self {
+            committer_name: "planfiles".into(),
+            committer_email: "planfiles@localhost".into(),
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            filter: "info".into(),
+            format: "text".into(),
+        }
+    }
+}

@@ -1,0 +1,130 @@
+//! `POST /plans/<file>/restore`: a file written back as it was in a commit of `main`'s history, under its PUT's preconditions.
+use super::body;
+use super::common::{blocking, Reply};
+use super::problem::{ApiError, Problem};
+use super::schema::{
+    ConfigurationFile, IntegrationFile, RestoreFile, WriteHeaders, WriteProblems, WriteQuery,
+};
+use super::write::{file_sha, preconditions, NewDoc, Part, Planned, Shape};
+use super::AppState;
+use crate::auth::Principal;
+use crate::domain::{ContentError, PlanFile};
+use actix_web::{web, HttpRequest};
+
+/// `POST /plans/integration-file/restore`.
+#[utoipa::path(
+    post,
+    path = "/plans/integration-file/restore",
+    tag = "versions",
+    description = "Write the file back as it was in a commit of main's history (bytes exactly), as a new commit with the trailer Restored-From. Preconditions as the file's PUT.",
+    request_body(content = RestoreFile, content_type = "application/json"),
+    params(
+        ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
+        WriteQuery,
+        WriteHeaders,
+    ),
+    responses(
+        (status = 200, description = "Restored (or unchanged): the PUT's answer", body = IntegrationFile, headers(("ETag" = String, description = "The new blob id, quoted"), ("Idempotent-Replayed" = String, description = "true on a replay"))),
+        (status = 404, description = "tenant_not_found, or unknown_ref: commit is not main or an ancestor", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks jit.integrations.write", body = Problem, content_type = "application/problem+json"),
+        WriteProblems,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn restore_integration(
+    state: web::Data<AppState>,
+    who: Principal,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Reply {
+    state
+        .restore(who, req, payload, PlanFile::Integration)
+        .await
+}
+
+/// `POST /plans/configuration-file/restore`.
+#[utoipa::path(
+    post,
+    path = "/plans/configuration-file/restore",
+    tag = "versions",
+    description = "Write the file back as it was in a commit of main's history (bytes exactly), as a new commit with the trailer Restored-From. Preconditions as the file's PUT.",
+    request_body(content = RestoreFile, content_type = "application/json"),
+    params(
+        ("If-Match" = Option<String>, Header, description = "The quoted blob id from the last read; 412 when it differs"),
+        WriteQuery,
+        WriteHeaders,
+    ),
+    responses(
+        (status = 200, description = "Restored (or unchanged): the PUT's answer", body = ConfigurationFile, headers(("ETag" = String, description = "The new blob id, quoted"), ("Idempotent-Replayed" = String, description = "true on a replay"))),
+        (status = 404, description = "tenant_not_found, or unknown_ref: commit is not main or an ancestor", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The token lacks jit.preferences.write", body = Problem, content_type = "application/problem+json"),
+        (status = 428, description = "precondition_required: no file_sha and no If-Match", body = Problem, content_type = "application/problem+json"),
+        WriteProblems,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn restore_configuration(
+    state: web::Data<AppState>,
+    who: Principal,
+    req: HttpRequest,
+    payload: web::Payload,
+) -> Reply {
+    state
+        .restore(who, req, payload, PlanFile::Configuration)
+        .await
+}
+
+impl AppState {
+    /// A restore: the file's bytes as of `commit`, under the preconditions of its PUT.
+    async fn restore(
+        &self,
+        who: Principal,
+        req: HttpRequest,
+        payload: web::Payload,
+        file: PlanFile,
+    ) -> Reply {
+        let intake = self.intake(&who, &req, payload, file).await?;
+        let source_hosting = intake.tenant.source_hosting;
+        let ((commit, subject, sha), meta) = intake
+            .parse(move |bytes| {
+                let body = body::parse_put_body(bytes)?;
+                let sha = file_sha(file, &body, source_hosting)?;
+                Ok((body.commit()?, body.message()?, sha))
+            })
+            .await?;
+        // Whether `commit` is in main's history is a walk of it: a render turn of the
+        // tenant's.
+        let render = self.render_turn(who.tenant()).await?;
+        let (storage, owned) = (self.storage.clone(), who.tenant().clone());
+        let bytes = blocking(
+            move || {
+                let _turn = render;
+                Ok(storage.read_at(&owned, file, commit)?.bytes)
+            },
+            file,
+        )
+        .await?;
+        let doc = NewDoc::from_stored(file, &bytes).map_err(|errors| {
+            ApiError::InvalidContent(ContentError::new(
+                "/commit",
+                format!(
+                    "the file in that commit is not valid, so it is not restored: {}",
+                    errors.join("; ")
+                ),
+            ))
+        })?;
+        // Preconditions come last (contract order): an unknown commit is 404 before a 428.
+        let preconditions = preconditions(file, sha, body::if_match(&req))?;
+        let planned = Planned {
+            parts: vec![Part {
+                doc,
+                json: false,
+                preconditions,
+            }],
+            subject,
+            restored_from: Some(commit),
+        };
+        self.run_write(&who, &req, planned, meta, Shape::Single)
+            .await
+    }
+}

@@ -1,0 +1,263 @@
+//! `Application`: the one way the service is built from a `Config`, for `serve`, the tests and the benches alike: storage on the data dir (durability chosen from its volume), seeding, the app state and its limits, the listener, the actix server.
+use crate::auth::{AuthSetupError, Verifier};
+use crate::config::{Config, WatchRefs};
+use crate::domain::Identity;
+use crate::events::Events;
+use crate::http::{self, AppState, ServerOptions};
+use crate::storage::{
+    self, Durability, GroupRefused, Storage, StorageError, VolumeKind, WriteHook,
+};
+use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
+
+/// Why the service could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// `durability = "group"` on a volume where `syncfs` is not known to flush.
+    #[error(transparent)]
+    Durability(#[from] GroupRefused),
+    #[error(transparent)]
+    Auth(#[from] AuthSetupError),
+    /// An address other hosts can reach, with a secret anyone may know.
+    #[error(
+        "refusing to serve on {bind} with {reason}: anyone who knows it can sign tokens for \
+         every tenant. Set PLANFILES_JWT_SECRET (or auth.secret) to a random secret of at \
+         least 32 bytes, or bind to a loopback address"
+    )]
+    WeakSecret { bind: String, reason: &'static str },
+    #[error("cannot listen on {bind}: {source}")]
+    Bind {
+        bind: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The service, built and bound, not running yet.
+pub struct Application {
+    state: AppState,
+    listener: TcpListener,
+    options: ServerOptions,
+}
+
+impl Application {
+    /// Builds what `config` describes: checks the secret against the bind address, opens
+    /// the storage (durability from the volume, logged), seeds an empty data dir, makes the
+    /// app state (its limits, the stream limits fitted under the descriptor limit) and binds
+    /// the listener.
+    pub fn build(config: &Config) -> Result<Self, StartupError> {
+        Self::build_with(config, None)
+    }
+
+    /// [`Application::build`] with a write hook (tests only; see [`WriteHook`]).
+    #[doc(hidden)]
+    pub fn build_with(config: &Config, hook: Option<WriteHook>) -> Result<Self, StartupError> {
+        check_secret(config)?;
+        crate::auth::self_test()?;
+        let (storage, volume, durability) = open_storage(config)?;
+        let filesystem = volume.map_or_else(|| "unknown".into(), |v| v.name());
+        tracing::info!(
+            %filesystem,
+            durability = durability.name(),
+            setting = ?config.storage.durability,
+            "{}",
+            match durability {
+                Durability::Group => "group commit: writers share syncfs calls, which reach the disk on this volume",
+                Durability::Fsync => "per-file fsync: every object, ref and folder a write makes is fsynced",
+            }
+        );
+        let watch = watch_refs(
+            config.storage.watch_refs,
+            storage::volume(storage.tenants_dir()).map(|v| v.kind()),
+        );
+        let storage = storage
+            .watch_refs(watch)
+            .head_lookup_threads(config.server.workers)
+            .clone_limits(
+                storage::CLONE_TURNS,
+                Duration::from_secs(config.server.clone_stall_secs),
+                Duration::from_secs(config.server.queue_timeout_secs),
+            );
+        let storage = match hook {
+            Some(hook) => storage.write_hook(hook),
+            None => storage,
+        };
+        seed(config, &storage)?;
+        let state = AppState::new(
+            storage,
+            Verifier::from_config(&config.auth)?,
+            crate::metrics::Metrics::new(),
+            &http::Limits::from_config(&config.server),
+            config.storage.repack_loose_objects,
+        )
+        .metrics_require_token(config.metrics.require_token)
+        .events_config(events_limits(&config.events));
+        let listener =
+            TcpListener::bind(&config.server.bind).map_err(|source| StartupError::Bind {
+                bind: config.server.bind.clone(),
+                source,
+            })?;
+        let options = ServerOptions {
+            workers: config.server.workers,
+            client_request_timeout: Duration::from_secs(config.server.client_request_timeout_secs),
+            shutdown_timeout: Duration::from_secs(config.server.shutdown_timeout_secs),
+            send_stall: Duration::from_secs(config.server.send_stall_secs),
+        };
+        Ok(Self {
+            state,
+            listener,
+            options,
+        })
+    }
+
+    /// Where it listens (with port 0 in the config, the port the system chose).
+    pub fn addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// The change feed, stream limits and shutdown signal (ended first on shutdown).
+    pub fn events(&self) -> Events {
+        self.state.events.clone()
+    }
+
+    /// The actix server; call from inside an actix system, then await it.
+    pub fn run(self) -> std::io::Result<actix_web::dev::Server> {
+        http::serve(self.state, self.listener, &self.options)
+    }
+}
+
+/// Storage over the data dir, its volume, and the durability mode chosen for that volume
+/// (`storage.durability`, `storage.trust_syncfs`).
+pub fn open_storage(
+    config: &Config,
+) -> Result<(Storage, Option<storage::Volume>, Durability), StartupError> {
+    let committer = Identity::new(
+        &config.commit.committer_name,
+        &config.commit.committer_email,
+        "localhost",
+    );
+    let volume = storage::volume_at_or_above(&config.storage.data_dir).ok();
+    let durability = Durability::choose(
+        config.storage.durability,
+        config.storage.trust_syncfs,
+        volume.as_ref(),
+    )?;
+    let storage = Storage::open(&config.storage.data_dir, committer, durability)?;
+    Ok((storage, volume, durability))
+}
+
+/// Seeds an empty data dir from `storage.seed_from`, when it is set and exists.
+fn seed(config: &Config, storage: &Storage) -> Result<(), StorageError> {
+    let Some(fixture) = &config.storage.seed_from else {
+        return Ok(());
+    };
+    if !fixture.is_dir() {
+        tracing::warn!(from = %fixture.display(), "seed directory not found; not seeding");
+        return Ok(());
+    }
+    let n = storage::seed_if_empty(fixture, storage.tenants_dir())?;
+    if n > 0 {
+        tracing::info!(tenants = n, from = %fixture.display(), "seeded an empty data dir");
+    }
+    Ok(())
+}
+
+/// A weak HS256 secret is refused on an address other hosts can reach, and warned about on
+/// loopback.
+fn check_secret(config: &Config) -> Result<(), StartupError> {
+    let Some(reason) = config.auth.weak_secret() else {
+        return Ok(());
+    };
+    if !config.server.binds_loopback() {
+        return Err(StartupError::WeakSecret {
+            bind: config.server.bind.clone(),
+            reason,
+        });
+    }
+    tracing::warn!(
+        bind = %config.server.bind,
+        "serving with {reason}, on loopback only; set PLANFILES_JWT_SECRET to a random secret of at least 32 bytes before binding to another address"
+    );
+    Ok(())
+}
+
+/// Whether to watch refs with inotify, from `storage.watch_refs` and the kind of volume the
+/// tenants are on. `auto` turns the watch off, with one log line, on a volume that other
+/// hosts change (inotify would miss their commits); `true` and `false` are honoured as they
+/// are, with a warning when `true` is set on such a volume.
+fn watch_refs(setting: WatchRefs, volume: std::io::Result<VolumeKind>) -> bool {
+    match (setting, volume) {
+        (WatchRefs::Off, _) => false,
+        (WatchRefs::On, Ok(VolumeKind::Shared(fs))) => {
+            tracing::warn!(filesystem = fs, "storage.watch_refs = true on a network or FUSE volume: commits made on other hosts are not seen by inotify, and cached GETs may answer an old version");
+            true
+        }
+        (WatchRefs::On, _) | (WatchRefs::Auto, Ok(VolumeKind::Local)) => true,
+        (WatchRefs::Auto, Ok(VolumeKind::Shared(fs))) => {
+            tracing::info!(filesystem = fs, "the data dir is on a network or FUSE volume, where inotify misses other hosts' commits: watch_refs off, every GET reads the ref file (set storage.watch_refs = true to override)");
+            false
+        }
+        (WatchRefs::Auto, Err(e)) => {
+            tracing::warn!(error = %e, "cannot tell the data dir's volume type: watch_refs off, every GET reads the ref file (set storage.watch_refs = true to override)");
+            false
+        }
+    }
+}
+
+/// The stream limits of `[events]`, fitted under the descriptor limit (raised to the hard
+/// one first), with one log line of the limits in force.
+fn events_limits(config: &crate::config::EventsConfig) -> crate::config::EventsConfig {
+    let limit = match crate::descriptors::raise_limit() {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the descriptor limit; stream limits as configured");
+            return config.clone();
+        }
+    };
+    let fitted = crate::descriptors::fit(config, limit.now);
+    tracing::info!(
+        descriptors = limit.now,
+        raised_from = limit.was,
+        reserve = crate::descriptors::reserve(limit.now),
+        max_streams = fitted.max_streams,
+        max_streams_per_tenant = fitted.max_streams_per_tenant,
+        "descriptor limit and the stream limits that fit under it"
+    );
+    if fitted.max_streams < config.max_streams
+        || fitted.max_streams_per_tenant < config.max_streams_per_tenant
+    {
+        tracing::warn!(
+            configured = config.max_streams,
+            configured_per_tenant = config.max_streams_per_tenant,
+            "the stream limits were lowered to fit the descriptor limit; raise the hard limit (LimitNOFILE=) for more"
+        );
+    }
+    fitted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watch_refs_auto_follows_the_volume_and_explicit_settings_win() {
+        let local = || Ok(VolumeKind::Local);
+        let nfs = || Ok(VolumeKind::Shared("nfs"));
+        let unknown = || Err(std::io::Error::other("statfs failed"));
+        for (setting, volume, on) in [
+            (WatchRefs::Auto, local(), true),
+            (WatchRefs::Auto, nfs(), false),
+            (WatchRefs::Auto, unknown(), false),
+            (WatchRefs::On, local(), true),
+            (WatchRefs::On, nfs(), true),
+            (WatchRefs::On, unknown(), true),
+            (WatchRefs::Off, local(), false),
+            (WatchRefs::Off, nfs(), false),
+        ] {
+            let label = format!("{setting:?} {volume:?}");
+            assert_eq!(watch_refs(setting, volume), on, "{label}");
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The change feed's thread: it follows the refs of the tenants with waiters (inotify, or polling) and publishes each move of `main`, read once for all of a tenant's waiters.
+use super::{Request, Shared, Subscription, Update, FEED_REPLAY_COMMITS};
+use crate::domain::TenantId;
+use crate::storage::repo;
+use crate::storage::watch::{concerns_main, watched_folders, MASK};
+use crate::storage::{Storage, StorageError};
+use foldhash::fast::RandomState;
+use inotify::{EventMask, Inotify, WatchDescriptor};
+use std::collections::{HashMap, HashSet};
+use std::io::ErrorKind;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{mpsc, Arc, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Starts the feed's thread.
+pub(super) fn spawn(
+    shared: Weak<Shared>,
+    storage: Storage,
+    queue: mpsc::Receiver<Request>,
+    bell: Arc<OwnedFd>,
+    inotify: Option<Inotify>,
+    poll_interval: Duration,
+) -> std::io::Result<()> {
+    let mut thread = Thread {
+        shared,
+        storage,
+        queue,
+        bell,
+        poll_all: inotify.is_none(),
+        inotify,
+        watches: HashMap::default(),
+        by_tenant: HashMap::default(),
+        polled: HashSet::default(),
+        poll_interval,
+        buffer: vec![0; 16 * 1024],
+    };
+    std::thread::Builder::new()
+        .name("planfiles-feed".into())
+        .spawn(move || thread.run())?;
+    Ok(())
+}
+
+/// Runs `work`; a panic in it is logged, and `None` returned.
+fn guarded<T>(what: &str, work: impl FnOnce() -> T) -> Option<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+        Ok(out) => Some(out),
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(what, panic = %message, "the change feed's thread caught a panic; it goes on");
+            None
+        }
+    }
+}
+
+/// Marks the feed stopped when its thread ends, however it ends, and drops every tenant's
+/// channel, so that every waiter learns it.
+struct StopGuard(Weak<Shared>);
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.upgrade() {
+            shared
+                .running
+                .store(false, std::sync::atomic::Ordering::Release);
+            let channels = std::mem::take(&mut *shared.tenants());
+            drop(channels);
+        }
+    }
+}
+
+/// The feed's thread and everything only it touches.
+struct Thread {
+    shared: Weak<Shared>,
+    storage: Storage,
+    queue: mpsc::Receiver<Request>,
+    bell: Arc<OwnedFd>,
+    inotify: Option<Inotify>,
+    /// Which tenants each watch belongs to, and whether it is the repository folder.
+    watches: HashMap<WatchDescriptor, Vec<(TenantId, bool)>, RandomState>,
+    by_tenant: HashMap<TenantId, Vec<WatchDescriptor>, RandomState>,
+    /// Tenants whose ref is read every poll interval (no complete inotify watch).
+    polled: HashSet<TenantId, RandomState>,
+    poll_all: bool,
+    poll_interval: Duration,
+    buffer: Vec<u8>,
+}
+
+impl Thread {
+    /// The feed's loop. A panic in the work for one request or tenant is logged and that
+    /// work skipped, so one bad repository cannot stop every tenant's events; should the
+    /// loop itself end, every subscription ends with it and [`ChangeFeed::is_running`] says
+    /// so (the next waiter starts a new feed).
+    fn run(&mut self) {
+        let _stop = StopGuard(self.shared.clone());
+        let mut next_poll = Instant::now() + self.poll_interval;
+        loop {
+            let timeout = if self.polled.is_empty() {
+                -1
+            } else {
+                let left = next_poll.saturating_duration_since(Instant::now());
+                i32::try_from(left.as_millis()).unwrap_or(i32::MAX)
+            };
+            self.wait(timeout);
+            let Some(shared) = self.shared.upgrade() else {
+                return;
+            };
+            self.clear_bell();
+            while let Ok(request) = self.queue.try_recv() {
+                #[cfg(test)]
+                if matches!(request, Request::Exit) {
+                    return;
+                }
+                guarded("a request", || match request {
+                    Request::Watch(tenant, reply) => {
+                        let answer = self.watch(&shared, &tenant).map(|rx| Subscription {
+                            shared: shared.clone(),
+                            tenant,
+                            rx: Some(rx),
+                        });
+                        // A waiter that left: its subscription is dropped here, and goes.
+                        drop(reply.send(answer));
+                    }
+                    Request::Unwatch(tenant) => self.unwatch(&shared, &tenant),
+                    #[cfg(test)]
+                    Request::Panic => panic!("a fault on the feed's thread"),
+                    #[cfg(test)]
+                    Request::Exit => {}
+                });
+            }
+            let mut dirty = guarded("reading inotify events", || self.drain_events(&shared))
+                .unwrap_or_default();
+            if !self.polled.is_empty() && Instant::now() >= next_poll {
+                dirty.extend(self.polled.iter().cloned());
+                next_poll = Instant::now() + self.poll_interval;
+            }
+            for tenant in dirty {
+                guarded("refreshing a tenant", || self.refresh(&shared, &tenant));
+            }
+        }
+    }
+
+    /// Sleeps until the bell rings, an inotify event comes, or `timeout` ms pass (-1: none).
+    fn wait(&self, timeout: i32) {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.bell.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.inotify.as_ref().map_or(-1, |i| i.as_raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: `fds` is a live array of two pollfd (a negative fd is ignored by poll).
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+    }
+
+    fn clear_bell(&self) {
+        let mut count: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live u64 from a non-blocking eventfd.
+        unsafe { libc::read(self.bell.as_raw_fd(), (&raw mut count).cast(), 8) };
+    }
+
+    fn watch(
+        &mut self,
+        shared: &Shared,
+        tenant: &TenantId,
+    ) -> Result<watch::Receiver<Arc<Update>>, StorageError> {
+        if let Some(tx) = shared.tenants().get(tenant) {
+            return Ok(tx.subscribe());
+        }
+        let path = self.storage.repo_path(tenant);
+        if !path.is_dir() {
+            return Err(StorageError::TenantNotFound(tenant.clone()));
+        }
+        // Watches first, then the head: a change after a watch is in place is queued, one
+        // before it shows in the head.
+        let mut complete = !self.poll_all;
+        if let Some(inotify) = &self.inotify {
+            let mut watches = inotify.watches();
+            for (folder, is_repo) in watched_folders(&path) {
+                match watches.add(&folder, MASK) {
+                    Ok(wd) => {
+                        let owners = self.watches.entry(wd.clone()).or_default();
+                        if !owners.iter().any(|(t, _)| t == tenant) {
+                            owners.push((tenant.clone(), is_repo));
+                        }
+                        self.by_tenant.entry(tenant.clone()).or_default().push(wd);
+                    }
+                    Err(e) => {
+                        tracing::warn!(%tenant, error = %e, "cannot watch a tenant's refs for the change feed: polling them");
+                        complete = false;
+                    }
+                }
+            }
+        }
+        if !complete {
+            self.polled.insert(tenant.clone());
+        }
+        let head = match self.storage.head_state(tenant) {
+            Ok(head) => head,
+            Err(e) => {
+                self.forget(tenant);
+                return Err(e);
+            }
+        };
+        let (tx, rx) = watch::channel(Arc::new(Update {
+            head,
+            since: None,
+            replay: None,
+        }));
+        shared.tenants().insert(tenant.clone(), tx);
+        Ok(rx)
+    }
+
+    fn unwatch(&mut self, shared: &Shared, tenant: &TenantId) {
+        // A waiter that came after the last one left keeps the watch.
+        if !shared.tenants().contains_key(tenant) {
+            self.forget(tenant);
+        }
+    }
+
+    fn forget(&mut self, tenant: &TenantId) {
+        self.polled.remove(tenant);
+        for wd in self.by_tenant.remove(tenant).unwrap_or_default() {
+            let Some(owners) = self.watches.get_mut(&wd) else {
+                continue;
+            };
+            owners.retain(|(t, _)| t != tenant);
+            if owners.is_empty() {
+                self.watches.remove(&wd);
+                if let Some(inotify) = &self.inotify {
+                    let _ = inotify.watches().remove(wd);
+                }
+            }
+        }
+    }
+
+    /// The tenants whose refs the queued inotify events concern.
+    fn drain_events(&mut self, shared: &Shared) -> HashSet<TenantId, RandomState> {
+        let mut dirty = HashSet::default();
+        let Some(inotify) = &mut self.inotify else {
+            return dirty;
+        };
+        loop {
+            let events = match inotify.read_events(&mut self.buffer) {
+                Ok(events) => events,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the change feed's inotify events");
+                    dirty.extend(shared.tenants().keys().cloned());
+                    break;
+                }
+            };
+            let mut any = false;
+            let mut gone = Vec::new();
+            for event in events {
+                any = true;
+                if event.mask.contains(EventMask::Q_OVERFLOW) {
+                    dirty.extend(shared.tenants().keys().cloned());
+                    continue;
+                }
+                let Some(owners) = self.watches.get(&event.wd) else {
+                    continue;
+                };
+                let ignored = event.mask.contains(EventMask::IGNORED);
+                for (tenant, is_repo) in owners {
+                    if concerns_main(*is_repo, event.name) || ignored {
+                        dirty.insert(tenant.clone());
+                    }
+                }
+                if ignored {
+                    gone.push(event.wd.clone());
+                }
+            }
+            // A folder that went away (a repository moved or deleted): its tenants are polled.
+            for wd in gone {
+                for (tenant, _) in self.watches.remove(&wd).unwrap_or_default() {
+                    self.polled.insert(tenant);
+                }
+            }
+            if !any {
+                break;
+            }
+        }
+        dirty
+    }
+
+    /// Reads `tenant`'s head; when it moved, publishes the new head and what changed.
+    fn refresh(&self, shared: &Shared, tenant: &TenantId) {
+        let Some(tx) = shared.tenants().get(tenant).cloned() else {
+            return;
+        };
+        let last = tx.borrow().head.commit;
+        // The ref file alone first: most events (a lock file made, a write refused) leave
+        // `main` where it was.
+        if repo::file_head(&self.storage.repo_path(tenant)) == Some(last) {
+            return;
+        }
+        let head = match self.storage.head_state(tenant) {
+            Ok(head) => head,
+            Err(e) => {
+                tracing::warn!(%tenant, error = %e, "the change feed cannot read a tenant's head");
+                return;
+            }
+        };
+        if head.commit == last {
+            return;
+        }
+        let replay = match self
+            .storage
+            .replay(tenant, last, head.commit, FEED_REPLAY_COMMITS)
+        {
+            Ok(replay) => Some(Arc::new(replay)),
+            Err(e) => {
+                tracing::warn!(%tenant, error = %e, "the change feed cannot read what changed; each waiter reads it");
+                None
+            }
+        };
+        tx.send_replace(Arc::new(Update {
+            head,
+            since: Some(last),
+            replay,
+        }));
+    }
+}

@@ -1,0 +1,375 @@
+//! Storage's vocabulary: the requests it takes, the outcomes and records it answers, and its errors, in domain types only (no git type crosses this API). The git side is `repo/`.
+use crate::domain::yaml::{splice::Made, Mapping};
+use crate::domain::{
+    BlobId, CommitId, CommitMessage, Cursor, IdempotencyKey, Identity, ObjectId, PlanFile,
+    RequestId, TenantId,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// What a tenant is, as far as requests are concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantInfo {
+    pub id: TenantId,
+    pub source_hosting: bool,
+}
+
+/// One row of `tenant list`.
+#[derive(Debug, Clone)]
+pub struct TenantSummary {
+    pub id: TenantId,
+    pub source_hosting: bool,
+    pub head: Option<CommitId>,
+    pub last_change: Option<SystemTime>,
+}
+
+/// A file as it is at the head of `main`.
+#[derive(Debug, Clone)]
+pub struct FileSnapshot {
+    pub bytes: Vec<u8>,
+    pub blob: BlobId,
+    pub commit: CommitId,
+}
+
+/// One commit that changed a file, as the history lists it.
+#[derive(Debug, Clone)]
+pub struct HistoryEntry {
+    pub commit: CommitId,
+    /// The file's blob id after this commit.
+    pub blob: BlobId,
+    pub author_name: String,
+    pub author_email: String,
+    /// The author time.
+    pub time: SystemTime,
+    /// The whole commit message, trailers included.
+    pub message: String,
+    /// True when the commit carries the `Forced: true` trailer.
+    pub forced: bool,
+}
+
+/// A page of history, and where the next page starts.
+#[derive(Debug, Clone)]
+pub struct HistoryPage {
+    pub entries: Vec<HistoryEntry>,
+    pub next: Option<Cursor>,
+}
+
+/// What one repack did.
+#[derive(Debug, Clone)]
+pub struct RepackReport {
+    pub loose_before: usize,
+    pub packs_before: usize,
+    /// Objects written to the new pack.
+    pub objects_packed: usize,
+    pub loose_removed: usize,
+    pub packs_removed: usize,
+    /// `incremental` (loose objects only), `merge` (the smaller packs too) or `full`.
+    pub kind: &'static str,
+    pub duration: std::time::Duration,
+}
+
+/// What a read that already knows one version found.
+#[derive(Debug, Clone)]
+pub enum ReadOutcome {
+    /// `main` is still at the known commit.
+    Unchanged,
+    Changed(FileSnapshot),
+}
+
+/// What must hold of the current file for a write to go ahead.
+#[derive(Debug, Clone, Default)]
+pub struct Preconditions {
+    /// The `file_sha` of the request, if any.
+    pub file_sha: Option<ShaCheck>,
+    /// The `If-Match` header, if any.
+    pub if_match: Option<IfMatch>,
+    /// What [`Storage::ancestry`] found about a `BlobOrCommit` id before the write lock was
+    /// taken, so that the walk of a long history happens outside it.
+    pub ancestry: Option<Ancestry>,
+}
+
+/// Whether an object id named a commit of `main`'s history when `main` was at `head`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ancestry {
+    pub head: CommitId,
+    pub in_history: bool,
+}
+
+/// How a `file_sha` is checked.
+#[derive(Debug, Clone, Copy)]
+pub enum ShaCheck {
+    /// Must equal the current blob id.
+    Blob(ObjectId),
+    /// Must equal the current blob id, or name a commit reachable from `main` (a forced write).
+    BlobOrCommit(ObjectId),
+}
+
+/// A parsed `If-Match` header.
+#[derive(Debug, Clone)]
+pub enum IfMatch {
+    /// `*`: any current file.
+    Any,
+    /// A list of entity tags; it matches when one of them is the current blob id.
+    Tags(Vec<String>),
+}
+
+/// A new version of one file, and what must hold of the current one.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub file: PlanFile,
+    /// The file's new bytes; with `content`, its whole emission, stored only when the file's
+    /// current text cannot be edited into the content.
+    pub bytes: Vec<u8>,
+    /// Content sent as JSON: the current text is edited into its text under the write lock
+    /// (unchanged nodes keep their bytes), checked to read back as exactly this content.
+    pub content: Option<Arc<Mapping>>,
+    pub preconditions: Preconditions,
+}
+
+/// What a write records so that a retry can be told from a new request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyRecord {
+    /// The `Idempotency-Key` header.
+    pub key: IdempotencyKey,
+    /// A fingerprint of the request (its target and its body bytes), keyed with the data
+    /// dir's secret ([`Storage::fingerprint`]).
+    pub fingerprint: String,
+}
+
+/// A write of one or both files as one commit: all its changes or none.
+#[derive(Debug, Clone)]
+pub struct CommitRequest {
+    /// One change per file, at least one, each file at most once.
+    pub changes: Vec<Change>,
+    /// The commit subject (one cleaned line); `Update <paths>` when absent.
+    pub subject: Option<CommitMessage>,
+    /// A restore: the commit the bytes come from (the `Restored-From` trailer).
+    pub restored_from: Option<CommitId>,
+    pub idempotency: Option<IdempotencyRecord>,
+    /// Check everything, write nothing (no object, no ref, no lock).
+    pub dry_run: bool,
+    pub author: Identity,
+    pub request_id: RequestId,
+}
+
+impl CommitRequest {
+    /// A commit of one file's bytes, stored as they are, with a new request id.
+    pub fn of(
+        file: PlanFile,
+        bytes: Vec<u8>,
+        preconditions: Preconditions,
+        author: Identity,
+    ) -> Self {
+        CommitRequest {
+            changes: vec![Change {
+                file,
+                bytes,
+                content: None,
+                preconditions,
+            }],
+            subject: None,
+            restored_from: None,
+            idempotency: None,
+            dry_run: false,
+            author,
+            request_id: RequestId::generate(),
+        }
+    }
+}
+
+/// What a commit (or a dry run of it) did to one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileOutcome {
+    pub file: PlanFile,
+    /// The file's blob id after the write.
+    pub blob: BlobId,
+    /// False when the bytes equalled the stored bytes.
+    pub changed: bool,
+    /// True when no blob-id precondition matched.
+    pub forced: bool,
+    /// On a dry run: the bytes stored now, for the patch a client is shown.
+    pub before: Option<Vec<u8>>,
+    /// The bytes the file holds after the write (or would, on a dry run).
+    pub bytes: Vec<u8>,
+    /// For content sent as JSON, how its text was made.
+    pub made: Option<Made>,
+}
+
+/// The result of a successful [`Storage::commit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// The new commit, or the head when nothing changed; `None` on a dry run.
+    pub commit: Option<CommitId>,
+    /// One per change, in the request's order.
+    pub files: Vec<FileOutcome>,
+}
+
+impl Committed {
+    /// The outcome of a commit made now; `None` for a replay.
+    pub fn written(self) -> Option<CommitOutcome> {
+        match self {
+            Committed::Written(outcome) => Some(outcome),
+            Committed::Replayed(_) => None,
+        }
+    }
+}
+
+impl CommitOutcome {
+    /// True when a commit was made.
+    pub fn changed(&self) -> bool {
+        self.files.iter().any(|f| f.changed)
+    }
+}
+
+/// An earlier write that recorded an idempotency key: the commit it answered with (its own,
+/// or for a write that changed nothing, the head it found).
+#[derive(Debug, Clone)]
+pub struct IdempotentHit {
+    pub commit: CommitId,
+    /// The fingerprint recorded with the key.
+    pub fingerprint: String,
+}
+
+/// How far back a key is looked for: the last [`IDEMPOTENCY_COMMITS`] commits of `main`'s
+/// first-parent line, and the last as many records of writes that changed nothing. Counted
+/// in commits: a commit's date is never trusted to stop the look-back.
+pub const IDEMPOTENCY_COMMITS: usize = 1000;
+
+/// A file in two commits, and the unified diff between them.
+#[derive(Debug, Clone)]
+pub struct FileDiff {
+    pub from: FileSnapshot,
+    pub to: FileSnapshot,
+    /// As `git diff from to -- <file>` prints it; empty when the bytes are equal.
+    pub text: String,
+}
+
+/// While held, a write with this idempotency key is in flight; others, in any process, are
+/// told so. Released on drop, or by the OS when the process dies.
+pub struct InFlight(#[allow(dead_code)] pub(super) super::inflight::Marker);
+
+/// What [`Storage::commit`] did.
+#[derive(Debug)]
+pub enum Committed {
+    /// Committed now (or nothing changed, or a dry run).
+    Written(CommitOutcome),
+    /// An earlier commit recorded the same key and request: nothing was written.
+    Replayed(IdempotentHit),
+}
+
+/// `main`'s commit and the blob ids of both files in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadState {
+    pub commit: CommitId,
+    pub integration: BlobId,
+    pub configuration: BlobId,
+}
+
+impl HeadState {
+    pub fn blob(&self, file: PlanFile) -> BlobId {
+        match file {
+            PlanFile::Integration => self.integration,
+            PlanFile::Configuration => self.configuration,
+        }
+    }
+}
+
+/// One file changed by one commit: its history entry, and the commit's `Request-Id` trailer.
+#[derive(Debug, Clone)]
+pub struct FileChange {
+    pub file: PlanFile,
+    pub entry: HistoryEntry,
+    pub request_id: Option<RequestId>,
+}
+
+/// What happened on `main` after a resume point.
+#[derive(Debug, Clone)]
+pub enum Replay {
+    /// The changes of the commits after the resume point up to `through`, oldest first (a
+    /// commit that changed both files gives two, integration first).
+    Changes {
+        changes: Vec<FileChange>,
+        through: CommitId,
+    },
+    /// The resume point is not on `main`'s first-parent line (any more): start again here.
+    Reset(HeadState),
+}
+
+/// How a stream catches up from a resume point to a head: the commits to stop at, oldest
+/// first (the resume point, then one every step, then the head), each pair read as one
+/// [`Replay`] without walking the line again; or a reset, when the resume point is unknown
+/// or not on the head's first-parent line.
+#[derive(Debug, Clone)]
+pub enum ReplayPlan {
+    Steps(Vec<CommitId>),
+    Reset(HeadState),
+}
+
+/// What can go wrong in storage, with the tenant, file and operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("tenant {0} does not exist")]
+    TenantNotFound(TenantId),
+    #[error("tenant {0} already exists")]
+    TenantExists(TenantId),
+    #[error(
+        "tenant {tenant}: tenant {existing} exists, and ids that differ only in letter case \
+         would share one repository on a case-insensitive volume"
+    )]
+    TenantCaseClash { tenant: TenantId, existing: String },
+    #[error("tenant {tenant}: commit {commit} is not in the history of main")]
+    UnknownRef { tenant: TenantId, commit: CommitId },
+    #[error("tenant {tenant}: {} has changed; its current blob is {current}", file.path())]
+    ShaMismatch {
+        tenant: TenantId,
+        file: PlanFile,
+        current: BlobId,
+    },
+    #[error("tenant {tenant}: If-Match does not match {}; its current blob is {current}", file.path())]
+    PreconditionFailed {
+        tenant: TenantId,
+        file: PlanFile,
+        current: BlobId,
+    },
+    #[error("tenant {tenant}: commit {commit} recorded this idempotency key for another request")]
+    KeyReused { tenant: TenantId, commit: CommitId },
+    #[error("tenant {tenant}: {file}: main kept moving; gave up after {attempts} attempts")]
+    Contended {
+        tenant: TenantId,
+        file: &'static str,
+        attempts: u32,
+    },
+    #[error("tenant {tenant}: no space left on the device while writing {file}")]
+    StorageFull {
+        tenant: TenantId,
+        file: &'static str,
+    },
+    #[error("tenant {tenant}: {op}: {message}")]
+    Git {
+        tenant: TenantId,
+        op: &'static str,
+        message: String,
+        code: i32,
+        class: u32,
+    },
+    #[error("tenant {tenant}: git upload-pack failed: {message}")]
+    UploadPack { tenant: TenantId, message: String },
+    #[error("{op} ({}): {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl StorageError {
+    pub(crate) fn io(op: &'static str, path: &Path, source: std::io::Error) -> Self {
+        StorageError::Io {
+            op,
+            path: path.to_owned(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! What makes a commit durable and its writer alone: the syncs of its objects and ref (group commit or fsync), putting `main` back when the last sync fails, the tenant's write lock and stale `main.lock`s, and what a failed write is told.
+use super::{lock_file_until, remove_if_stale, TenantRepo, MAIN, WRITE_LOCK_FILE};
+use crate::storage::disk::sync_dir;
+use crate::storage::durable::{SyncGroup, SyncMark};
+use crate::storage::StorageError;
+use git2::{ErrorCode, Oid};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+impl TenantRepo {
+    /// In group-commit mode, waits for a shared `syncfs` of the volume.
+    pub(super) fn group_sync(
+        &self,
+        sync: Option<&SyncGroup>,
+        file: &'static str,
+    ) -> Result<(), StorageError> {
+        match sync {
+            Some(group) => group
+                .sync()
+                .map_err(|e| self.io_err("sync the data volume", &self.path, e, file)),
+            None => Ok(()),
+        }
+    }
+
+    /// In group-commit mode, waits for a shared `syncfs` that covers everything written since
+    /// `mark` (taken from the same group before writing).
+    pub(super) fn group_sync_since(
+        &self,
+        sync: Option<&SyncGroup>,
+        mark: Option<SyncMark>,
+        file: &'static str,
+    ) -> Result<(), StorageError> {
+        match (sync, mark) {
+            (Some(group), Some(mark)) => group
+                .sync_from(mark)
+                .map_err(|e| self.io_err("sync the data volume", &self.path, e, file)),
+            _ => self.group_sync(sync, file),
+        }
+    }
+
+    /// In fsync mode, syncs the loose files of `objects` (see [`TenantRepo::commit_changes`]),
+    /// their fan-out folders and `objects/`: libgit2 fsyncs each object it writes, but an
+    /// object that is there already (written by plain git, or by a `group` instance before its
+    /// `syncfs`) it only touches, and it does not sync `objects/` when it creates a fan-out
+    /// folder.
+    pub(super) fn sync_objects(
+        &self,
+        objects: &[Oid],
+        file: &'static str,
+    ) -> Result<(), StorageError> {
+        let mut fanouts: Vec<PathBuf> = Vec::new();
+        for oid in objects {
+            let object = self.loose_path(*oid);
+            match File::open(&object).and_then(|f| f.sync_all()) {
+                Ok(()) => {}
+                // Packed (packs are synced when written), or not an object (a gitlink).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(self.io_err("sync an object", &object, e, file)),
+            }
+            if let Some(fanout) = object.parent().filter(|f| !fanouts.iter().any(|k| k == f)) {
+                fanouts.push(fanout.to_owned());
+            }
+        }
+        for fanout in &fanouts {
+            sync_dir(fanout)?;
+        }
+        sync_dir(&self.path.join("objects"))
+    }
+
+    /// Puts `main` back from `commit` to `head` after the sync that was to make `commit`
+    /// durable failed, and syncs that. Only if `main` is still at `commit`: when it moved
+    /// again meanwhile (plain git), the new head builds on `commit`, which then stays.
+    pub(super) fn undo_unsynced(
+        &self,
+        head: Oid,
+        commit: Oid,
+        sync: Option<&SyncGroup>,
+        file: &'static str,
+        cause: &StorageError,
+    ) {
+        let tenant = self.tenant.as_str();
+        let undo_mark = sync.map(SyncGroup::mark);
+        let undone = self.repo.reference_matching(
+            MAIN,
+            head,
+            true,
+            commit,
+            &format!("planfiles: undo an update of {file} that was not synced"),
+        );
+        match undone {
+            Ok(_) => match self.group_sync_since(sync, undo_mark, file) {
+                Ok(()) => {
+                    tracing::warn!(
+                        tenant, file, %commit, %head, error = %cause,
+                        "main put back after its update could not be synced"
+                    );
+                }
+                Err(e) => {
+                    tracing::error!(
+                        tenant, file, %commit, %head, error = %cause, undo_error = %e,
+                        "main put back after its update could not be synced, but the undo \
+                         could not be synced either: after a crash main may be at either"
+                    );
+                }
+            },
+            Err(e) if e.code() == ErrorCode::Modified => {
+                tracing::error!(
+                    tenant, file, %commit, error = %cause,
+                    "main could not be put back after its update could not be synced: it moved \
+                     again meanwhile, so the unsynced commit stays in its history"
+                );
+            }
+            Err(e) => {
+                tracing::error!(
+                    tenant, file, %commit, %head, error = %cause, undo_error = e.message(),
+                    "main could not be put back after its update could not be synced: it \
+                     stays at the unsynced commit"
+                );
+            }
+        }
+    }
+
+    /// Takes the tenant's write lock (an OS file lock on a sidecar file), waiting until
+    /// `deadline` at most.
+    pub(super) fn lock_for_write(
+        &self,
+        deadline: Instant,
+        file: &'static str,
+    ) -> Result<File, StorageError> {
+        let lock_path = self.path.join(WRITE_LOCK_FILE);
+        lock_file_until(&lock_path, deadline)
+            .map_err(|e| self.io_err("take the write lock", &lock_path, e, file))?
+            .map_err(|attempts| StorageError::Contended {
+                tenant: self.tenant.clone(),
+                file,
+                attempts,
+            })
+    }
+
+    /// Removes `refs/heads/main.lock` when it is older than [`STALE_REF_LOCK`]. Called only
+    /// while holding the write lock, so no live planfiles writer owns it.
+    pub(super) fn remove_stale_ref_lock(&self) {
+        if let Some(age) = remove_if_stale(&self.path.join("refs/heads/main.lock")) {
+            tracing::warn!(tenant = %self.tenant, age_ms = age.as_millis() as u64, "removed a stale refs/heads/main.lock");
+        }
+    }
+
+    /// libgit2 does not always keep the errno of a failed write (a full disk reads as "no
+    /// error"), so a failed write probes the volume: if a small file cannot be written and
+    /// synced there, the disk is full.
+    pub(super) fn explain_write_failure(
+        &self,
+        e: StorageError,
+        file: &'static str,
+    ) -> StorageError {
+        if !matches!(e, StorageError::Git { .. }) {
+            return e;
+        }
+        let probe = tempfile::tempfile_in(&self.path).and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(&[0u8; 64 * 1024])?;
+            f.sync_all()
+        });
+        match probe {
+            Err(p) if p.kind() == std::io::ErrorKind::StorageFull => StorageError::StorageFull {
+                tenant: self.tenant.clone(),
+                file,
+            },
+            _ => e,
+        }
+    }
+
+    pub(super) fn io_err(
+        &self,
+        op: &'static str,
+        path: &Path,
+        e: std::io::Error,
+        file: &'static str,
+    ) -> StorageError {
+        if e.kind() == std::io::ErrorKind::StorageFull {
+            return StorageError::StorageFull {
+                tenant: self.tenant.clone(),
+                file,
+            };
+        }
+        StorageError::io(op, path, e)
+    }
+}
