@@ -24,6 +24,8 @@ pub struct Metrics {
     pub long_polls: IntGauge,
     /// Per-file events written to streams, by file.
     pub events_sent: IntCounterVec,
+    /// Writes of one tenant committed together, per batch.
+    pub write_batches: Histogram,
 }
 
 impl Metrics {
@@ -111,8 +113,17 @@ impl Metrics {
             &["file"],
         )
         .expect("valid metric");
+        let write_batches = Histogram::with_opts(
+            HistogramOpts::new(
+                "write_batch_writes",
+                "Writes of one tenant committed together (checked and synced as one batch)",
+            )
+            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
+        )
+        .expect("valid metric");
         for c in [
             Box::new(event_streams.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(write_batches.clone()),
             Box::new(long_polls.clone()),
             Box::new(events_sent.clone()),
             Box::new(http_requests.clone()),
@@ -160,6 +171,7 @@ impl Metrics {
             event_streams,
             long_polls,
             events_sent,
+            write_batches,
         }
     }
 

@@ -1,19 +1,27 @@
-//! `Writers`: each tenant's writes take turns in a bounded queue that waits as a future, not on a thread.
+//! `Writers`: each tenant's writes wait in a bounded queue, as futures, and are committed in batches by one blocking task per tenant at a time.
 //!
-//! A write first joins its tenant's queue: when the queue is full it is refused at once, and
-//! when its turn does not come within the wait it is refused then (both 503 `busy`). Only the
-//! write whose turn it is occupies a blocking thread, so a hot tenant holds at most one of
-//! them, whatever number of writers it has, and no shared budget while it waits. Writers of
-//! one tenant in other processes still take turns on the repository's file lock (storage).
-//!
-//! This is also where a tenant's writes can later share work: the writer whose turn it is
-//! could keep the repository open and commit the writes queued behind it together.
+//! A write joins its tenant's queue: when the queue is full it is refused at once, and when
+//! it is still queued after the wait it is refused then (both 503 `busy`). The first write
+//! of an idle tenant starts its runner, a blocking task that takes everything queued (up to
+//! [`MAX_BATCH`]) and commits it as one batch: each write its own commit, checked against
+//! the head the ones before it made, all made durable by one sync of their objects, one
+//! move of `main` and one sync of the ref; then the next batch, until the queue is empty. So
+//! a hot tenant holds one blocking thread, whatever number of writers it has, and its
+//! writes share the syncs instead of waiting for each other's. Writers of the tenant in
+//! other processes take turns on the repository's file lock (storage).
 use crate::domain::TenantId;
-use crate::gates::Gates;
+use crate::gates::{Gates, Lease};
 pub use crate::storage::Committed;
-use crate::storage::{CommitRequest, ShaCheck, Storage, StorageError};
+use crate::storage::{CommitRequest, InFlight, ShaCheck, Storage, StorageError};
 use crate::upkeep::Upkeep;
+use foldhash::fast::RandomState;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// The most writes one batch commits.
+pub const MAX_BATCH: usize = 64;
 
 /// Why a write did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -35,27 +43,55 @@ pub enum WriteError {
 pub struct Writers {
     storage: Storage,
     upkeep: Upkeep,
-    /// One turn per tenant.
-    turns: Gates,
+    /// Counts each tenant's writes in flight (queued or running): the queue's depth.
+    users: Gates,
+    /// Each tenant's queued writes, and whether its runner is running. Only tenants with
+    /// writes in flight are here (ids of verified tokens of existing tenants).
+    queues: Arc<Mutex<HashMap<TenantId, Queue, RandomState>>>,
     /// Writes of one tenant queued or running at most.
     depth: usize,
-    /// How long a write waits for its turn.
+    /// How long a write waits in its queue.
     wait: Duration,
     /// Turns to walk a history for a commit-hash `file_sha` before the write's turn: each a
     /// blocking thread for as long as the history is, so bounded in all and per tenant.
     walks: crate::gates::Turns,
+    /// Writes per batch.
+    batches: prometheus::Histogram,
 }
 
 /// History walks of writes at once, in all and for one tenant.
 const WALKS: usize = 8;
 const WALKS_PER_TENANT: usize = 2;
 
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<Pending>,
+    running: bool,
+}
+
+/// A queued write, and what it holds until it is done: its place in the count, its key's
+/// marker.
+struct Pending {
+    id: u64,
+    req: CommitRequest,
+    reply: oneshot::Sender<Result<Committed, StorageError>>,
+    _held: (Lease, Option<InFlight>),
+}
+
 impl Writers {
-    pub fn new(storage: Storage, upkeep: Upkeep, depth: usize, wait: Duration) -> Self {
+    pub fn new(
+        storage: Storage,
+        upkeep: Upkeep,
+        batches: prometheus::Histogram,
+        depth: usize,
+        wait: Duration,
+    ) -> Self {
         Self {
             storage,
             upkeep,
-            turns: Gates::new(1),
+            batches,
+            users: Gates::new(1),
+            queues: Arc::default(),
             depth: depth.max(1),
             wait,
             walks: crate::gates::Turns::new(WALKS, WALKS_PER_TENANT, wait),
@@ -63,21 +99,21 @@ impl Writers {
     }
 
     /// True when `tenant`'s queue is full now, so that a write can be refused before its
-    /// body is read and parsed (load shedding); [`Writers::write`] checks again.
+    /// body is read and parsed (load shedding); [`Writers::commit`] checks again.
     pub fn queue_full(&self, tenant: &TenantId) -> bool {
-        self.turns.users(tenant) >= self.depth
+        self.users.users(tenant) >= self.depth
     }
 
-    /// Commits one or both files once it is this tenant's turn (a dry run too: it checks
+    /// Commits one or both files in the tenant's next batch (a dry run too: it checks
     /// against the same head a real write would see). With an idempotency key, a request
     /// while another with that key is in flight is refused (409); storage looks for an
-    /// earlier commit with the key in the write's own task, on the repository it commits to.
+    /// earlier commit with the key in the batch, on the repository it commits to.
     pub async fn commit(
         &self,
         tenant: &TenantId,
         mut req: CommitRequest,
     ) -> Result<Committed, WriteError> {
-        let lease = self.turns.lease(tenant);
+        let lease = self.users.lease(tenant);
         if lease.users > self.depth {
             return Err(WriteError::QueueFull {
                 tenant: tenant.clone(),
@@ -110,8 +146,8 @@ impl Writers {
                 tenant: tenant.clone(),
             })?;
         }
-        // A commit hash as file_sha: the history walk happens here, before the turn and the
-        // write lock; under them only the commits added since are looked at.
+        // A commit hash as file_sha: the history walk happens here, before the queue and
+        // the write lock; under them only the commits added since are looked at.
         for change in &mut req.changes {
             if let (Some(ShaCheck::BlobOrCommit(id)), None) =
                 (change.preconditions.file_sha, change.preconditions.ancestry)
@@ -134,31 +170,107 @@ impl Writers {
                 change.preconditions.ancestry = Some(found);
             }
         }
-        let turn = tokio::time::timeout(self.wait, lease.semaphore().clone().acquire_owned())
-            .await
-            .map_err(|_| WriteError::TimedOut {
-                tenant: tenant.clone(),
-                waited: self.wait,
-            })?
-            .expect("the semaphore is never closed");
-        let (storage, upkeep, owned) = (self.storage.clone(), self.upkeep.clone(), tenant.clone());
-        let dry_run = req.dry_run;
-        // The turn (and the key's marker) move into the blocking task: they end when the write
-        // does, even when the client goes away meanwhile.
-        let (committed, due) = tokio::task::spawn_blocking(move || {
-            let _turn = (turn, lease, marker);
-            let committed = storage.commit(&owned, req)?;
-            // A dry run wrote nothing, so it never starts a repack.
-            let due = !dry_run
-                && matches!(&committed, Committed::Written(o) if o.changed())
-                && upkeep.due(&owned);
-            Ok::<_, StorageError>((committed, due))
-        })
-        .await
-        .map_err(task_err)??;
-        if due {
-            self.upkeep.spawn(tenant.clone());
+        let (reply, answer) = oneshot::channel();
+        let id = rand::random();
+        let start = {
+            let mut queues = self.queues.lock().expect("not poisoned");
+            let queue = queues.entry(tenant.clone()).or_default();
+            queue.pending.push_back(Pending {
+                id,
+                req,
+                reply,
+                _held: (lease, marker),
+            });
+            !std::mem::replace(&mut queue.running, true)
+        };
+        if start {
+            let (writers, owned) = (self.clone(), tenant.clone());
+            let runtime = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || writers.run(&owned, &runtime));
         }
-        Ok(committed)
+        tokio::pin!(answer);
+        match tokio::time::timeout(self.wait, &mut answer).await {
+            Ok(result) => result,
+            Err(_) => {
+                // Still queued: it leaves the queue, refused. Already in a batch: a write
+                // that runs is finished, and answered.
+                if self.unqueue(tenant, id) {
+                    return Err(WriteError::TimedOut {
+                        tenant: tenant.clone(),
+                        waited: self.wait,
+                    });
+                }
+                answer.await
+            }
+        }
+        .map_err(|_| WriteError::Task {
+            tenant: tenant.clone(),
+            message: "the tenant's writer ended without an answer".into(),
+        })?
+        .map_err(WriteError::Storage)
+    }
+
+    /// Takes the queued write `id` of `tenant` out; false when it is not queued any more.
+    fn unqueue(&self, tenant: &TenantId, id: u64) -> bool {
+        let mut queues = self.queues.lock().expect("not poisoned");
+        let Some(queue) = queues.get_mut(tenant) else {
+            return false;
+        };
+        let before = queue.pending.len();
+        queue.pending.retain(|p| p.id != id);
+        before != queue.pending.len()
+    }
+
+    /// The tenant's runner: batches of what is queued until nothing is; then it ends (the
+    /// next write starts another).
+    fn run(&self, tenant: &TenantId, runtime: &tokio::runtime::Handle) {
+        loop {
+            let mut batch: Vec<Pending> = {
+                let mut queues = self.queues.lock().expect("not poisoned");
+                let queue = queues.get_mut(tenant).expect("a running queue is kept");
+                if queue.pending.is_empty() {
+                    queues.remove(tenant);
+                    return;
+                }
+                let n = queue.pending.len().min(MAX_BATCH);
+                queue.pending.drain(..n).collect()
+            };
+            self.batches.observe(batch.len() as f64);
+            let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let reqs: Vec<&CommitRequest> = batch.iter().map(|p| &p.req).collect();
+                self.storage.commit_batch(tenant, &reqs)
+            }));
+            let Ok(results) = results else {
+                // A fault: this batch's writers are told (their answers are dropped: 500),
+                // and the queue goes on.
+                tracing::error!(%tenant, writes = batch.len(), "a batch of writes panicked");
+                continue;
+            };
+            let mut changed = false;
+            let mut again = Vec::new();
+            for (pending, result) in batch.drain(..).zip(results) {
+                match result {
+                    Some(result) => {
+                        changed |= !pending.req.dry_run
+                            && matches!(&result, Ok(Committed::Written(o)) if o.changed());
+                        let _ = pending.reply.send(result);
+                    }
+                    None => again.push(pending),
+                }
+            }
+            if !again.is_empty() {
+                // Not tried: at the front of the queue, in their order, for the next batch.
+                let mut queues = self.queues.lock().expect("not poisoned");
+                let queue = queues.get_mut(tenant).expect("a running queue is kept");
+                for pending in again.into_iter().rev() {
+                    queue.pending.push_front(pending);
+                }
+            }
+            // A dry run wrote nothing, so it never starts a repack.
+            if changed && self.upkeep.due(tenant) {
+                let (upkeep, owned) = (self.upkeep.clone(), tenant.clone());
+                runtime.spawn(async move { upkeep.spawn(owned) });
+            }
+        }
     }
 }

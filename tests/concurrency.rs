@@ -234,3 +234,60 @@ async fn a_write_rebases_when_plain_git_moves_main_under_it() {
     assert_eq!(files, vec!["integrations.yml"; writes]);
     app.fsck("acme");
 }
+
+/// A repository kept open between writes still sees what others did to it: `git gc` and
+/// `git repack -ad` run beside a stream of writes (packing the loose objects the writer's
+/// open repository knew, and deleting them) never make a write fail, and every write lands
+/// on `main` in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_beside_git_gc_and_repack_all_land() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let repo = app.repo("acme");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gc = {
+        let (repo, stop) = (repo.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut runs = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let args: &[&str] = if runs % 2 == 0 {
+                    // Not `--prune=now`: that deletes the objects of a write in flight (not yet
+                    // reachable), beside planfiles as beside git itself.
+                    &["gc", "--quiet"]
+                } else {
+                    &["repack", "-a", "-d", "-q"]
+                };
+                let out = std::process::Command::new("git")
+                    .arg("--git-dir")
+                    .arg(&repo)
+                    .args(args)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "git {args:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                runs += 1;
+            }
+            runs
+        })
+    };
+    let mut last = None;
+    for i in 0..120 {
+        let res = app.put_integration(&t, &json!({"content": {"n": i}})).await;
+        assert_eq!(res.status(), 200, "write {i}: {:?}", res.text().await);
+        let body: serde_json::Value = res.json().await.unwrap();
+        last = Some(body["commit_sha"].as_str().unwrap().to_owned());
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let runs = gc.join().unwrap();
+    assert!(
+        runs >= 2,
+        "gc and repack ran beside the writes ({runs} runs)"
+    );
+    assert_eq!(app.head("acme"), last.unwrap());
+    let got: serde_json::Value = app.get_integration(&t).await.json().await.unwrap();
+    assert_eq!(got["content"], json!({"n": 119}));
+    app.fsck("acme");
+}

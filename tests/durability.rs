@@ -54,17 +54,42 @@ async fn write_until_gone(addr: String, tenant: &'static str, writer: usize) -> 
     acknowledged
 }
 
+/// Commits on `main` of `tenant`.
+fn count_commits(dir: &Path, tenant: &str) -> usize {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(repo(dir, tenant))
+        .args(["rev-list", "--count", "main"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+/// The value of a metric line of `/metrics` (0 when absent).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_during_writes_loses_no_acknowledged_write() {
     let dir = data_dir_with_fixture();
     // Each round its own way of writing: group commit (the default), libgit2's fsyncs, and
-    // group commit with repacks every few writes, so that kills land in repacks too.
+    // group commit with repacks every few writes, so that kills land in repacks too; then
+    // 16 writers on one tenant, so that kills land in batches of its writes.
     let configs = [
         "",
         "[storage]\ndurability = \"fsync\"\n",
         "[storage]\nrepack_loose_objects = 16\n",
+        "",
     ];
     for (round, config) in configs.into_iter().enumerate() {
+        let batched = round == 3;
         let config_file = dir.path().join(format!("round-{round}.toml"));
         std::fs::write(&config_file, config).unwrap();
         let mut server = serve(
@@ -72,19 +97,55 @@ async fn kill_9_during_writes_loses_no_acknowledged_write() {
             &[("PLANFILES_CONFIG", config_file.to_str().unwrap())],
         );
         let mut writers = Vec::new();
-        for w in 0..4 {
-            let tenant = if w % 2 == 0 { "acme" } else { "globex" };
+        for w in 0..if batched { 16 } else { 4 } {
+            let tenant = if w % 2 == 0 || batched {
+                "acme"
+            } else {
+                "globex"
+            };
             writers.push((
                 tenant,
                 tokio::spawn(write_until_gone(server.addr.clone(), tenant, w)),
             ));
         }
-        tokio::time::sleep(Duration::from_millis(300 + 170 * round as u64)).await;
+        // Some writes in (a cold debug binary takes a while for its first), then a moment more.
+        let before = count_commits(dir.path(), "acme");
+        let started = Instant::now();
+        while count_commits(dir.path(), "acme") < before + 3 {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "no write landed"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100 + 170 * round as u64)).await;
         if config.contains("repack") {
             // Kill only once a repack has written a pack: the writes and repacks go on.
             let started = Instant::now();
             while packs(dir.path()) == 0 {
                 assert!(started.elapsed() < Duration::from_secs(20), "no repack ran");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        if batched {
+            // Batches of more than one write have been committed before the kill.
+            let started = Instant::now();
+            loop {
+                let metrics = reqwest::get(server.url("/metrics"))
+                    .await
+                    .unwrap()
+                    .text()
+                    .await
+                    .unwrap();
+                let single = metric(&metrics, "planfiles_write_batch_writes_bucket{le=\"1\"}");
+                let all = metric(&metrics, "planfiles_write_batch_writes_count");
+                if all > single {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(20),
+                    "no batch of several writes"
+                );
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }

@@ -5,6 +5,7 @@
 //!     cargo bench --bench http -- --quick # shorter runs, smaller histories
 //!     cargo bench --bench http -- --splice-only [--quick]  # JSON PUTs: edited vs emitted
 mod fixtures;
+mod floor;
 mod load;
 mod server;
 mod splice;
@@ -226,51 +227,86 @@ fn main() {
         }
     }
 
-    println!("\n## Durable PUT (storage.durability = group: shared syncfs)");
-    let serial_n = if quick { 100 } else { 300 };
-    let ours = rt.block_on(load::serial(&client, &put("t01"), serial_n));
-    println!("{}", ours.line("planfiles serial PUT, one tenant"));
+    println!("\n## Durable writes beside the file-system floor (group commit, same volume, interleaved rounds)");
+    println!("floor: the file work of one commit alone (3 loose objects, syncfs, ref, syncfs), planfiles' own group commit");
+    let floor = floor::Floor::new(&dir.path().join("floor"));
+    let serial_n = if quick { 60 } else { 150 };
+    let (mut ours_s, mut floor_s) = (Run::empty(), Run::empty());
+    for _ in 0..s.rounds {
+        floor_s.add(&floor.serial(serial_n));
+        ours_s.add(&rt.block_on(load::serial(&client, &put("t01"), serial_n)));
+    }
+    println!("{}", floor_s.line("floor serial commit, one repository"));
+    println!("{}", ours_s.line("planfiles serial PUT, one tenant"));
+    let serial_ratio = ours_s.ms(0.5) / floor_s.ms(0.5);
+    println!("ratio planfiles/floor, serial p50: {serial_ratio:.2}x");
+    targets.push((
+        "Serial durable PUT p50 <= 2x the floor's".into(),
+        format!(
+            "{serial_ratio:.2}x ({:.2} vs {:.2} ms)",
+            ours_s.ms(0.5),
+            floor_s.ms(0.5)
+        ),
+        serial_ratio <= 2.0,
+    ));
     let cli_repo = dir.path().join("cli.git");
     fixtures::history(&cli_repo, 1);
     let mut cli = fixtures::git_cli_commits(&cli_repo, if quick { 20 } else { 50 });
     cli.sort();
     let cli_p50 = cli[cli.len() / 2].as_secs_f64() * 1000.0;
     println!(
-        "git CLI plumbing commit (core.fsync=all), serial: p50 {cli_p50:.3} ms ({} commits)",
-        cli.len()
+        "git CLI plumbing commit (core.fsync=all), serial: p50 {cli_p50:.3} ms ({} commits); git CLI / planfiles {:.1}x",
+        cli.len(),
+        cli_p50 / ours_s.ms(0.5)
     );
-    let speedup = cli_p50 / ours.ms(0.5);
-    println!("ratio git CLI / planfiles (p50): {speedup:.1}x");
-    targets.push((
-        "Serial durable PUT p50 <= 1.5 ms".into(),
-        format!("{:.2} ms", ours.ms(0.5)),
-        ours.ms(0.5) <= 1.5,
-    ));
-    targets.push((
-        "Serial commit >= 10x faster than git CLI".into(),
-        format!("{speedup:.1}x"),
-        speedup >= 10.0,
-    ));
 
     let puts: Vec<Req> = (0..64).map(|i| put(&format!("t{i:02}"))).collect();
-    let before: usize = (0..64)
-        .map(|i| commits(&tenants.join(format!("t{i:02}.git"))))
-        .sum();
-    let run = rt.block_on(load::run(&client, &puts, 64, s.round * 2));
-    let after: usize = (0..64)
-        .map(|i| commits(&tenants.join(format!("t{i:02}.git"))))
-        .sum();
-    let per_sec = (after - before) as f64 / run.elapsed.as_secs_f64();
-    println!("{}", run.line("planfiles PUT c=64 over 64 tenants"));
+    let all_commits = || -> usize {
+        (0..64)
+            .map(|i| commits(&tenants.join(format!("t{i:02}.git"))))
+            .sum()
+    };
+    let (mut ours_c, mut floor_c) = (Run::empty(), Run::empty());
+    let mut counted = 0;
+    for _ in 0..s.rounds {
+        floor_c.add(&floor.concurrent(64, 64, s.round));
+        let before = all_commits();
+        let run = rt.block_on(load::run(&client, &puts, 64, s.round));
+        counted += all_commits() - before;
+        ours_c.add(&run);
+    }
+    let ours_rate = counted as f64 / ours_c.elapsed.as_secs_f64();
+    println!("{}", floor_c.line("floor c=64 over 64 repositories"));
+    println!("{}", ours_c.line("planfiles PUT c=64 over 64 tenants"));
+    println!("planfiles commits counted in the repositories: {counted} = {ours_rate:.0} commits/s");
+    let c64_ratio = ours_rate / floor_c.rps();
+    println!("ratio planfiles/floor, c=64 over 64 tenants: {c64_ratio:.2}x");
+    targets.push((
+        "Durable commits/s, c=64 over 64 tenants >= 0.6x the floor's".into(),
+        format!("{c64_ratio:.2}x ({ours_rate:.0} vs {:.0}/s)", floor_c.rps()),
+        c64_ratio >= 0.6,
+    ));
+
+    let hot = dir.path().join("tenants/t02.git");
+    let (mut ours_h, mut floor_h) = (Run::empty(), Run::empty());
+    let mut hot_commits = 0;
+    for _ in 0..s.rounds {
+        floor_h.add(&floor.concurrent(64, 1, s.round));
+        let before = commits(&hot);
+        ours_h.add(&rt.block_on(load::run(&client, &[put("t02")], 64, s.round)));
+        hot_commits += commits(&hot) - before;
+    }
+    let hot_rate = hot_commits as f64 / ours_h.elapsed.as_secs_f64();
+    println!("{}", floor_h.line("floor 64 writers, one repository"));
+    println!("{}", ours_h.line("planfiles 64 writers, one tenant"));
     println!(
-        "commits counted in the repositories: {} in {:.1} s = {per_sec:.0} commits/s",
-        after - before,
-        run.elapsed.as_secs_f64()
+        "planfiles commits on the hot tenant: {hot_commits} = {hot_rate:.0} commits/s; serial rate {:.0}/s",
+        ours_s.rps()
     );
     targets.push((
-        "Durable PUT over 64 tenants >= 5000 commits/s".into(),
-        format!("{per_sec:.0}/s"),
-        per_sec >= 5000.0,
+        "64 writers on one tenant: commits/s >= the serial rate".into(),
+        format!("{hot_rate:.0} vs {:.0}/s", ours_s.rps()),
+        hot_rate >= ours_s.rps(),
     ));
 
     println!("\n## PUT of JSON content: the stored text edited vs emitted whole (storage, serial)");

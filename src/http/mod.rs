@@ -120,6 +120,7 @@ impl AppState {
             writers: crate::writer::Writers::new(
                 storage.clone(),
                 upkeep.clone(),
+                metrics.write_batches.clone(),
                 limits.write_queue_depth,
                 limits.queue_timeout,
             ),

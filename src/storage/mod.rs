@@ -5,6 +5,7 @@ mod durable;
 mod feed;
 mod inflight;
 mod model;
+mod open_repos;
 mod recent_keys;
 mod repo;
 mod seed;
@@ -12,6 +13,9 @@ mod upload_pack;
 mod volume;
 mod watch;
 
+/// Group commit over `syncfs`, for the benchmark's file-system floor.
+#[doc(hidden)]
+pub use durable::SyncGroup;
 pub use durable::{Durability, DurabilitySetting, GroupRefused};
 pub use feed::{ChangeFeed, Subscription, Update};
 pub use model::*;
@@ -47,6 +51,8 @@ pub struct Storage {
     write_hook: Option<WriteHook>,
     /// What idempotency lookups learnt of recent history, so the next reads only what is new.
     recent_keys: Arc<recent_keys::RecentKeys>,
+    /// Repositories kept open between writes.
+    open_repos: Arc<open_repos::OpenRepos>,
 }
 
 /// Called with the tenant and its repository's path by a write after its commit is made and
@@ -98,6 +104,7 @@ impl Storage {
             dir_key: Arc::new(dir_key::DirKey::load(data_dir)?),
             write_hook: None,
             recent_keys: Arc::default(),
+            open_repos: Arc::default(),
         })
     }
 
@@ -368,32 +375,52 @@ impl Storage {
 }
 
 impl Storage {
-    /// Commits one or both files if every change's preconditions hold (all or nothing).
-    ///
-    /// With an idempotency key, first looks for the key in recent history, on the same open
-    /// repository: a commit with the same fingerprint is replayed, one with another is
-    /// [`StorageError::KeyReused`]. A real write's caller holds the key's marker
-    /// ([`Storage::claim_in_flight`]) until this returns; a dry run's caller has looked that
-    /// nobody does ([`Storage::key_in_flight`]).
+    /// Commits one or both files if every change's preconditions hold (all or nothing): a
+    /// batch of one (see [`Storage::commit_batch`]).
     pub fn commit(&self, tenant: &TenantId, req: CommitRequest) -> Result<Committed, StorageError> {
-        let repo = repo::TenantRepo::open(tenant, &self.repo_path(tenant))?
-            .with_write_hook(self.write_hook.clone());
-        if let Some(record) = &req.idempotency {
-            match repo.find_idempotent(record.key.as_str(), &self.recent_keys)? {
-                Some(hit) if hit.fingerprint == record.fingerprint => {
-                    return Ok(Committed::Replayed(hit))
+        self.commit_batch(tenant, &[&req])
+            .pop()
+            .flatten()
+            .expect("a batch of one is tried")
+    }
+
+    /// A tenant's writes in order, each checked against the head the ones before it made and
+    /// each its own commit on `main`'s first-parent line, made durable together: one sync of
+    /// their objects, one compare-and-swap of `main` from the old head to the last commit,
+    /// one sync of the ref. A request whose preconditions fail (409, 412) or whose key was
+    /// recorded (a replay, 422) fails alone. With an idempotency key, the key is looked up in
+    /// recent history first; a real write's caller holds the key's marker
+    /// ([`Storage::claim_in_flight`]) until this returns, a dry run's caller has looked that
+    /// nobody does ([`Storage::key_in_flight`]). `None`: not tried (an earlier write of the
+    /// batch could not be written); try it again.
+    ///
+    /// The tenant's repository stays open for its next batch (see `open_repos.rs`).
+    pub fn commit_batch(
+        &self,
+        tenant: &TenantId,
+        reqs: &[&CommitRequest],
+    ) -> Vec<Option<Result<Committed, StorageError>>> {
+        let path = self.repo_path(tenant);
+        let repo = match self.open_repos.take(tenant, &path) {
+            Some(repo) => repo,
+            None => match repo::TenantRepo::open_to_keep(tenant, &path) {
+                Ok(repo) => repo.with_write_hook(self.write_hook.clone()),
+                Err(e) => {
+                    let mut out: Vec<_> =
+                        reqs.iter().skip(1).map(|_| Some(Err(e.again()))).collect();
+                    out.insert(0, Some(Err(e)));
+                    return out;
                 }
-                Some(hit) => {
-                    return Err(StorageError::KeyReused {
-                        tenant: tenant.clone(),
-                        commit: hit.commit,
-                    })
-                }
-                None => {}
-            }
-        }
-        repo.commit(&req, &self.committer, self.sync.as_deref())
-            .map(Committed::Written)
+            },
+        };
+        let results = repo.commit_batch(
+            reqs,
+            &self.committer,
+            self.sync.as_deref(),
+            &self.recent_keys,
+        );
+        self.open_repos.put(tenant, &path, repo);
+        results
     }
 
     /// `file` in `from` and `to` (both `main` or ancestors of it; `to` defaults to `main`) and
@@ -575,5 +602,138 @@ mod tests {
             write(5, &second.0, Some(before_reset)),
             Err(StorageError::ShaMismatch { .. })
         ));
+    }
+
+    /// A batch commits exactly what writing its requests one by one commits: the same trees
+    /// and messages in the same order on `main`'s first-parent line, the same answers (a
+    /// stale `file_sha` refused, a no-op, a dry run), each write its own commit.
+    #[test]
+    fn a_batch_commits_what_one_by_one_commits() {
+        use crate::domain::{BlobId, RequestId};
+        init_git();
+        let committer = Identity::new("planfiles", "p@localhost", "localhost");
+        let tenant = TenantId::parse("acme").unwrap();
+        let open = || {
+            let dir = tempfile::tempdir().unwrap();
+            let storage = Storage::open(dir.path(), committer.clone(), Durability::Fsync).unwrap();
+            storage.create_tenant(&tenant, false).unwrap();
+            (dir, storage)
+        };
+        let (_a, batched) = open();
+        let (_b, single) = open();
+        let initial = single.read(&tenant, PlanFile::Integration).unwrap().blob;
+        let initial_conf = single.read(&tenant, PlanFile::Configuration).unwrap().blob;
+        let req = |n: u32, file: PlanFile, text: &str, pre: Preconditions, dry_run: bool| {
+            let mut r = CommitRequest::of(file, text.as_bytes().to_vec(), pre, committer.clone());
+            r.request_id = RequestId::parse(&format!("req-{n}")).unwrap();
+            r.dry_run = dry_run;
+            r
+        };
+        let blob_of = |text: &str| {
+            BlobId(
+                ObjectId::parse(
+                    &git2::Oid::hash_object(git2::ObjectType::Blob, text.as_bytes())
+                        .unwrap()
+                        .to_string(),
+                )
+                .unwrap(),
+            )
+        };
+        let sha = |id: BlobId| Preconditions {
+            file_sha: Some(ShaCheck::Blob(id.0)),
+            ..Default::default()
+        };
+        let reqs = [
+            req(
+                1,
+                PlanFile::Integration,
+                "a: 1\n",
+                Preconditions::default(),
+                false,
+            ),
+            req(
+                2,
+                PlanFile::Configuration,
+                "folders: []\nx: 1\n",
+                sha(initial_conf),
+                false,
+            ),
+            // Stale: the first write changed the file.
+            req(3, PlanFile::Integration, "a: 3\n", sha(initial), false),
+            // The same bytes again: a no-op.
+            req(
+                4,
+                PlanFile::Integration,
+                "a: 1\n",
+                Preconditions::default(),
+                false,
+            ),
+            req(
+                5,
+                PlanFile::Integration,
+                "a: 5\n",
+                Preconditions::default(),
+                true,
+            ),
+            req(
+                6,
+                PlanFile::Configuration,
+                "folders: []\nx: 6\n",
+                sha(blob_of("folders: []\nx: 1\n")),
+                false,
+            ),
+        ];
+        let refs: Vec<&CommitRequest> = reqs.iter().collect();
+        let together = batched.commit_batch(&tenant, &refs);
+        let apart: Vec<_> = reqs
+            .iter()
+            .map(|r| single.commit(&tenant, r.clone()))
+            .collect();
+        let shape = |r: &Result<Committed, StorageError>| match r {
+            Ok(Committed::Written(o)) => format!(
+                "written changed={} dry={} files={:?}",
+                o.changed(),
+                o.commit.is_none(),
+                o.files
+                    .iter()
+                    .map(|f| (f.blob, f.changed))
+                    .collect::<Vec<_>>()
+            ),
+            Ok(Committed::Replayed(_)) => "replayed".into(),
+            Err(e) => format!(
+                "error {}",
+                e.to_string().split(';').next().unwrap_or_default()
+            ),
+        };
+        let together: Vec<String> = together
+            .iter()
+            .map(|r| shape(r.as_ref().expect("tried")))
+            .collect();
+        let apart: Vec<String> = apart.iter().map(shape).collect();
+        assert_eq!(together, apart);
+        assert!(together[2].starts_with("error"), "{}", together[2]);
+        let log = |storage: &Storage| {
+            let out = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(storage.repo_path(&tenant))
+                .args(["log", "--first-parent", "--format=%T %s%n%b", "main"])
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let log_together = log(&batched);
+        assert_eq!(log_together, log(&single));
+        assert_eq!(
+            log_together.matches("Request-Id:").count(),
+            3,
+            "{log_together}"
+        );
+        let fsck = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(batched.repo_path(&tenant))
+            .args(["fsck", "--strict"])
+            .status()
+            .unwrap();
+        assert!(fsck.success());
     }
 }

@@ -365,6 +365,37 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// The same failure again, for another request that met it (a batch's writes share a
+    /// lock and a sync): the same kind, status and message.
+    pub(crate) fn again(&self) -> StorageError {
+        match self {
+            StorageError::TenantNotFound(t) => StorageError::TenantNotFound(t.clone()),
+            StorageError::Contended {
+                tenant,
+                file,
+                attempts,
+            } => StorageError::Contended {
+                tenant: tenant.clone(),
+                file,
+                attempts: *attempts,
+            },
+            StorageError::StorageFull { tenant, file } => StorageError::StorageFull {
+                tenant: tenant.clone(),
+                file,
+            },
+            StorageError::Io { op, path, source } => StorageError::Io {
+                op,
+                path: path.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            other => StorageError::Io {
+                op: "write in a batch that failed",
+                path: PathBuf::new(),
+                source: std::io::Error::other(other.to_string()),
+            },
+        }
+    }
+
     pub(crate) fn io(op: &'static str, path: &Path, source: std::io::Error) -> Self {
         StorageError::Io {
             op,

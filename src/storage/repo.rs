@@ -15,6 +15,7 @@ mod durability;
 mod history;
 mod idempotency;
 mod objects;
+mod refs;
 mod repack;
 mod replay;
 mod source_hosting;
@@ -22,6 +23,7 @@ mod source_hosting;
 mod write_tests;
 
 pub(super) use create::create;
+pub(super) use refs::file_head;
 pub(super) use source_hosting::source_hosting_flag;
 
 const MAIN: &str = "refs/heads/main";
@@ -89,33 +91,6 @@ fn empty_blob_oid() -> Oid {
     Oid::hash_object(ObjectType::Blob, b"").expect("hashing in memory cannot fail")
 }
 
-/// The commit `main` is at, read from the ref files alone: the loose ref, or after `git gc` /
-/// `git pack-refs` its line in `packed-refs` (a loose ref wins, as in git). `None` when
-/// neither names it (callers fall back to libgit2).
-pub(super) fn file_head(repo: &Path) -> Option<CommitId> {
-    match std::fs::read(repo.join(MAIN)) {
-        Ok(text) => {
-            let hex = std::str::from_utf8(&text).ok()?.trim_end();
-            ObjectId::parse(hex).ok().map(CommitId)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            packed_head(&std::fs::read(repo.join("packed-refs")).ok()?)
-        }
-        Err(_) => None,
-    }
-}
-
-/// `main`'s commit in the text of a `packed-refs` file.
-fn packed_head(packed: &[u8]) -> Option<CommitId> {
-    let text = std::str::from_utf8(packed).ok()?;
-    text.lines()
-        .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
-        .find_map(|l| {
-            let (hex, name) = l.split_once(' ')?;
-            (name == MAIN).then(|| ObjectId::parse(hex).ok().map(CommitId))?
-        })
-}
-
 /// An open tenant repository.
 pub(super) struct TenantRepo {
     tenant: TenantId,
@@ -137,6 +112,17 @@ impl TenantRepo {
             repo,
             before_ref_update: None,
         })
+    }
+
+    /// [`TenantRepo::open`] for a repository kept open between writes: `objects/pack` is
+    /// made first when missing (a repository copied without its empty folders), since
+    /// libgit2 looks for new packs on a missing object only in a pack folder that was there
+    /// when it opened the repository.
+    pub(super) fn open_to_keep(tenant: &TenantId, path: &Path) -> Result<Self, StorageError> {
+        if path.is_dir() {
+            disk::create_dir_all_synced(&path.join("objects/pack"))?;
+        }
+        Self::open(tenant, path)
     }
 
     pub(super) fn with_write_hook(mut self, hook: Option<super::WriteHook>) -> Self {
@@ -265,10 +251,6 @@ impl TenantRepo {
         let hex = oid.to_string();
         self.path.join("objects").join(&hex[..2]).join(&hex[2..])
     }
-
-    fn is_loose(&self, oid: Oid) -> bool {
-        self.loose_path(oid).exists()
-    }
 }
 
 fn signature(who: &Identity) -> Result<Signature<'static>, git2::Error> {
@@ -333,22 +315,5 @@ fn git_err<'t>(
             code: e.raw_code(),
             class: e.raw_class(),
         }
-    }
-}
-
-#[cfg(test)]
-mod file_head_tests {
-    #[test]
-    fn packed_refs_name_main_on_its_own_line() {
-        let a = "a".repeat(40);
-        let b = "b".repeat(40);
-        let text = format!(
-            "# pack-refs with: peeled fully-peeled sorted \n{b} refs/heads/mainline\n{a} refs/heads/main\n^{b}\n"
-        );
-        assert_eq!(
-            super::packed_head(text.as_bytes()).map(|c| c.to_string()),
-            Some(a)
-        );
-        assert_eq!(super::packed_head(b"# nothing\n"), None);
     }
 }

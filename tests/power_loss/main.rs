@@ -15,6 +15,7 @@ use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -120,15 +121,62 @@ struct Acked {
 
 const TENANTS: [&str; 2] = ["acme", "globex"];
 const CLIENTS: usize = 4;
+/// Clients that replace acme's integration file without a sha, so that its writes queue up
+/// and are committed in batches.
+const BLIND: usize = 6;
+
+/// One blind writer: PUTs the integration file of acme without a precondition until the cut.
+fn blind_client(base: String, id: usize, acked: Arc<Mutex<Acked>>, stop: Arc<AtomicBool>) {
+    let http = reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .unwrap();
+    let token = common::token("acme", common::ALL);
+    let url = format!("{base}/plans/integration-file");
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let put = http
+            .put(&url)
+            .bearer_auth(&token)
+            .json(&json!({"content": {"writer": id, "n": n}}))
+            .send();
+        let Ok(put) = put else { return };
+        let status = put.status().as_u16();
+        let Ok(answer) = put.json::<Value>() else {
+            return;
+        };
+        match status {
+            200 => {
+                let commit = answer["commit_sha"].as_str().unwrap().to_owned();
+                let mut a = acked.lock().unwrap();
+                a.commits.entry("acme".into()).or_default().push(commit);
+            }
+            503 => {}
+            other => panic!("blind client {id}: unexpected {other}: {answer}"),
+        }
+    }
+}
+
+/// Batches of more than one write committed so far, from the server's metrics.
+fn batches_of_several(base: &str) -> usize {
+    let Ok(res) = reqwest::blocking::get(format!("{base}/metrics")) else {
+        return 0;
+    };
+    let text = res.text().unwrap_or_default();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    (value("planfiles_write_batch_writes_count")
+        - value("planfiles_write_batch_writes_bucket{le=\"1\"}")) as usize
+}
 
 /// One read-modify-write client: GET the configuration file, add a folder, PUT it with the
 /// sha it read; a 409 reads again. Ends at the first transport error (the cut).
-fn client(
-    base: String,
-    id: usize,
-    acked: Arc<Mutex<Acked>>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-) {
+fn client(base: String, id: usize, acked: Arc<Mutex<Acked>>, stop: Arc<AtomicBool>) {
     let tenant = TENANTS[id % TENANTS.len()];
     let http = reqwest::blocking::Client::builder()
         .timeout(Duration::from_secs(20))
@@ -137,7 +185,7 @@ fn client(
     let token = common::token(tenant, common::ALL);
     let url = format!("{base}/plans/configuration-file");
     let mut n = 0;
-    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+    while !stop.load(Ordering::Relaxed) {
         let Ok(got) = http.get(&url).bearer_auth(&token).send() else {
             return;
         };
@@ -190,6 +238,8 @@ struct Found {
     lost: usize,
     files_behind: usize,
     fsck_bad: usize,
+    /// Batches of several writes the server had committed just before the cut.
+    batched: usize,
 }
 
 /// Checks the image against what was acknowledged before the cut.
@@ -276,25 +326,33 @@ fn load_round(image: &Image, setup: Setup, first: bool) -> (Found, Image) {
         serves_every_tenant(&server);
     }
     let acked = Arc::new(Mutex::new(Acked::default()));
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let clients: Vec<_> = (0..CLIENTS)
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients: Vec<_> = (0..CLIENTS)
         .map(|id| {
             let (base, acked, stop) = (server.addr.clone(), acked.clone(), stop.clone());
             std::thread::spawn(move || client(base, id, acked, stop))
         })
         .collect();
+    clients.extend((0..BLIND).map(|id| {
+        let (base, acked, stop) = (server.addr.clone(), acked.clone(), stop.clone());
+        std::thread::spawn(move || blind_client(base, id, acked, stop))
+    }));
     std::thread::sleep(Duration::from_millis(rand::rng().random_range(200..1200)));
+    let batched = batches_of_several(&server.addr);
     // The cut: the server stops where it is, what is durable now is what survives, and the
     // process dies. Answers already on the wire still count as acknowledged.
     server.signal("STOP");
     let cut = mounted.fs.cut_now();
     server.kill9();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().expect("a client panicked");
     }
     mounted.unmount();
-    let found = check(&cut, &acked.lock().unwrap());
+    let found = Found {
+        batched,
+        ..check(&cut, &acked.lock().unwrap())
+    };
     (found, cut)
 }
 
@@ -311,6 +369,7 @@ fn load_rounds(setup: Setup, rounds: usize) -> Found {
         total.lost += found.lost;
         total.files_behind += found.files_behind;
         total.fsck_bad += found.fsck_bad;
+        total.batched += found.batched;
         image = cut;
     }
     let mounted = Mounted::new(&image, setup.strict);
@@ -331,7 +390,7 @@ fn rounds() -> usize {
 
 fn row(model: &str, setup: Setup, found: &Found) {
     eprintln!(
-        "| {model} | {}{} | {} | {} | {} | {} |",
+        "| {model} | {}{} | {} | {} | {} | {} | {} |",
         setup.durability,
         if setup.trust_syncfs {
             " (trust_syncfs)"
@@ -341,7 +400,8 @@ fn row(model: &str, setup: Setup, found: &Found) {
         found.acknowledged,
         found.lost,
         found.files_behind,
-        found.fsck_bad
+        found.fsck_bad,
+        found.batched
     );
 }
 
@@ -371,6 +431,10 @@ fn auto_durability_on_fuse_keeps_every_acknowledged_write_through_power_cuts() {
         );
         assert_eq!(found.files_behind, 0, "{model} {durability}: files behind");
         assert_eq!(found.fsck_bad, 0, "{model} {durability}: fsck");
+        assert!(
+            found.batched > 0,
+            "{model} {durability}: no batch of several writes before a cut"
+        );
     }
 }
 

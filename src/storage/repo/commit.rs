@@ -1,154 +1,212 @@
-//! The write path: one commit of one or both files, its preconditions checked against the head, the compare-and-swap of `main` in the durability order, and dry runs.
-use super::objects::{paths, Checked, NewCommit};
+//! The write path: a batch of a tenant's writes, each checked against the head the ones before it made and each its own commit, all made durable by one sync of their objects, one compare-and-swap of `main` and one sync of the ref; dry runs.
+use super::objects::{Checked, Head};
+use super::refs::RefMove;
 use super::{backoff, git_err, to_id, to_oid, TenantRepo, MAIN, WRITE_DEADLINE};
 use crate::domain::{BlobId, CommitId, Identity};
 use crate::storage::durable::SyncGroup;
+use crate::storage::recent_keys::RecentKeys;
 use crate::storage::{
-    Change, CommitOutcome, CommitRequest, FileOutcome, IfMatch, ShaCheck, StorageError,
+    Change, CommitOutcome, CommitRequest, Committed, FileOutcome, IfMatch, ShaCheck, StorageError,
 };
-use git2::{ErrorCode, ObjectType, Oid};
+use git2::{ObjectType, Oid};
 use std::time::Instant;
 
+/// What one request of a batch came to: its answer, or `None` when it was not tried (an
+/// earlier request of the batch failed to write) and goes into the next batch.
+pub(in crate::storage) type BatchResult = Option<Result<Committed, StorageError>>;
+
 impl TenantRepo {
-    /// See [`crate::storage::Storage::commit`]. `sync` is the group to share `syncfs` with;
-    /// `None` when libgit2 fsyncs by itself.
-    pub(in crate::storage) fn commit(
+    /// See [`crate::storage::Storage::commit_batch`]: the requests in order, each checked
+    /// against the head the ones before it made, each its own commit; all of them made
+    /// durable by one sync of their objects, one move of `main` and one sync of the ref.
+    /// `sync` is the group to share `syncfs` with; `None` in fsync mode.
+    pub(in crate::storage) fn commit_batch(
         &self,
-        req: &CommitRequest,
+        reqs: &[&CommitRequest],
         committer: &Identity,
         sync: Option<&SyncGroup>,
-    ) -> Result<CommitOutcome, StorageError> {
-        let path = req.changes.first().map_or("", |c| c.file.path());
-        if req.dry_run {
-            // No lock: a dry run writes nothing, so it needs no turn on the repository.
-            let head = self.head_commit(path)?;
-            let checked = self.check_all(&head, req)?;
-            return self.dry_outcome(&head, req, &checked);
-        }
+        recent: &RecentKeys,
+    ) -> Vec<BatchResult> {
+        let path = reqs
+            .first()
+            .and_then(|r| r.changes.first())
+            .map_or("", |c| c.file.path());
         let deadline = Instant::now() + WRITE_DEADLINE;
         // Held until this function returns: planfiles writers of a tenant, in any process,
-        // take turns. The OS drops the lock when its holder dies.
-        let _write_lock = self.lock_for_write(deadline, path)?;
+        // take turns. The OS drops the lock when its holder dies. Dry runs alone write
+        // nothing, and take no turn.
+        let _write_lock = if reqs.iter().all(|r| r.dry_run) {
+            None
+        } else {
+            match self.lock_for_write(deadline, path) {
+                Ok(lock) => Some(lock),
+                Err(e) => return fail_all(reqs.len(), e),
+            }
+        };
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let head = self.head_commit(path)?;
-            let checked = self.check_all(&head, req)?;
-            let outcome = |commit: Oid| CommitOutcome {
-                commit: Some(CommitId(to_id(commit))),
-                files: req
-                    .changes
-                    .iter()
-                    .zip(&checked)
-                    .map(|(c, k)| FileOutcome {
-                        file: c.file,
-                        blob: BlobId(to_id(k.new_blob)),
-                        changed: !k.unchanged(),
-                        forced: k.forced,
-                        before: None,
-                        bytes: k.bytes.clone(),
-                        made: k.made,
-                    })
-                    .collect(),
-            };
-            if checked.iter().all(Checked::unchanged) {
-                // Nothing to commit; a key is still recorded (durably), so that its retry
-                // answers this, whatever is written in between.
-                if let Some(record) = &req.idempotency {
-                    self.record_no_op(record, head.id(), committer, sync)?;
-                }
-                return Ok(outcome(head.id()));
-            }
-            // A syncfs round that runs while the objects are written may flush them and fail:
-            // the syncs below count every round from here on.
-            let objects_mark = sync.map(SyncGroup::mark);
-            let NewCommit { id: commit, found } = self
-                .commit_changes(&head, req, &checked, committer, sync.is_none())
-                .map_err(|e| self.explain_write_failure(e, path))?;
-            // The objects are on disk before main points at them.
-            match sync {
-                Some(_) => self.group_sync_since(sync, objects_mark, path)?,
-                None => self.sync_objects(&found, path)?,
-            }
-            let ref_mark = sync.map(SyncGroup::mark);
-            if let Some(hook) = &self.before_ref_update {
-                (hook.0)(&self.tenant, &self.path);
-            }
-            match self.repo.reference_matching(
-                MAIN,
-                commit,
-                true,
-                head.id(),
-                &format!("planfiles: update {}", paths(req)),
-            ) {
-                Ok(_) => {
-                    // And the ref is on disk before the 200. A write that fails changes
-                    // nothing: when that sync fails, main goes back, unless it moved again.
-                    if let Err(e) = self.group_sync_since(sync, ref_mark, path) {
-                        self.undo_unsynced(head.id(), commit, sync, path, &e);
-                        return Err(e);
-                    }
-                    return Ok(outcome(commit));
-                }
-                // Someone outside planfiles moved main or holds its lock (planfiles writers
-                // take turns on the write lock): rebase onto the new head and check our own
-                // preconditions again. A commit that changed neither file passes them again.
-                Err(e)
-                    if matches!(
-                        e.code(),
-                        ErrorCode::Modified | ErrorCode::Locked | ErrorCode::NotFound
-                    ) =>
-                {
-                    if e.code() == ErrorCode::Locked {
-                        self.remove_stale_ref_lock();
-                    }
-                    if Instant::now() >= deadline {
-                        return Err(StorageError::Contended {
+            match self.try_batch(reqs, committer, sync, recent, path) {
+                Ok(results) => return results,
+                Err(Retry::Moved) if Instant::now() < deadline => backoff(attempt),
+                Err(Retry::Moved) => {
+                    return fail_all(
+                        reqs.len(),
+                        StorageError::Contended {
                             tenant: self.tenant.clone(),
                             file: path,
                             attempts: attempt,
-                        });
-                    }
-                    backoff(attempt);
+                        },
+                    )
                 }
-                Err(e) => {
-                    return Err(self
-                        .explain_write_failure(git_err(&self.tenant, "move main", path)(e), path))
-                }
+                Err(Retry::Failed(e)) => return fail_all(reqs.len(), e),
             }
         }
     }
 
-    fn head_commit(&self, path: &'static str) -> Result<git2::Commit<'_>, StorageError> {
-        let oid =
-            self.repo
-                .refname_to_id(MAIN)
-                .map_err(git_err(&self.tenant, "resolve main", path))?;
-        self.repo
-            .find_commit(oid)
-            .map_err(git_err(&self.tenant, "read head commit", path))
+    /// One attempt at a batch from the head on disk now; `Retry::Moved` when `main` moved
+    /// (or its lock was held) at the compare-and-swap, so that the batch is checked again
+    /// against the new head.
+    fn try_batch(
+        &self,
+        reqs: &[&CommitRequest],
+        committer: &Identity,
+        sync: Option<&SyncGroup>,
+        recent: &RecentKeys,
+        path: &'static str,
+    ) -> Result<Vec<BatchResult>, Retry> {
+        let fsync = sync.is_none();
+        let on_disk = self.read_head(path).map_err(Retry::Failed)?;
+        let mut head = on_disk.clone();
+        let mut found = Vec::new();
+        let mut no_ops = super::idempotency::NoOps::new(self).map_err(Retry::Failed)?;
+        // A syncfs round that runs while the objects are written may flush them and fail:
+        // the syncs below count every round from here on.
+        let objects_mark = sync.map(SyncGroup::mark);
+        let mut results: Vec<BatchResult> = Vec::with_capacity(reqs.len());
+        let mut written: Vec<usize> = Vec::new();
+        for (i, req) in reqs.iter().enumerate() {
+            // The key looked up on disk: the in-flight markers keep a key out of the batch
+            // while a request with it is in it, so the batch itself cannot hold it.
+            if let Some(record) = &req.idempotency {
+                match self.find_idempotent(record.key.as_str(), recent) {
+                    Ok(Some(hit)) if hit.fingerprint == record.fingerprint => {
+                        results.push(Some(Ok(Committed::Replayed(hit))));
+                        continue;
+                    }
+                    Ok(Some(hit)) => {
+                        results.push(Some(Err(StorageError::KeyReused {
+                            tenant: self.tenant.clone(),
+                            commit: hit.commit,
+                        })));
+                        continue;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        results.push(Some(Err(e)));
+                        continue;
+                    }
+                }
+            }
+            let checked = match self.check_all(&head, req) {
+                Ok(checked) => checked,
+                Err(e) => {
+                    results.push(Some(Err(e)));
+                    continue;
+                }
+            };
+            if req.dry_run {
+                results.push(Some(
+                    self.dry_outcome(req, &checked).map(Committed::Written),
+                ));
+                continue;
+            }
+            let commit = if checked.iter().all(Checked::unchanged) {
+                // Nothing to commit; a key is still recorded (durably, with the batch), so
+                // that its retry answers this, whatever is written in between.
+                if let Some(record) = &req.idempotency {
+                    if let Err(e) = no_ops.record(self, record, head.commit, committer, fsync) {
+                        results.push(Some(Err(self.explain_write_failure(e, path))));
+                        break;
+                    }
+                }
+                head.commit
+            } else {
+                match self.commit_changes(&head, req, &checked, committer, fsync) {
+                    Ok(new) => {
+                        found.extend(new.found);
+                        head = new.head;
+                        written.push(i);
+                        head.commit
+                    }
+                    Err(e) => {
+                        // What it could not write, the next cannot either: the rest waits
+                        // for the next batch; what was made before goes in.
+                        results.push(Some(Err(self.explain_write_failure(e, path))));
+                        break;
+                    }
+                }
+            };
+            results.push(Some(Ok(Committed::Written(outcome(req, &checked, commit)))));
+        }
+        results.resize_with(reqs.len(), || None);
+        let moved = head.commit != on_disk.commit;
+        if !moved && no_ops.is_empty() {
+            return Ok(results);
+        }
+        // The objects are on disk before a ref points at them.
+        let synced = match sync {
+            Some(_) => self.group_sync_since(sync, objects_mark, path),
+            None => self.sync_objects(&found, path),
+        };
+        if let Err(e) = synced {
+            return Err(Retry::Failed(self.explain_write_failure(e, path)));
+        }
+        let ref_mark = sync.map(SyncGroup::mark);
+        // The no-op records first: should main then have moved, the batch is checked again,
+        // and a recorded key answers its replay.
+        if let Err(e) = no_ops.publish(self, fsync) {
+            return Err(Retry::Failed(self.explain_write_failure(e, path)));
+        }
+        if moved {
+            if let Some(hook) = &self.before_ref_update {
+                (hook.0)(&self.tenant, &self.path);
+            }
+            match self.move_ref(MAIN, Some(on_disk.commit), head.commit, fsync) {
+                Ok(()) => {}
+                // Someone outside planfiles moved main or holds its lock (planfiles writers
+                // take turns on the write lock): check the batch again on the new head.
+                Err(RefMove::Moved) => return Err(Retry::Moved),
+                Err(RefMove::Locked) => {
+                    self.remove_stale_ref_lock();
+                    return Err(Retry::Moved);
+                }
+                Err(RefMove::Failed(e)) => {
+                    return Err(Retry::Failed(self.explain_write_failure(e, path)))
+                }
+            }
+        }
+        // And the refs are on disk before the 200. A write that fails changes nothing: when
+        // that sync fails, main goes back, unless it moved again.
+        if let Err(e) = self.group_sync_since(sync, ref_mark, path) {
+            if moved {
+                self.undo_unsynced(on_disk.commit, head.commit, sync, path, &e);
+            }
+            return Err(Retry::Failed(e));
+        }
+        Ok(results)
     }
 
     /// Checks every change's preconditions against `head`; the first that fails names its file.
-    fn check_all(
-        &self,
-        head: &git2::Commit<'_>,
-        req: &CommitRequest,
-    ) -> Result<Vec<Checked>, StorageError> {
-        let tree = head
-            .tree()
-            .map_err(git_err(&self.tenant, "read head tree", ""))?;
+    fn check_all(&self, head: &Head, req: &CommitRequest) -> Result<Vec<Checked>, StorageError> {
         req.changes
             .iter()
             .map(|change| {
-                let entry = tree
-                    .get_name(change.file.path())
-                    .filter(|e| e.kind() == Some(ObjectType::Blob));
-                let (current, present) = match entry {
-                    Some(e) => (e.id(), true),
+                let (current, present) = match head.blob(change.file.path()) {
+                    Some(blob) => (blob, true),
                     None => (super::empty_blob_oid(), false),
                 };
-                let forced = !self.check(head.id(), change, current)?;
+                let forced = !self.check(head.commit, change, current)?;
                 let (bytes, made) = self.new_bytes(change, current, present)?;
                 let new_blob = Oid::hash_object(ObjectType::Blob, &bytes).map_err(git_err(
                     &self.tenant,
@@ -208,11 +266,9 @@ impl TenantRepo {
     /// What a dry run answers: the new blob ids and the bytes stored now.
     fn dry_outcome(
         &self,
-        head: &git2::Commit<'_>,
         req: &CommitRequest,
         checked: &[Checked],
     ) -> Result<CommitOutcome, StorageError> {
-        let _ = head;
         let files = req
             .changes
             .iter()
@@ -242,4 +298,43 @@ impl TenantRepo {
             files,
         })
     }
+}
+
+/// Why an attempt at a batch did not end it.
+enum Retry {
+    /// `main` moved, or its lock was held: the batch is checked again on the new head.
+    Moved,
+    Failed(StorageError),
+}
+
+/// The outcome of a request that made `commit` (or found it, when nothing changed).
+fn outcome(req: &CommitRequest, checked: &[Checked], commit: Oid) -> CommitOutcome {
+    CommitOutcome {
+        commit: Some(CommitId(to_id(commit))),
+        files: req
+            .changes
+            .iter()
+            .zip(checked)
+            .map(|(c, k)| FileOutcome {
+                file: c.file,
+                blob: BlobId(to_id(k.new_blob)),
+                changed: !k.unchanged(),
+                forced: k.forced,
+                before: None,
+                bytes: k.bytes.clone(),
+                made: k.made,
+            })
+            .collect(),
+    }
+}
+
+/// The same error for every request of a batch (a lock not had, a sync that failed): each
+/// is told, and none of them was written.
+fn fail_all(n: usize, e: StorageError) -> Vec<BatchResult> {
+    let mut results = Vec::with_capacity(n);
+    results.push(Some(Err(e.again())));
+    for _ in 1..n {
+        results.push(Some(Err(e.again())));
+    }
+    results
 }

@@ -1,9 +1,10 @@
 //! What makes a commit durable and its writer alone: the syncs of its objects and ref (group commit or fsync), putting `main` back when the last sync fails, the tenant's write lock and stale `main.lock`s, and what a failed write is told.
+use super::refs::RefMove;
 use super::{lock_file_until, remove_if_stale, TenantRepo, MAIN, WRITE_LOCK_FILE};
 use crate::storage::disk::sync_dir;
 use crate::storage::durable::{SyncGroup, SyncMark};
 use crate::storage::StorageError;
-use git2::{ErrorCode, Oid};
+use git2::Oid;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -81,13 +82,7 @@ impl TenantRepo {
     ) {
         let tenant = self.tenant.as_str();
         let undo_mark = sync.map(SyncGroup::mark);
-        let undone = self.repo.reference_matching(
-            MAIN,
-            head,
-            true,
-            commit,
-            &format!("planfiles: undo an update of {file} that was not synced"),
-        );
+        let undone = self.move_ref(MAIN, Some(commit), head, sync.is_none());
         match undone {
             Ok(_) => match self.group_sync_since(sync, undo_mark, file) {
                 Ok(()) => {
@@ -104,7 +99,7 @@ impl TenantRepo {
                     );
                 }
             },
-            Err(e) if e.code() == ErrorCode::Modified => {
+            Err(RefMove::Moved) => {
                 tracing::error!(
                     tenant, file, %commit, error = %cause,
                     "main could not be put back after its update could not be synced: it moved \
@@ -112,8 +107,12 @@ impl TenantRepo {
                 );
             }
             Err(e) => {
+                let undo_error = match e {
+                    RefMove::Failed(e) => e.to_string(),
+                    _ => "main.lock is held".to_owned(),
+                };
                 tracing::error!(
-                    tenant, file, %commit, %head, error = %cause, undo_error = e.message(),
+                    tenant, file, %commit, %head, error = %cause, %undo_error,
                     "main could not be put back after its update could not be synced: it \
                      stays at the unsynced commit"
                 );
@@ -154,8 +153,15 @@ impl TenantRepo {
         e: StorageError,
         file: &'static str,
     ) -> StorageError {
-        if !matches!(e, StorageError::Git { .. }) {
-            return e;
+        match &e {
+            StorageError::Io { source, .. } if source.kind() == std::io::ErrorKind::StorageFull => {
+                return StorageError::StorageFull {
+                    tenant: self.tenant.clone(),
+                    file,
+                }
+            }
+            StorageError::Git { .. } => {}
+            _ => return e,
         }
         let probe = tempfile::tempfile_in(&self.path).and_then(|mut f| {
             use std::io::Write;

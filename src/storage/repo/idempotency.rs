@@ -1,8 +1,8 @@
 //! Idempotency keys: their lookup in the last commits of `main` and of the no-op records, and the durable record of a keyed write that changed nothing.
+use super::objects::commit_text;
+use super::refs::RefMove;
 use super::{git_err, signature, to_id, to_oid, TenantRepo, MAIN};
 use crate::domain::{CommitId, Identity, ObjectId};
-use crate::storage::disk;
-use crate::storage::durable::SyncGroup;
 use crate::storage::recent_keys::{key_hash, Line, RecentKeys, Scan, Seen};
 use crate::storage::{IdempotencyRecord, IdempotentHit, StorageError, IDEMPOTENCY_COMMITS};
 use git2::{ErrorCode, ObjectType, Oid};
@@ -106,67 +106,72 @@ impl TenantRepo {
         );
         Ok(hit)
     }
+}
 
-    /// Records `record` for a write that changed nothing and answered with `head`: a commit
-    /// (of the empty tree) on the ref of such records, `refs/planfiles/no-ops`, made durable
-    /// before the write answers, so that its retry replays that answer whatever is written
-    /// in between. Called under the tenant's write lock.
-    pub(in crate::storage) fn record_no_op(
-        &self,
+/// The records of a batch's keyed writes that changed nothing: commits (of the empty tree)
+/// chained on `refs/planfiles/no-ops`, each with the key, the fingerprint and `Replays:
+/// <the head it answered>`. Their objects are written with the batch's and made durable by
+/// the same sync; the ref moves with `main`, and is synced with it, before any 200.
+pub(super) struct NoOps {
+    /// The ref's value on disk, and the newest record made here.
+    on_disk: Option<Oid>,
+    tip: Option<Oid>,
+}
+
+impl NoOps {
+    pub(super) fn new(repo: &TenantRepo) -> Result<Self, StorageError> {
+        let on_disk = super::refs::read_ref(&repo.path, NO_OPS);
+        Ok(Self {
+            on_disk,
+            tip: on_disk,
+        })
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.tip == self.on_disk
+    }
+
+    /// Writes the record of `record` for a write that changed nothing and answered `head`.
+    pub(super) fn record(
+        &mut self,
+        repo: &TenantRepo,
         record: &IdempotencyRecord,
         head: Oid,
         committer: &Identity,
-        sync: Option<&SyncGroup>,
+        fsync: bool,
     ) -> Result<(), StorageError> {
-        let err = |op| git_err(&self.tenant, op, "");
-        let previous = match self.repo.refname_to_id(NO_OPS) {
-            Ok(id) => Some(
-                self.repo
-                    .find_commit(id)
-                    .map_err(err("read a no-op record"))?,
-            ),
-            Err(e) if e.code() == ErrorCode::NotFound => None,
-            Err(e) => return Err(err("resolve a ref")(e)),
-        };
-        let objects_mark = sync.map(SyncGroup::mark);
-        let tree = self
-            .repo
-            .treebuilder(None)
-            .and_then(|b| b.write())
-            .and_then(|id| self.repo.find_tree(id))
-            .map_err(err("write the empty tree"))?;
+        let err = |op| git_err(&repo.tenant, op, "");
+        // The empty tree: an object git knows without storing it, written all the same so
+        // that every reader finds it.
+        let (tree, _) = repo.put_object(ObjectType::Tree, b"", fsync)?;
         let who = signature(committer).map_err(err("committer signature"))?;
         let message = format!(
             "Idempotent write that changed nothing\n\n{KEY_TRAILER}{}\n{FINGERPRINT_TRAILER}{}\n{REPLAYS_TRAILER}{head}\n",
             record.key.as_str(),
             record.fingerprint,
         );
-        let parents: Vec<&git2::Commit<'_>> = previous.iter().collect();
-        let buffer = self
-            .repo
-            .commit_create_buffer(&who, &who, &message, &tree, &parents)
-            .map_err(err("write a no-op record"))?;
-        let id = self
-            .repo
-            .odb()
-            .and_then(|odb| odb.write(ObjectType::Commit, &buffer))
-            .map_err(err("write a no-op record"))?;
-        // Durable in the order of any write: the objects, then the ref. libgit2 fsyncs what
-        // it writes in fsync mode, but not an object that was there already (the empty tree
-        // usually is), nor the folder `refs/planfiles` it would create.
-        match sync {
-            Some(_) => self.group_sync_since(sync, objects_mark, "")?,
-            None => self.sync_objects(&[tree.id(), id], "")?,
+        let parents: Vec<Oid> = self.tip.into_iter().collect();
+        let text = commit_text(tree, &parents, &who, &who, &message);
+        let (id, _) = repo.put_object(ObjectType::Commit, text.as_bytes(), fsync)?;
+        self.tip = Some(id);
+        Ok(())
+    }
+
+    /// Moves the ref to the newest record (after the objects are durable).
+    pub(super) fn publish(&self, repo: &TenantRepo, fsync: bool) -> Result<(), StorageError> {
+        let Some(tip) = self.tip.filter(|_| !self.is_empty()) else {
+            return Ok(());
+        };
+        match repo.move_ref(NO_OPS, self.on_disk, tip, fsync) {
+            Ok(()) => Ok(()),
+            Err(RefMove::Failed(e)) => Err(e),
+            // Only planfiles writers move it, under the tenant's write lock.
+            Err(RefMove::Moved | RefMove::Locked) => Err(StorageError::io(
+                "move the no-op records",
+                &repo.path.join(NO_OPS),
+                std::io::Error::other("the ref moved or is locked"),
+            )),
         }
-        disk::create_dir_all_synced(&self.path.join("refs/planfiles"))?;
-        let ref_mark = sync.map(SyncGroup::mark);
-        let log = "planfiles: record an idempotent write that changed nothing";
-        match &previous {
-            Some(p) => self.repo.reference_matching(NO_OPS, id, true, p.id(), log),
-            None => self.repo.reference(NO_OPS, id, false, log),
-        }
-        .map_err(err("move the no-op records"))?;
-        self.group_sync_since(sync, ref_mark, "")
     }
 }
 

@@ -1,10 +1,15 @@
-//! The objects of a commit: each change's new bytes (a JSON content edited into the stored text), its blob, the head's tree with those entries replaced, the commit and its message.
-use super::{git_err, signature, TenantRepo, FILE_MODE};
+//! The objects of a commit: each change's new bytes (a JSON content edited into the stored text), its blob, the head's tree with those entries replaced, the commit and its message; loose objects written here, not by libgit2.
+use super::{git_err, signature, TenantRepo, FILE_MODE, MAIN};
 use crate::domain::yaml::splice::{self, Made, Rewrite};
 use crate::domain::{Identity, PlanFile};
+use crate::storage::disk::sync_dir;
 use crate::storage::{Change, CommitRequest, StorageError};
-use git2::{ObjectType, Oid};
+use flate2::write::ZlibEncoder;
+use flate2::Compression;
+use git2::{ObjectType, Oid, Signature};
 use std::borrow::Cow;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 
 /// One change checked against the head: its new bytes and blob, and what the head holds.
 pub(super) struct Checked {
@@ -59,135 +64,258 @@ impl TenantRepo {
         })
     }
 
-    /// Writes the changed blobs, the head's tree with those entries replaced, and a commit on
-    /// top of `head`. With `track` (fsync mode) it also lists the objects the commit depends
-    /// on that libgit2 did not write here, and so did not fsync: those it found already there
-    /// (it only touches them), and the tree's other entries.
+    /// Writes `data` as a loose object of `kind`, unless it is loose there already: deflated
+    /// into a new file in its fan-out folder, then renamed to its name. Nothing is linked or
+    /// unlinked (ext4 makes every new file pay for recently deleted inodes). With `fsync`
+    /// the file and its folder are synced (and `objects/` when the folder is new); otherwise
+    /// the group's `syncfs` covers them. Returns the id, and whether it was there already (an
+    /// object someone else wrote, which a writer in fsync mode syncs too: it may not be yet).
+    pub(super) fn put_object(
+        &self,
+        kind: ObjectType,
+        data: &[u8],
+        fsync: bool,
+    ) -> Result<(Oid, bool), StorageError> {
+        let id = Oid::hash_object(kind, data).map_err(git_err(&self.tenant, "hash", ""))?;
+        let path = self.loose_path(id);
+        if path.exists() {
+            return Ok((id, true));
+        }
+        let fanout = path.parent().expect("objects/xx");
+        let io = |op, p: &std::path::Path, e| StorageError::io(op, p, e);
+        let new_fanout = match std::fs::create_dir(fanout) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+            Err(e) => return Err(io("create an object folder", fanout, e)),
+        };
+        let tmp = fanout.join(format!("tmp_obj_{:016x}", rand::random::<u64>()));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .open(&tmp)
+            .map_err(|e| io("create an object", &tmp, e))?;
+        let mut z = ZlibEncoder::new(Vec::with_capacity(data.len() / 2 + 64), Compression::fast());
+        let header = format!("{} {}\0", kind.str(), data.len());
+        let deflated = z
+            .write_all(header.as_bytes())
+            .and_then(|()| z.write_all(data))
+            .and_then(|()| z.finish())
+            .map_err(|e| io("deflate an object", &tmp, e))?;
+        let written =
+            file.write_all(&deflated)
+                .and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
+        drop(file);
+        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io("write an object", &path, e));
+        }
+        if fsync {
+            sync_dir(fanout)?;
+            if new_fanout {
+                sync_dir(&self.path.join("objects"))?;
+            }
+        }
+        Ok((id, false))
+    }
+
+    /// Writes the changed blobs, `head`'s tree with those entries replaced, and a commit on
+    /// top of `head`, and returns the new head. With `fsync` (fsync mode) each object is
+    /// synced as it is written, and `found` lists what the commit depends on that was not
+    /// written here: objects that were there already, and the tree's other entries.
     pub(super) fn commit_changes(
         &self,
-        head: &git2::Commit<'_>,
+        head: &Head,
         req: &CommitRequest,
         checked: &[Checked],
         committer: &Identity,
-        track: bool,
+        fsync: bool,
     ) -> Result<NewCommit, StorageError> {
         let path = req.changes.first().map_or("", |c| c.file.path());
         let err = |op| git_err(&self.tenant, op, path);
         let mut found = Vec::new();
-        let base = head.tree().map_err(err("read head tree"))?;
-        let mut entries: Vec<(&'static str, Oid)> = Vec::new();
+        let mut set: Vec<(&'static str, Oid)> = Vec::new();
         for (change, k) in req.changes.iter().zip(checked) {
             if k.unchanged() {
                 continue;
             }
-            if track && self.is_loose(k.new_blob) {
-                found.push(k.new_blob);
+            let (blob, there) = self.put_object(ObjectType::Blob, &k.bytes, fsync)?;
+            if there && fsync {
+                found.push(blob);
             }
-            let blob = self.repo.blob(&k.bytes).map_err(err("write blob"))?;
-            entries.push((change.file.path(), blob));
+            set.push((change.file.path(), blob));
         }
-        let expected_tree = track.then(|| tree_id_with_all(&base, &entries)).flatten();
-        if track {
+        let entries = with_entries(&head.entries, &set);
+        let (tree, there) = self.put_object(ObjectType::Tree, &tree_bytes(&entries), fsync)?;
+        if fsync {
+            if there {
+                found.push(tree);
+            }
             found.extend(
-                base.iter()
-                    .filter(|e| !entries.iter().any(|(n, _)| e.name_bytes() == n.as_bytes()))
-                    .map(|e| e.id()),
+                head.entries
+                    .iter()
+                    .filter(|e| !set.iter().any(|(n, _)| e.name == n.as_bytes()))
+                    .map(|e| e.id),
             );
-            found.extend(expected_tree.filter(|t| self.is_loose(*t)));
         }
-        let mut builder = self
-            .repo
-            .treebuilder(Some(&base))
-            .map_err(err("build tree"))?;
-        for (name, blob) in &entries {
-            builder
-                .insert(name, *blob, FILE_MODE)
-                .map_err(err("build tree"))?;
-        }
-        let tree_oid = builder.write().map_err(err("write tree"))?;
-        if track && expected_tree != Some(tree_oid) {
-            // Not foreseen (an unusual entry in the old tree): sync it to be sure.
-            found.push(tree_oid);
-        }
-        let tree = self
-            .repo
-            .find_tree(tree_oid)
-            .map_err(err("read new tree"))?;
         let author = signature(&req.author).map_err(err("author signature"))?;
         let committer = signature(committer).map_err(err("committer signature"))?;
         let forced = checked.iter().any(|k| !k.unchanged() && k.forced);
-        let message = message(req, &entries, forced);
-        let buffer = self
-            .repo
-            .commit_create_buffer(&author, &committer, &message, &tree, &[head])
-            .map_err(err("write commit"))?;
-        if track {
-            let id = Oid::hash_object(ObjectType::Commit, &buffer).map_err(err("hash commit"))?;
-            if self.is_loose(id) {
-                found.push(id);
-            }
+        let message = message(req, &set, forced);
+        let text = commit_text(tree, &[head.commit], &author, &committer, &message);
+        let (id, there) = self.put_object(ObjectType::Commit, text.as_bytes(), fsync)?;
+        if there && fsync {
+            found.push(id);
         }
-        let id = self
+        Ok(NewCommit {
+            head: Head {
+                commit: id,
+                entries,
+            },
+            found,
+        })
+    }
+
+    /// `main` as it is on disk: its commit and its tree's entries.
+    pub(super) fn read_head(&self, path: &'static str) -> Result<Head, StorageError> {
+        let err = |op| git_err(&self.tenant, op, path);
+        let commit = match super::refs::read_ref(&self.path, MAIN) {
+            Some(oid) => oid,
+            None => self.repo.refname_to_id(MAIN).map_err(err("resolve main"))?,
+        };
+        let tree = self
             .repo
-            .odb()
-            .and_then(|odb| odb.write(ObjectType::Commit, &buffer))
-            .map_err(err("write commit"))?;
-        Ok(NewCommit { id, found })
+            .find_commit(commit)
+            .and_then(|c| c.tree())
+            .map_err(err("read head tree"))?;
+        let entries = tree
+            .iter()
+            .map(|e| Entry {
+                name: e.name_bytes().to_vec(),
+                mode: e.filemode(),
+                id: e.id(),
+            })
+            .collect();
+        Ok(Head { commit, entries })
     }
 }
 
-/// A commit [`TenantRepo::commit_changes`] wrote, and the objects it depends on that libgit2 did
-/// not write (and fsync) for it.
-pub(super) struct NewCommit {
+/// `main` as a writer sees it: the commit, and its tree's entries in git's order.
+#[derive(Debug, Clone)]
+pub(super) struct Head {
+    pub(super) commit: Oid,
+    pub(super) entries: Vec<Entry>,
+}
+
+impl Head {
+    /// The blob of `name`, if the tree has one.
+    pub(super) fn blob(&self, name: &str) -> Option<Oid> {
+        self.entries
+            .iter()
+            // A blob: a file (executable or not) or a symlink, as git's object kinds go.
+            .find(|e| e.name == name.as_bytes() && matches!(e.mode, 0o100644 | 0o100755 | 0o120000))
+            .map(|e| e.id)
+    }
+}
+
+/// One entry of a tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Entry {
+    pub(super) name: Vec<u8>,
+    pub(super) mode: i32,
     pub(super) id: Oid,
+}
+
+/// A commit [`TenantRepo::commit_changes`] wrote: the new head, and the objects it depends on
+/// that were not written (and, in fsync mode, synced) for it.
+pub(super) struct NewCommit {
+    pub(super) head: Head,
     pub(super) found: Vec<Oid>,
+}
+
+/// `entries` with each blob entry of `set` replaced or added, in git's order (a folder sorts
+/// as if its name ended in `/`).
+fn with_entries(entries: &[Entry], set: &[(&str, Oid)]) -> Vec<Entry> {
+    let mut out: Vec<Entry> = entries
+        .iter()
+        .filter(|e| !set.iter().any(|(n, _)| e.name == n.as_bytes()))
+        .cloned()
+        .collect();
+    out.extend(set.iter().map(|(name, blob)| Entry {
+        name: name.as_bytes().to_vec(),
+        mode: FILE_MODE,
+        id: *blob,
+    }));
+    let key = |e: &Entry| {
+        let mut key = e.name.clone();
+        if e.mode == 0o040000 {
+            key.push(b'/');
+        }
+        key
+    };
+    out.sort_by_cached_key(key);
+    out
+}
+
+/// A tree object's bytes.
+fn tree_bytes(entries: &[Entry]) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(entries.len() * 48);
+    for e in entries {
+        bytes.extend_from_slice(format!("{:o} ", e.mode).as_bytes());
+        bytes.extend_from_slice(&e.name);
+        bytes.push(0);
+        bytes.extend_from_slice(e.id.as_bytes());
+    }
+    bytes
 }
 
 /// The id of `base` with the blob entry `name` set to `blob`, as git would write it, computed
 /// without writing it.
 #[cfg(test)]
 pub(super) fn tree_id_with(base: &git2::Tree<'_>, name: &str, blob: Oid) -> Option<Oid> {
-    tree_id_with_all(base, &[(name, blob)])
-}
-
-/// The id of `base` with each blob entry of `set` replaced, as git would write it, computed
-/// without writing it (entries sorted as git sorts them: a folder as if its name ended in `/`).
-fn tree_id_with_all(base: &git2::Tree<'_>, set: &[(&str, Oid)]) -> Option<Oid> {
-    let mut entries: Vec<(Vec<u8>, i32, Oid)> = base
+    let entries: Vec<Entry> = base
         .iter()
-        .filter(|e| !set.iter().any(|(n, _)| e.name_bytes() == n.as_bytes()))
-        .map(|e| (e.name_bytes().to_vec(), e.filemode(), e.id()))
+        .map(|e| Entry {
+            name: e.name_bytes().to_vec(),
+            mode: e.filemode(),
+            id: e.id(),
+        })
         .collect();
-    entries.extend(
-        set.iter()
-            .map(|(name, blob)| (name.as_bytes().to_vec(), FILE_MODE, *blob)),
-    );
-    let key = |(name, mode, _): &(Vec<u8>, i32, Oid)| {
-        let mut key = name.clone();
-        if *mode == 0o040000 {
-            key.push(b'/');
-        }
-        key
-    };
-    entries.sort_by_cached_key(key);
-    let mut bytes = Vec::with_capacity(entries.len() * 48);
-    for (name, mode, id) in &entries {
-        bytes.extend_from_slice(format!("{mode:o} ").as_bytes());
-        bytes.extend_from_slice(name);
-        bytes.push(0);
-        bytes.extend_from_slice(id.as_bytes());
-    }
+    let bytes = tree_bytes(&with_entries(&entries, &[(name, blob)]));
     Oid::hash_object(ObjectType::Tree, &bytes).ok()
 }
 
-/// The paths a request writes, in the order of [`PlanFile::ALL`], joined by `, `.
-pub(super) fn paths(req: &CommitRequest) -> String {
-    PlanFile::ALL
-        .iter()
-        .filter(|f| req.changes.iter().any(|c| c.file == **f))
-        .map(|f| f.path())
-        .collect::<Vec<_>>()
-        .join(", ")
+/// A commit object's text, as git writes it.
+pub(super) fn commit_text(
+    tree: Oid,
+    parents: &[Oid],
+    author: &Signature<'_>,
+    committer: &Signature<'_>,
+    message: &str,
+) -> String {
+    let who = |s: &Signature<'_>| {
+        let when = s.when();
+        let offset = when.offset_minutes();
+        format!(
+            "{} <{}> {} {}{:02}{:02}",
+            s.name().unwrap_or_default(),
+            s.email().unwrap_or_default(),
+            when.seconds(),
+            if offset < 0 { '-' } else { '+' },
+            offset.abs() / 60,
+            offset.abs() % 60
+        )
+    };
+    let mut text = format!("tree {tree}\n");
+    for parent in parents {
+        text.push_str(&format!("parent {parent}\n"));
+    }
+    text.push_str(&format!(
+        "author {}\ncommitter {}\n\n{message}",
+        who(author),
+        who(committer)
+    ));
+    text
 }
 
 /// The commit message: the subject (the caller's, or one that names what changed), a blank

@@ -92,16 +92,18 @@ fn write_with(script: Script) -> (tempfile::TempDir, PathBuf, String, bool, usiz
         .with_ansi(false)
         .finish();
     let result = tracing::subscriber::with_default(subscriber, || {
-        TenantRepo::open(&tenant, &path).unwrap().commit(
-            &CommitRequest::of(
-                PlanFile::Integration,
-                b"changed: true\n".to_vec(),
-                Preconditions::default(),
-                committer.clone(),
-            ),
-            &committer,
-            Some(&group),
-        )
+        let req = CommitRequest::of(
+            PlanFile::Integration,
+            b"changed: true\n".to_vec(),
+            Preconditions::default(),
+            committer.clone(),
+        );
+        TenantRepo::open(&tenant, &path)
+            .unwrap()
+            .commit_batch(&[&req], &committer, Some(&group), &Default::default())
+            .pop()
+            .flatten()
+            .expect("tried")
     });
     let calls = calls.load(Ordering::SeqCst);
     (dir, path, head, result.is_ok(), calls, log.text())

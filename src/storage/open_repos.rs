@@ -1,0 +1,79 @@
+//! `OpenRepos`: tenant repositories kept open between writes (libgit2's object cache with them), the least recently used closed first. A repository is opened again when it may have changed under libgit2's feet: its folder replaced, or its packs changed (a repack, `git gc`, a `git fetch` or `fast-import` that wrote a pack), as the stamp of `objects/pack` tells. Loose objects and refs need no such check: they are read by path every time.
+use super::repo::TenantRepo;
+use crate::domain::TenantId;
+use foldhash::fast::RandomState;
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// Repositories kept open at most: each holds a few descriptors (packs, their indexes) and
+/// libgit2's caches.
+const KEPT: usize = 64;
+
+/// The repositories kept, by tenant, with the tick of their last use and their stamp.
+type Kept = HashMap<TenantId, (u64, Stamp, TenantRepo), RandomState>;
+
+#[derive(Default)]
+pub(super) struct OpenRepos {
+    /// By tenant: the tick of its last use, its stamp when last used, the repository. Only
+    /// tenants that exist and had a write are here, at most [`KEPT`].
+    map: Mutex<(u64, Kept)>,
+}
+
+impl std::fmt::Debug for OpenRepos {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OpenRepos")
+    }
+}
+
+/// What tells that a repository's folder or its packs changed: the folder's inode, and the
+/// inode and modification time of `objects/pack` (a pack added or removed touches it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    repo: u64,
+    packs: (u64, i64, i64),
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    let repo = std::fs::metadata(path).ok()?.ino();
+    let packs = std::fs::metadata(path.join("objects/pack")).ok()?;
+    Some(Stamp {
+        repo,
+        packs: (packs.ino(), packs.mtime(), packs.mtime_nsec()),
+    })
+}
+
+impl OpenRepos {
+    /// The tenant's repository, taken out (one user at a time: a tenant has one writer per
+    /// process); `None` when it is not open, or its folder or packs changed since.
+    pub(super) fn take(&self, tenant: &TenantId, path: &Path) -> Option<TenantRepo> {
+        let (_, then, repo) = {
+            let mut guard = self.map.lock().unwrap_or_else(|e| e.into_inner());
+            guard.1.remove(tenant)?
+        };
+        (stamp(path) == Some(then)).then_some(repo)
+    }
+
+    /// Keeps `repo` open for the tenant's next write, closing the least recently used beyond
+    /// [`KEPT`].
+    pub(super) fn put(&self, tenant: &TenantId, path: &Path, repo: TenantRepo) {
+        let Some(now) = stamp(path) else {
+            return;
+        };
+        let mut guard = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        guard.0 += 1;
+        let tick = guard.0;
+        guard.1.insert(tenant.clone(), (tick, now, repo));
+        if guard.1.len() > KEPT {
+            let oldest = guard
+                .1
+                .iter()
+                .min_by_key(|(_, (t, _, _))| *t)
+                .map(|(id, _)| id.clone());
+            if let Some(id) = oldest {
+                guard.1.remove(&id);
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! A ref read and moved the way git itself does it: the loose file (else its line in `packed-refs`), and a compare-and-swap through `<ref>.lock` (created exclusively, the value checked, written, renamed over the ref), without libgit2's extra reads.
+use super::TenantRepo;
+use crate::domain::CommitId;
+use crate::storage::disk::sync_dir;
+use crate::storage::StorageError;
+use git2::Oid;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+/// Why a ref was not moved.
+pub(super) enum RefMove {
+    /// Someone else holds `<ref>.lock` (plain git, or a writer that died).
+    Locked,
+    /// The ref is not at the value expected.
+    Moved,
+    Failed(StorageError),
+}
+
+/// The value of ref `name` (`refs/heads/main`) in the repository at `repo`, from its loose
+/// file or else its line in `packed-refs`; `None` when neither has it.
+pub(super) fn read_ref(repo: &Path, name: &str) -> Option<Oid> {
+    match std::fs::read(repo.join(name)) {
+        Ok(text) => {
+            let hex = std::str::from_utf8(&text).ok()?.trim_end();
+            Oid::from_str(hex).ok().filter(|_| hex.len() == 40)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let packed = std::fs::read(repo.join("packed-refs")).ok()?;
+            packed_ref(&packed, name)
+        }
+        Err(_) => None,
+    }
+}
+
+/// Ref `name`'s value in the text of a `packed-refs` file.
+pub(super) fn packed_ref(packed: &[u8], name: &str) -> Option<Oid> {
+    let text = std::str::from_utf8(packed).ok()?;
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
+        .find_map(|l| {
+            let (hex, n) = l.split_once(' ')?;
+            (n == name).then(|| Oid::from_str(hex).ok())?
+        })
+}
+
+/// [`read_ref`] of `main` as a commit id.
+pub(in crate::storage) fn file_head(repo: &Path) -> Option<CommitId> {
+    read_ref(repo, super::MAIN).map(|oid| CommitId(super::to_id(oid)))
+}
+
+impl TenantRepo {
+    /// Moves ref `name` from `old` (`None`: it must not exist) to `new`, as git does:
+    /// `<name>.lock` is created exclusively (a `git update-ref` at the same moment waits on
+    /// the same lock), the ref's value is checked, the new value written (and, with `fsync`,
+    /// synced) and renamed over the ref (then, with `fsync`, its folder synced).
+    pub(super) fn move_ref(
+        &self,
+        name: &str,
+        old: Option<Oid>,
+        new: Oid,
+        fsync: bool,
+    ) -> Result<(), RefMove> {
+        let path = self.path.join(name);
+        let folder = path.parent().expect("a ref has a folder").to_owned();
+        let lock = self.path.join(format!("{name}.lock"));
+        let io = |op, p: &Path, e| RefMove::Failed(StorageError::io(op, p, e));
+        let mut file = match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .open(&lock)
+        {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(RefMove::Locked),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // A ref in a folder that does not exist yet (`refs/planfiles/`).
+                crate::storage::disk::create_dir_all_synced(&folder).map_err(RefMove::Failed)?;
+                return self.move_ref(name, old, new, fsync);
+            }
+            Err(e) => return Err(io("create a ref lock", &lock, e)),
+        };
+        let moved = (|| {
+            if read_ref(&self.path, name) != old {
+                return Err(RefMove::Moved);
+            }
+            file.write_all(format!("{new}\n").as_bytes())
+                .map_err(|e| io("write a ref lock", &lock, e))?;
+            if fsync {
+                file.sync_all()
+                    .map_err(|e| io("sync a ref lock", &lock, e))?;
+            }
+            drop(file);
+            std::fs::rename(&lock, &path).map_err(|e| io("move a ref", &path, e))
+        })();
+        if moved.is_err() {
+            let _ = std::fs::remove_file(&lock);
+            return moved;
+        }
+        if fsync {
+            sync_dir(&folder).map_err(RefMove::Failed)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn packed_refs_name_a_ref_on_its_own_line() {
+        let a = "a".repeat(40);
+        let b = "b".repeat(40);
+        let text = format!(
+            "# pack-refs with: peeled fully-peeled sorted \n{b} refs/heads/mainline\n{a} refs/heads/main\n^{b}\n"
+        );
+        assert_eq!(
+            super::packed_ref(text.as_bytes(), "refs/heads/main").map(|c| c.to_string()),
+            Some(a)
+        );
+        assert_eq!(super::packed_ref(b"# nothing\n", "refs/heads/main"), None);
+    }
+}
