@@ -5,6 +5,8 @@ use common::process::{data_dir_with_fixture, serve, Server};
 use common::{git_in, token, ALL};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 fn repo(dir: &Path, tenant: &str) -> PathBuf {
@@ -305,14 +307,92 @@ async fn two_processes_on_one_data_dir_lose_no_write() {
             acknowledged
         }));
     }
+    // Blind writers of the integration file beside them, on both instances, so that each
+    // instance commits batches of several writes while the other moves main too. They go on
+    // until both instances have committed such a batch.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut blind = Vec::new();
+    for w in 0..8 {
+        let (addr, stop) = (servers[w % 2].addr.clone(), stop.clone());
+        blind.push(tokio::spawn(async move {
+            let client = reqwest::Client::new();
+            let t = token("acme", ALL);
+            let mut commits = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) || i < EACH {
+                i += 1;
+                let res = client
+                    .put(format!("{addr}/plans/integration-file"))
+                    .bearer_auth(&t)
+                    .json(&json!({"content": {"blind": w, "n": i}}))
+                    .send()
+                    .await
+                    .unwrap();
+                match res.status().as_u16() {
+                    200 => {
+                        let body: Value = res.json().await.unwrap();
+                        commits.push(body["commit_sha"].as_str().unwrap().to_owned());
+                    }
+                    503 => tokio::time::sleep(Duration::from_millis(20)).await,
+                    other => panic!("blind writer {w}: unexpected {other}"),
+                }
+            }
+            commits
+        }));
+    }
+    let started = Instant::now();
+    loop {
+        let mut batched = 0;
+        for server in &servers {
+            let metrics = reqwest::get(server.url("/metrics"))
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            let single = metric(&metrics, "planfiles_write_batch_writes_bucket{le=\"1\"}");
+            let all = metric(&metrics, "planfiles_write_batch_writes_count");
+            batched += usize::from(all > single);
+        }
+        if batched == servers.len() {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "an instance committed no batch of several writes"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
     let mut acknowledged = 0;
     for t in tasks {
         acknowledged += t.await.unwrap();
     }
     let repo = repo(dir.path(), "acme");
-    let commits: usize = git_in(&repo, &["rev-list", "--count", &format!("{start}..main")])
-        .parse()
-        .unwrap();
+    for b in blind {
+        for commit in b.await.unwrap() {
+            acknowledged += 1;
+            let on_main = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(&repo)
+                .args(["merge-base", "--is-ancestor", &commit, "main"])
+                .status()
+                .unwrap();
+            assert!(on_main.success(), "acknowledged {commit} is not on main");
+        }
+    }
+    // Every acknowledged write is its own commit on main's first-parent line.
+    let commits: usize = git_in(
+        &repo,
+        &[
+            "rev-list",
+            "--first-parent",
+            "--count",
+            &format!("{start}..main"),
+        ],
+    )
+    .parse()
+    .unwrap();
     assert_eq!(commits, acknowledged);
     let text = git_in(&repo, &["show", "main:configuration.yml"]);
     for w in 0..WRITERS {
