@@ -98,6 +98,8 @@ pub(super) struct TenantRepo {
     repo: Repository,
     /// Called by a write just before it moves `main` (a test seam; see [`super::WriteHook`]).
     before_ref_update: Option<super::WriteHook>,
+    /// What the blobs this repository's last edits stored parse to (see [`objects::Parsed`]).
+    parsed: objects::Parsed,
 }
 
 impl TenantRepo {
@@ -111,6 +113,7 @@ impl TenantRepo {
             path: path.to_owned(),
             repo,
             before_ref_update: None,
+            parsed: objects::Parsed::default(),
         })
     }
 

@@ -62,10 +62,24 @@ impl Rewrite {
 /// The text of `new` made by editing `old`, checked: it parses (as client text, so with the
 /// round-trip rule) to exactly `new`, key order included.
 pub fn rewrite(old: &str, new: &Mapping) -> Rewrite {
-    let Ok(old_map) = parse_mapping(old) else {
-        return Rewrite::Fresh;
+    rewrite_known(old, None, new)
+}
+
+/// [`rewrite`] with what `old` parses to, when the caller knows it already (the content
+/// of the write that stored it): `old` is then parsed only for its spans.
+pub fn rewrite_known(old: &str, known: Option<&Mapping>, new: &Mapping) -> Rewrite {
+    let parsed;
+    let old_map = match known {
+        Some(map) => map,
+        None => match parse_mapping(old) {
+            Ok(map) => {
+                parsed = map;
+                &parsed
+            }
+            Err(_) => return Rewrite::Fresh,
+        },
     };
-    if maps_eq(&old_map, new) {
+    if maps_eq(old_map, new) {
         return Rewrite::Edited(old.to_owned());
     }
     if new.is_empty() {
@@ -85,7 +99,7 @@ pub fn rewrite(old: &str, new: &Mapping) -> Rewrite {
     let Some((start, end)) = splice.region(&root) else {
         return Rewrite::Fallback;
     };
-    let Some(body) = splice.block_map(&root, &old_map, new) else {
+    let Some(body) = splice.block_map(&root, old_map, new) else {
         return Rewrite::Fallback;
     };
     let (Some(head), Some(tail)) = (old.get(..start), old.get(end..)) else {

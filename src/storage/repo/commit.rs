@@ -2,6 +2,7 @@
 use super::objects::{Checked, Head};
 use super::refs::RefMove;
 use super::{backoff, git_err, to_id, to_oid, TenantRepo, MAIN, WRITE_DEADLINE};
+use crate::domain::yaml::splice::Made;
 use crate::domain::{BlobId, CommitId, Identity};
 use crate::storage::durable::SyncGroup;
 use crate::storage::recent_keys::RecentKeys;
@@ -213,6 +214,10 @@ impl TenantRepo {
                     "hash blob",
                     change.file.path(),
                 ))?;
+                if let (Some(Made::Edited), Some(content)) = (made, &change.content) {
+                    // The edited text was checked to parse to exactly the content.
+                    self.parsed.put(new_blob, content.clone());
+                }
                 Ok(Checked {
                     bytes: bytes.into_owned(),
                     made,

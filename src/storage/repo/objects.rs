@@ -1,6 +1,7 @@
 //! The objects of a commit: each change's new bytes (a JSON content edited into the stored text), its blob, the head's tree with those entries replaced, the commit and its message; loose objects written here, not by libgit2.
 use super::{git_err, signature, TenantRepo, FILE_MODE, MAIN};
 use crate::domain::yaml::splice::{self, Made, Rewrite};
+use crate::domain::yaml::Mapping;
 use crate::domain::{Identity, PlanFile};
 use crate::storage::disk::sync_dir;
 use crate::storage::{Change, CommitRequest, StorageError};
@@ -10,6 +11,7 @@ use git2::{ObjectType, Oid, Signature};
 use std::borrow::Cow;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
+use std::sync::Arc;
 
 /// One change checked against the head: its new bytes and blob, and what the head holds.
 pub(super) struct Checked {
@@ -25,6 +27,35 @@ pub(super) struct Checked {
 impl Checked {
     pub(super) fn unchanged(&self) -> bool {
         self.present && self.new_blob == self.current
+    }
+}
+
+/// What the last few blobs a JSON edit stored parse to, by blob id: the next edit of that file
+/// starts from that text and needs its content, which this spares it from parsing again. A
+/// blob id names its bytes, so an entry is right for as long as it is kept, whoever moved
+/// `main` since; it is put here only once the text was checked to parse to exactly it.
+#[derive(Default)]
+pub(super) struct Parsed(std::sync::Mutex<Vec<(Oid, Arc<Mapping>)>>);
+
+/// Entries kept: one per file of a tenant.
+const PARSED: usize = 2;
+
+impl Parsed {
+    fn get(&self, blob: Oid) -> Option<Arc<Mapping>> {
+        let known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        known
+            .iter()
+            .find(|(id, _)| *id == blob)
+            .map(|(_, m)| m.clone())
+    }
+
+    pub(super) fn put(&self, blob: Oid, content: Arc<Mapping>) {
+        let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        known.retain(|(id, _)| *id != blob);
+        if known.len() == PARSED {
+            known.remove(0);
+        }
+        known.push((blob, content));
     }
 }
 
@@ -46,8 +77,9 @@ impl TenantRepo {
             "read blob",
             req.file.path(),
         ))?;
+        let known = self.parsed.get(current);
         let rewrite = match std::str::from_utf8(blob.content()) {
-            Ok(old) => splice::rewrite(old, content),
+            Ok(old) => splice::rewrite_known(old, known.as_deref(), content),
             Err(_) => Rewrite::Fresh,
         };
         let made = rewrite.made();

@@ -159,3 +159,13 @@ fn an_edit_that_does_not_read_back_falls_back() {
         Rewrite::Fallback
     );
 }
+
+#[test]
+fn an_edit_from_known_content_is_the_edit_from_the_parsed_text() {
+    let old = "# accounts\naws:\n  - account_id: \"1\"  # one\n    regions: [us-east-1]\nx: 1\n";
+    let new = map(json!({"aws": [{"account_id": "1", "regions": ["eu-west-1"]}], "x": 2}));
+    let known = super::parse_mapping(old).unwrap();
+    let from_known = super::rewrite_known(old, Some(&known), &new);
+    assert_eq!(from_known, rewrite(old, &new));
+    assert!(matches!(&from_known, Rewrite::Edited(t) if t.contains("# one")));
+}
