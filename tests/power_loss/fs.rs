@@ -70,6 +70,10 @@ struct Node {
     nlink: u32,
     /// Open handles: a removed file stays readable and writable through them.
     opens: u32,
+    /// The kernel's references (FUSE lookup count): each entry replied adds one, a `forget`
+    /// takes them back. The kernel may open a node it looked up before it was renamed over,
+    /// as it may on any file system, so the node stays until then.
+    lookups: u64,
     mtime: SystemTime,
 }
 
@@ -121,6 +125,7 @@ impl Model {
                     perm,
                     nlink,
                     opens: 0,
+                    lookups: 0,
                     mtime: now,
                 },
             );
@@ -136,6 +141,7 @@ impl Model {
                     perm: 0o755,
                     nlink: 2,
                     opens: 0,
+                    lookups: 0,
                     mtime: now,
                 },
             );
@@ -247,6 +253,7 @@ impl Model {
                 perm,
                 nlink,
                 opens: 0,
+                lookups: 0,
                 mtime: SystemTime::now(),
             },
         );
@@ -260,7 +267,7 @@ impl Model {
         let held = self
             .nodes
             .get(&ino)
-            .is_some_and(|n| n.nlink > 0 || n.opens > 0);
+            .is_some_and(|n| n.nlink > 0 || n.opens > 0 || n.lookups > 0);
         if held {
             return;
         }
@@ -411,9 +418,13 @@ impl PowerFs {
     }
 }
 
-fn entry(reply: ReplyEntry, attr: Option<FileAttr>) {
-    match attr {
-        Some(attr) => reply.entry(&TTL, &attr, Generation(0)),
+/// Replies with node `ino`'s entry, which the kernel then holds until it forgets it.
+fn entry(reply: ReplyEntry, m: &mut Model, ino: u64) {
+    match m.attr(ino) {
+        Some(attr) => {
+            m.nodes.get_mut(&ino).expect("has attributes").lookups += 1;
+            reply.entry(&TTL, &attr, Generation(0))
+        }
         None => reply.error(Errno::ENOENT),
     }
 }
@@ -426,10 +437,18 @@ fn empty(reply: ReplyEmpty, result: Result<(), Errno>) {
 }
 
 impl fuser::Filesystem for PowerFs {
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        let mut m = self.model();
+        if let Some(node) = m.nodes.get_mut(&ino.0) {
+            node.lookups = node.lookups.saturating_sub(nlookup);
+        }
+        m.forget_if_unreachable(ino.0);
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let mut m = self.model();
         match m.lookup(parent.0, name) {
-            Ok(ino) => entry(reply, m.attr(ino)),
+            Ok(ino) => entry(reply, &mut m, ino),
             Err(e) => reply.error(e),
         }
     }
@@ -500,7 +519,7 @@ impl fuser::Filesystem for PowerFs {
                 if let Some(p) = m.nodes.get_mut(&parent.0) {
                     p.nlink += 1;
                 }
-                entry(reply, m.attr(ino))
+                entry(reply, &mut m, ino)
             }
             Err(e) => reply.error(e),
         }
@@ -557,7 +576,7 @@ impl fuser::Filesystem for PowerFs {
             .expect("checked")
             .insert(newname.to_owned(), ino.0);
         m.nodes.get_mut(&ino.0).expect("checked").nlink += 1;
-        entry(reply, m.attr(ino.0))
+        entry(reply, &mut m, ino.0)
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -741,7 +760,9 @@ impl fuser::Filesystem for PowerFs {
                 data.clear();
             }
         }
-        m.nodes.get_mut(&ino).expect("present").opens += 1;
+        let node = m.nodes.get_mut(&ino).expect("present");
+        node.opens += 1;
+        node.lookups += 1;
         let attr = m.attr(ino).expect("present");
         reply.created(
             &TTL,

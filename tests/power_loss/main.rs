@@ -345,8 +345,18 @@ fn load_round(image: &Image, setup: Setup, first: bool) -> (Found, Image) {
     let cut = mounted.fs.cut_now();
     server.kill9();
     stop.store(true, Ordering::Relaxed);
-    for c in clients {
-        c.join().expect("a client panicked");
+    let panicked = clients
+        .into_iter()
+        .map(|c| c.join())
+        .filter(Result::is_err)
+        .count();
+    if panicked > 0 {
+        let log = server.log.lock().unwrap();
+        let errors: Vec<_> = log
+            .iter()
+            .filter(|l| l.contains("ERROR") || l.contains("\"level\":\"error\""))
+            .collect();
+        panic!("{panicked} client(s) panicked; the server's errors: {errors:#?}");
     }
     mounted.unmount();
     let found = Found {
