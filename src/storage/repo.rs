@@ -8,6 +8,8 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
+#[cfg(test)]
+mod batch_tests;
 mod commit;
 mod create;
 mod diff;
@@ -28,6 +30,10 @@ pub(super) use source_hosting::source_hosting_flag;
 
 const MAIN: &str = "refs/heads/main";
 const FILE_MODE: i32 = 0o100644;
+/// The trailers of a keyed write's commit (and of its no-op record): the key, and the
+/// fingerprint of the request it answered.
+const KEY_TRAILER: &str = "Idempotency-Key: ";
+const FINGERPRINT_TRAILER: &str = "Idempotency-Fingerprint: ";
 /// How long a write keeps trying to get the tenant's write lock and move `main`.
 const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 /// A `main.lock` older than this, found while holding the tenant's write lock, was left by a

@@ -1,15 +1,15 @@
 //! Idempotency keys: their lookup in the last commits of `main` and of the no-op records, and the durable record of a keyed write that changed nothing.
 use super::objects::commit_text;
 use super::refs::RefMove;
-use super::{git_err, signature, to_id, to_oid, TenantRepo, MAIN};
+use super::{
+    git_err, signature, to_id, to_oid, TenantRepo, FINGERPRINT_TRAILER, KEY_TRAILER, MAIN,
+};
 use crate::domain::{CommitId, Identity, ObjectId};
 use crate::storage::recent_keys::{key_hash, Line, RecentKeys, Scan, Seen};
 use crate::storage::{IdempotencyRecord, IdempotentHit, StorageError, IDEMPOTENCY_COMMITS};
 use git2::{ErrorCode, ObjectType, Oid};
 use std::collections::VecDeque;
 
-pub(in crate::storage) const KEY_TRAILER: &str = "Idempotency-Key: ";
-pub(in crate::storage) const FINGERPRINT_TRAILER: &str = "Idempotency-Fingerprint: ";
 /// On a no-op record: the head the write found, and answered with.
 const REPLAYS_TRAILER: &str = "Replays: ";
 /// The records of idempotent writes that changed nothing, one commit each.

@@ -380,9 +380,9 @@ fn message(req: &CommitRequest, changed: &[(&'static str, Oid)], forced: bool) -
     if let Some(record) = &req.idempotency {
         message.push_str(&format!(
             "{}{}\n{}{}\n",
-            super::idempotency::KEY_TRAILER,
+            super::KEY_TRAILER,
             record.key.as_str(),
-            super::idempotency::FINGERPRINT_TRAILER,
+            super::FINGERPRINT_TRAILER,
             record.fingerprint
         ));
     }

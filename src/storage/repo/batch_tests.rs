@@ -1,0 +1,152 @@
+//! Tests of a batch of writes against the same writes one by one: the same commits on `main`, each precondition checked against the writes before it.
+use super::commit::BatchResult;
+use super::{create, TenantRepo};
+use crate::domain::{Identity, PlanFile, TenantId};
+use crate::storage::{CommitRequest, Preconditions, ShaCheck, StorageError};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn git(repo: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The blob id git gives `bytes`.
+fn blob_of(repo: &Path, bytes: &str) -> ShaCheck {
+    let mut child = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(["hash-object", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(bytes.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let id = String::from_utf8(out.stdout).unwrap();
+    ShaCheck::Blob(crate::domain::ObjectId::parse(id.trim()).unwrap())
+}
+
+fn new_tenant(dir: &Path) -> (TenantId, PathBuf, Identity) {
+    crate::storage::init_git();
+    let tenant = TenantId::parse("acme").unwrap();
+    let path = dir.join("acme.git");
+    let committer = Identity::new("planfiles", "p@localhost", "localhost");
+    create(&tenant, dir, &path, false, &committer).unwrap();
+    (tenant, path, committer)
+}
+
+/// Four writes: the second one's `file_sha` is the blob the first replaced (a 409 once the
+/// first is in), the third's is the blob the first wrote, the fourth has no precondition.
+fn writes(repo: &TenantRepo, path: &Path, committer: &Identity) -> Vec<CommitRequest> {
+    let before = repo.read(PlanFile::Integration).unwrap().blob;
+    let at = |sha: ShaCheck| Preconditions {
+        file_sha: Some(sha),
+        ..Preconditions::default()
+    };
+    let read_at = ShaCheck::Blob(before.0);
+    let one = |file, bytes: &str, pre| {
+        CommitRequest::of(file, bytes.as_bytes().to_vec(), pre, committer.clone())
+    };
+    vec![
+        one(PlanFile::Integration, "first: 1\n", at(read_at)),
+        one(PlanFile::Integration, "stale: 2\n", at(read_at)),
+        one(
+            PlanFile::Integration,
+            "third: 3\n",
+            at(blob_of(path, "first: 1\n")),
+        ),
+        one(
+            PlanFile::Configuration,
+            "folders:\n- path: src\n",
+            Preconditions::default(),
+        ),
+    ]
+}
+
+/// What `git log` says of each first-parent commit of `main`: its tree, subject, author and
+/// number of parents; everything but the dates and so the ids.
+fn history(path: &Path) -> String {
+    git(
+        path,
+        &["log", "--first-parent", "--format=%T %s <%an> %p", "main"],
+    )
+    .lines()
+    .map(|l| {
+        let (head, parents) = l.rsplit_once('>').unwrap();
+        format!("{head}> parents: {}\n", parents.split_whitespace().count())
+    })
+    .collect()
+}
+
+fn outcome(r: BatchResult) -> Result<String, String> {
+    match r.expect("tried") {
+        Ok(c) => Ok(c.written().unwrap().commit.unwrap().to_string()),
+        Err(StorageError::ShaMismatch { .. }) => Err("409".into()),
+        Err(e) => panic!("unexpected {e}"),
+    }
+}
+
+#[test]
+fn a_batch_makes_the_commits_of_its_writes_one_by_one_and_a_conflict_stops_only_its_own() {
+    let (one_dir, batch_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (tenant, one_path, committer) = new_tenant(one_dir.path());
+    let (_, batch_path, _) = new_tenant(batch_dir.path());
+    assert_eq!(history(&one_path), history(&batch_path), "the same start");
+
+    let one_repo = TenantRepo::open(&tenant, &one_path).unwrap();
+    let alone: Vec<_> = writes(&one_repo, &one_path, &committer)
+        .iter()
+        .map(|w| {
+            let mut r = one_repo.commit_batch(&[w], &committer, None, &Default::default());
+            outcome(r.pop().unwrap())
+        })
+        .collect();
+
+    let batch_repo = TenantRepo::open(&tenant, &batch_path).unwrap();
+    let reqs = writes(&batch_repo, &batch_path, &committer);
+    let together: Vec<_> = batch_repo
+        .commit_batch(
+            &reqs.iter().collect::<Vec<_>>(),
+            &committer,
+            None,
+            &Default::default(),
+        )
+        .into_iter()
+        .map(outcome)
+        .collect();
+
+    let verdicts = |rs: &[Result<String, String>]| rs.iter().map(Result::is_ok).collect::<Vec<_>>();
+    assert_eq!(verdicts(&together), [true, false, true, true]);
+    assert_eq!(verdicts(&together), verdicts(&alone));
+    assert_eq!(
+        history(&batch_path),
+        history(&one_path),
+        "git log of the batch is git log of the writes one by one"
+    );
+    // Each acknowledged write is its own commit, in order, on main's first-parent line.
+    let line: Vec<String> = git(&batch_path, &["rev-list", "--first-parent", "main"])
+        .lines()
+        .take(3)
+        .map(str::to_owned)
+        .collect();
+    let acked: Vec<String> = together.into_iter().filter_map(Result::ok).rev().collect();
+    assert_eq!(line, acked);
+    assert_eq!(
+        git(&batch_path, &["show", "main~1:integrations.yml"]),
+        "third: 3\n"
+    );
+    assert!(git(&batch_path, &["fsck", "--strict"]).is_empty());
+}
