@@ -205,6 +205,13 @@ impl Config {
                 )));
             }
         }
+        if let Some(origin) = self.server.bad_cors_origin() {
+            return Err(ConfigError::Invalid(format!(
+                "server.cors_allowed_origins: {origin:?} is not an origin: write it as a browser \
+                 sends it, scheme://host[:port] in lower case with nothing after (no path, no \
+                 trailing slash, no *)"
+            )));
+        }
         for (name, value) in self.events.positive_settings() {
             if value == 0 {
                 return Err(ConfigError::Invalid(format!(
@@ -432,6 +439,38 @@ mod tests {
                 format!("[server]\n{key} = 1\n")
             };
             assert!(load(one).is_ok(), "{key} = 1");
+        }
+    }
+
+    #[test]
+    fn cors_origins_must_be_origins() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        let load = |origins: &str| {
+            std::fs::write(
+                &path,
+                format!("[server]\ncors_allowed_origins = {origins}\n"),
+            )
+            .unwrap();
+            Config::load(&Sources {
+                explicit_file: Some(path.clone()),
+                env: vec![],
+            })
+        };
+        assert!(Config::default().server.cors_allowed_origins.is_empty());
+        let good = load(r#"["https://console.example.com", "http://localhost:3000"]"#).unwrap();
+        assert_eq!(good.server.cors_allowed_origins.len(), 2);
+        for bad in [
+            r#"["*"]"#,
+            r#"["https://console.example.com/"]"#,
+            r#"["console.example.com"]"#,
+        ] {
+            match load(bad) {
+                Err(ConfigError::Invalid(m)) => {
+                    assert!(m.contains("server.cors_allowed_origins"), "{m}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
         }
     }
 

@@ -104,6 +104,7 @@ impl Application {
             client_request_timeout: Duration::from_secs(config.server.client_request_timeout_secs),
             shutdown_timeout: Duration::from_secs(config.server.shutdown_timeout_secs),
             send_stall: Duration::from_secs(config.server.send_stall_secs),
+            cors_allowed_origins: config.server.cors_allowed_origins.clone(),
         };
         Ok(Self {
             state,

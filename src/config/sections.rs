@@ -84,6 +84,9 @@ pub struct ServerConfig {
     /// Seconds any answer may go without the client accepting a byte; then the connection
     /// is closed (TCP_USER_TIMEOUT), so a client that stops reading holds no socket buffers.
     pub send_stall_secs: u64,
+    /// Origins (`scheme://host[:port]`) whose pages may call the API from a browser (CORS);
+    /// none by default, so only pages the service serves itself (the console) can.
+    pub cors_allowed_origins: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -237,6 +240,15 @@ impl ServerConfig {
         ]
     }
 
+    /// The first entry of `cors_allowed_origins` that is not an origin as a browser sends it
+    /// (`http` or `https`, `://`, a lower-case host, an optional port, nothing after), if any.
+    pub(super) fn bad_cors_origin(&self) -> Option<&str> {
+        self.cors_allowed_origins
+            .iter()
+            .find(|o| !is_origin(o))
+            .map(String::as_str)
+    }
+
     /// Whether `bind` names a loopback address (127.0.0.0/8, `::1`, `localhost`), which only
     /// this host can reach. Any other host, name or form counts as reachable.
     pub fn binds_loopback(&self) -> bool {
@@ -276,6 +288,7 @@ impl Default for ServerConfig {
             write_queue_depth: 16,
             clone_stall_secs: 30,
             send_stall_secs: 30,
+            cors_allowed_origins: Vec::new(),
         }
     }
 }
@@ -320,6 +333,69 @@ impl Default for LogConfig {
         Self {
             filter: "info".into(),
             format: "text".into(),
+        }
+    }
+}
+
+/// `scheme://host[:port]` as browsers send it in `Origin`: `http` or `https`, a lower-case
+/// host of letters, digits, `.`, `-` (or a bracketed IPv6 address), a port of digits.
+fn is_origin(origin: &str) -> bool {
+    let Some(rest) = origin
+        .strip_prefix("https://")
+        .or_else(|| origin.strip_prefix("http://"))
+    else {
+        return false;
+    };
+    let (host, port) = match rest.rsplit_once(':') {
+        Some((host, port)) if !host.starts_with('[') || host.ends_with(']') => (host, Some(port)),
+        _ => (rest, None),
+    };
+    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        !v6.is_empty()
+            && v6
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+            && v6 == v6.to_ascii_lowercase()
+    } else {
+        !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
+    };
+    let port_ok =
+        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    host_ok && port_ok
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cors_origins_are_what_browsers_send_in_origin() {
+        for good in [
+            "https://console.example.com",
+            "http://localhost:3000",
+            "http://127.0.0.1:8081",
+            "http://[::1]:8080",
+            "https://a-b.example",
+        ] {
+            assert!(super::is_origin(good), "{good}");
+        }
+        for bad in [
+            "*",
+            "null",
+            "console.example.com",
+            "https://console.example.com/",
+            "https://console.example.com/ui",
+            "https://Console.example.com",
+            "ftp://example.com",
+            "https://",
+            "https://example.com:",
+            "https://example.com:80a",
+            "https://user@example.com",
+            "https://example.com?x",
+            "http://[::1",
+        ] {
+            assert!(!super::is_origin(bad), "{bad}");
         }
     }
 }

@@ -117,6 +117,7 @@ pub async fn request_context(
         REQUEST_ID,
         HeaderValue::from_str(request_id.as_str()).expect("request ids are header-safe"),
     );
+    super::cors::expose(res.headers_mut());
     if request_log_enabled() {
         let extensions = res.request().extensions();
         let tenant = extensions

@@ -5,6 +5,8 @@ mod cache;
 mod commits;
 mod common;
 mod conditional;
+pub mod console;
+mod cors;
 mod diff;
 mod events;
 mod git;
@@ -32,7 +34,8 @@ use crate::auth::{Principal, Verifier};
 use crate::metrics::Metrics;
 use crate::storage::Storage;
 use actix_web::dev::{Payload, Server};
-use actix_web::{middleware::from_fn, web, App, FromRequest, HttpRequest, HttpServer};
+use actix_web::middleware::{from_fn, Condition};
+use actix_web::{web, App, FromRequest, HttpRequest, HttpServer};
 use std::future::{ready, Ready};
 use std::net::TcpListener;
 use std::time::Duration;
@@ -181,6 +184,8 @@ pub struct ServerOptions {
     pub shutdown_timeout: Duration,
     /// A connection whose client accepts no bytes for this long is closed.
     pub send_stall: Duration,
+    /// Origins whose pages may call the API (CORS); none: no CORS.
+    pub cors_allowed_origins: Vec<String>,
 }
 
 /// Adds the routes of the service to an app.
@@ -283,11 +288,17 @@ pub fn serve(
     options: &ServerOptions,
 ) -> std::io::Result<Server> {
     let data = web::Data::new(state);
+    let origins = options.cors_allowed_origins.clone();
     let mut server = HttpServer::new(move || {
+        let cors = !origins.is_empty();
         App::new()
             .app_data(data.clone())
+            // CORS inside the request context: preflights and refused origins are logged
+            // and counted like any request, and the body type the server sees stays one.
+            .wrap(Condition::new(cors, cors::policy(&origins)))
             .wrap(from_fn(middleware::request_context))
             .configure(routes)
+            .configure(console::routes)
             .default_service(web::to(common::not_found))
     })
     .on_connect(socket::on_connect(options.send_stall))

@@ -43,6 +43,11 @@ thread_local! {
     pub static EVENTS: std::cell::RefCell<Option<(planfiles::config::EventsConfig, bool)>> = const { std::cell::RefCell::new(None) };
 }
 
+thread_local! {
+    /// Set by a test before `spawn` to start the server with `server.cors_allowed_origins`.
+    pub static CORS_ORIGINS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 pub fn fixture_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("repos-fixture")
 }
@@ -180,6 +185,7 @@ impl TestApp {
         config.commit.committer_email = "planfiles@test".into();
         config.auth = auth;
         config.metrics.require_token = self_metrics_token();
+        config.server.cors_allowed_origins = CORS_ORIGINS.with(|c| c.borrow_mut().split_off(0));
         if let Some(limits) = LIMITS.with(|l| l.borrow().clone()) {
             let server = &mut config.server;
             server.body_limit = limits.body_limit;
@@ -223,6 +229,33 @@ impl TestApp {
 
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.addr, path)
+    }
+
+    /// `GET` of a console path (`/ui/...`) with extra headers.
+    pub async fn ui(&self, path: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut req = self.client.get(self.url(path));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// A CORS preflight (`OPTIONS`) of `path` from `origin` for `method` with `headers`.
+    pub async fn preflight(
+        &self,
+        path: &str,
+        origin: &str,
+        method: &str,
+        headers: &str,
+    ) -> reqwest::Response {
+        self.client
+            .request(reqwest::Method::OPTIONS, self.url(path))
+            .header("Origin", origin)
+            .header("Access-Control-Request-Method", method)
+            .header("Access-Control-Request-Headers", headers)
+            .send()
+            .await
+            .unwrap()
     }
 
     /// `GET /plans/events` with a bearer token (if any), a query and a `Last-Event-ID`.

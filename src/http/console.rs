@@ -1,0 +1,235 @@
+//! The console at `/ui/`: its page and assets, embedded in the binary, served with their caching (`ETag`, immutable hashed names) and the page's security headers.
+use super::common::{self, Reply};
+use super::problem::ApiError;
+use actix_web::http::header::{self, HeaderValue};
+use actix_web::{web, HttpRequest, HttpResponse};
+use sha2::{Digest, Sha256};
+use std::sync::LazyLock;
+
+/// What every console answer carries: scripts, styles, images and requests from this origin
+/// only (no inline script or style), never framed, no referrer sent anywhere.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; frame-ancestors 'none'";
+
+/// The page; `%ASSETS%` stands for the assets' folder.
+static INDEX: &str = include_str!("console/index.html");
+
+/// The console's files, by name.
+static FILES: &[(&str, &[u8])] = &[
+    ("api.js", include_bytes!("console/api.js")),
+    ("app.js", include_bytes!("console/app.js")),
+    ("compare.js", include_bytes!("console/compare.js")),
+    ("dom.js", include_bytes!("console/dom.js")),
+    ("editor.js", include_bytes!("console/editor.js")),
+    ("favicon.svg", include_bytes!("console/favicon.svg")),
+    ("fileview.js", include_bytes!("console/fileview.js")),
+    ("format.js", include_bytes!("console/format.js")),
+    ("historyview.js", include_bytes!("console/historyview.js")),
+    ("live.js", include_bytes!("console/live.js")),
+    ("patch.js", include_bytes!("console/patch.js")),
+    ("restore.js", include_bytes!("console/restore.js")),
+    ("session.js", include_bytes!("console/session.js")),
+    ("style.css", include_bytes!("console/style.css")),
+    ("sync.js", include_bytes!("console/sync.js")),
+    ("views.js", include_bytes!("console/views.js")),
+    ("yaml.js", include_bytes!("console/yaml.js")),
+];
+
+/// The page with its assets' folder filled in, and the entity tags.
+struct Console {
+    /// A hash of every file: the assets' folder is `/ui/assets/<version>/`, so a new build
+    /// gets new URLs and a browser may keep the old ones forever.
+    version: String,
+    index: web::Bytes,
+    index_etag: HeaderValue,
+    asset_etag: HeaderValue,
+}
+
+static CONSOLE: LazyLock<Console> = LazyLock::new(|| {
+    let mut hash = Sha256::new();
+    for (name, bytes) in FILES {
+        hash.update((name.len() as u64).to_le_bytes());
+        hash.update(name.as_bytes());
+        hash.update((bytes.len() as u64).to_le_bytes());
+        hash.update(bytes);
+    }
+    hash.update(INDEX.as_bytes());
+    let digest = hash.finalize();
+    let version: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    let index = INDEX.replace("%ASSETS%", &format!("/ui/assets/{version}"));
+    let tag = |t: String| HeaderValue::from_str(&t).expect("hex in quotes");
+    Console {
+        index_etag: tag(format!("\"ui-{version}\"")),
+        asset_etag: tag(format!("\"{version}\"")),
+        index: web::Bytes::from(index),
+        version,
+    }
+});
+
+/// The console's routes: `/ui` (to `/ui/`), `/ui/` and `/ui/assets/<version>/<name>`.
+pub fn routes(cfg: &mut web::ServiceConfig) {
+    cfg.service(
+        web::resource("/ui")
+            .route(web::get().to(to_index))
+            .default_service(web::to(common::get_only)),
+    )
+    .service(
+        web::resource("/ui/")
+            .name("/ui/")
+            .route(web::get().to(index))
+            .default_service(web::to(common::get_only)),
+    )
+    .service(
+        web::resource("/ui/assets/{version}/{name}")
+            .name("/ui/assets")
+            .route(web::get().to(asset))
+            .default_service(web::to(common::get_only)),
+    );
+}
+
+/// The headers of every console answer.
+fn page_headers(mut res: HttpResponse) -> HttpResponse {
+    let headers = res.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        ),
+        (
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+    ] {
+        headers.insert(name, value);
+    }
+    res
+}
+
+/// True when the request's `If-None-Match` names `etag` (or is `*`).
+fn fresh(req: &HttpRequest, etag: &HeaderValue) -> bool {
+    req.headers()
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|list| {
+            list.split(',')
+                .map(str::trim)
+                .any(|t| t == "*" || t.trim_start_matches("W/").as_bytes() == etag.as_bytes())
+        })
+}
+
+async fn to_index() -> HttpResponse {
+    page_headers(
+        HttpResponse::PermanentRedirect()
+            .insert_header((header::LOCATION, "/ui/"))
+            .finish(),
+    )
+}
+
+/// The page: revalidated on every load (`no-cache`), so that a new build's assets are
+/// picked up at once.
+async fn index(req: HttpRequest) -> HttpResponse {
+    let console = &*CONSOLE;
+    let body = console.index.clone();
+    let html = "text/html; charset=utf-8";
+    cached(&req, &console.index_etag, "no-cache", html, body)
+}
+
+/// An asset of this build, kept by browsers for a year; another build's folder is 404.
+async fn asset(req: HttpRequest, path: web::Path<(String, String)>) -> Reply {
+    let (version, name) = path.into_inner();
+    let console = &*CONSOLE;
+    let file = FILES.iter().find(|(n, _)| *n == name);
+    let (Some((name, bytes)), true) = (file, version == console.version) else {
+        return Err(ApiError::NotFound(req.path().to_owned()));
+    };
+    let forever = "public, max-age=31536000, immutable";
+    let body = web::Bytes::from_static(bytes);
+    Ok(cached(
+        &req,
+        &console.asset_etag,
+        forever,
+        content_type(name),
+        body,
+    ))
+}
+
+/// 304 when the request names `etag`, else 200 with `body`; the page's headers either way.
+fn cached(
+    req: &HttpRequest,
+    etag: &HeaderValue,
+    cache_control: &'static str,
+    content_type: &'static str,
+    body: web::Bytes,
+) -> HttpResponse {
+    let not_modified = fresh(req, etag);
+    let mut res = if not_modified {
+        HttpResponse::NotModified()
+    } else {
+        HttpResponse::Ok()
+    };
+    res.insert_header((header::ETAG, etag.clone()))
+        .insert_header((header::CACHE_CONTROL, cache_control));
+    let res = if not_modified {
+        res.finish()
+    } else {
+        res.content_type(content_type).body(body)
+    };
+    page_headers(res)
+}
+
+fn content_type(name: &str) -> &'static str {
+    match name.rsplit_once('.').map(|(_, ext)| ext) {
+        Some("js") => "text/javascript; charset=utf-8",
+        Some("css") => "text/css; charset=utf-8",
+        Some("svg") => "image/svg+xml",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_of_the_console_folder_is_served_and_the_page_names_only_served_ones() {
+        let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http/console");
+        let mut on_disk: Vec<String> = std::fs::read_dir(folder)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n != "index.html")
+            .collect();
+        on_disk.sort();
+        let served: Vec<String> = FILES.iter().map(|(n, _)| n.to_string()).collect();
+        assert_eq!(served, on_disk, "FILES lists the folder, sorted");
+        let page = String::from_utf8(CONSOLE.index.to_vec()).unwrap();
+        assert!(!page.contains("%ASSETS%"));
+        for link in page
+            .split(&format!("/ui/assets/{}/", CONSOLE.version))
+            .skip(1)
+        {
+            let name = link.split('"').next().unwrap();
+            assert!(FILES.iter().any(|(n, _)| *n == name), "{name}");
+        }
+    }
+
+    #[test]
+    fn if_none_match_lists_are_read_as_rfc_9110_says() {
+        let tag = HeaderValue::from_static("\"abc\"");
+        let with = |v: &str| {
+            actix_web::test::TestRequest::default()
+                .insert_header((header::IF_NONE_MATCH, v))
+                .to_http_request()
+        };
+        assert!(fresh(&with("\"abc\""), &tag));
+        assert!(fresh(&with("\"x\", W/\"abc\""), &tag));
+        assert!(fresh(&with("*"), &tag));
+        assert!(!fresh(&with("\"abcd\""), &tag));
+        assert!(!fresh(
+            &actix_web::test::TestRequest::default().to_http_request(),
+            &tag
+        ));
+    }
+}

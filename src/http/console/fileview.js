@@ -1,0 +1,38 @@
+// The "Current version" section: status, blob id, head commit, errors and the YAML text.
+import { h, fill } from "./dom.js";
+import { render as yaml } from "./yaml.js";
+import { problem, code, commitRef } from "./views.js";
+
+export const shaOf = (file, data) => (file === "integration-file" ? data.file_sha : data.sha);
+
+/** The text shown for a file answer, and whether it is the stored text. */
+export function textOf(file, data) {
+  if (file === "integration-file") return { text: data.raw_content, stored: true };
+  return { text: yaml(data.content), stored: false };
+}
+
+export function renderCurrent(el, st, ctx) {
+  if (!ctx.canRead) return fill(el, h("p", { class: "muted" }, "Your token may not read this file."));
+  if (st.error) return fill(el, problem(st.error, "The file could not be read."));
+  if (!st.data) return fill(el, h("p", { class: "muted" }, "Loading…"));
+  const d = st.data;
+  const status = d.status || "valid";
+  const { text, stored } = textOf(st.file, d);
+  const last = st.entries[0];
+  fill(el,
+    h("dl", { class: "facts meta" },
+      h("div", {}, h("dt", {}, "Status"), h("dd", {}, h("span", { class: `badge badge-${status}` }, status))),
+      h("div", {}, h("dt", {}, "Blob id"), h("dd", {}, commitRef(shaOf(st.file, d)))),
+      h("div", {}, h("dt", {}, "Head of main"), h("dd", {}, commitRef(ctx.head))),
+      h("div", {}, h("dt", {}, "Last changed in"), h("dd", {}, commitRef(last && last.commit_sha)))),
+    d.validation_errors && d.validation_errors.length
+      ? h("div", { class: "problem", role: "alert" },
+          h("p", { class: "problem-title" }, "The stored file is invalid"),
+          h("ul", {}, d.validation_errors.map((e) => h("li", {}, e))))
+      : null,
+    h("h3", { id: "current-text-h" }, stored ? "Stored YAML text" : "Content as YAML (rendered)"),
+    stored ? null : h("p", { class: "note" },
+      "The API does not return this file's stored text, so this is rendered from the parsed content: ",
+      "comments and layout of the stored file are not shown."),
+    code(text, stored ? "Stored YAML text with line numbers" : "Rendered YAML with line numbers"));
+}

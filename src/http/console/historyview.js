@@ -1,0 +1,49 @@
+// The "History" section: one row per commit that changed the file, newest first, paged.
+import { h, fill } from "./dom.js";
+import { when, subject, requestId, trailers } from "./format.js";
+import { problem, commitRef } from "./views.js";
+
+export function renderHistory(el, st, ctx, actions) {
+  if (!ctx.canRead) return fill(el, h("p", { class: "muted" }, "Your token may not read this file."));
+  const rows = st.entries.map((e, i) => {
+    const t = when(e.date);
+    const isNew = st.fresh.has(e.commit_sha);
+    const restored = trailers(e.message)["restored-from"];
+    const older = st.entries[i + 1];
+    return h("tr", { class: isNew ? "is-new" : null, dataset: { commit: e.commit_sha } },
+      h("td", {}, h("time", { datetime: e.date, title: t.title }, t.text),
+        isNew ? [" ", h("span", { class: "badge badge-new" }, "new")] : null),
+      h("td", {}, h("span", { title: e.author.email }, e.author.name)),
+      h("td", { class: "msg" }, subject(e.message),
+        restored ? h("span", { class: "muted" }, " (restored from ", commitRef(restored), ")") : null),
+      h("td", {}, e.forced ? h("span", { class: "badge badge-forced" }, "forced") : h("span", { class: "muted" }, "no")),
+      h("td", {}, requestId(e) ? h("code", { class: "rid" }, requestId(e)) : h("span", { class: "muted" }, "—")),
+      h("td", {}, commitRef(e.commit_sha)),
+      h("td", { class: "row-actions" },
+        h("button", {
+          type: "button", class: "small secondary",
+          disabled: !older && !st.cursor,
+          title: !older && !st.cursor ? "The first version of the file" : null,
+          "aria-label": `Compare ${e.commit_sha.slice(0, 10)} with the version before it`,
+          on: { click: () => actions.compareWithPrevious(e) },
+        }, "Compare with previous"),
+        ctx.canWrite && i > 0 ? h("button", {
+          type: "button", class: "small secondary",
+          "aria-label": `Restore the version of ${e.commit_sha.slice(0, 10)}`,
+          on: { click: () => actions.restore(e) },
+        }, "Restore…") : null));
+  });
+  fill(el,
+    st.historyError ? problem(st.historyError, "The history could not be read.") : null,
+    h("div", { class: "table-wrap" },
+      h("table", { class: "history" },
+        h("caption", { class: "visually-hidden" }, "Commits that changed the file, newest first"),
+        h("thead", {}, h("tr", {},
+          ["When", "Author", "Message", "Forced", "Request id", "Commit", "Actions"].map((c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: "7", class: "muted" }, st.loadingHistory ? "Loading…" : "No history."))))),
+    h("div", { class: "actions" },
+      st.cursor ? h("button", {
+        type: "button", id: "history-older", class: "secondary", "aria-busy": st.loadingHistory ? "true" : null,
+        on: { click: () => actions.older() },
+      }, st.loadingHistory ? "Loading…" : "Older") : h("p", { class: "muted" }, st.entries.length ? "No older versions." : "")));
+}

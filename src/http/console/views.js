@@ -1,0 +1,58 @@
+// Renderers shared by the sections: problems, change lists, unified diffs, YAML with line numbers.
+import { h } from "./dom.js";
+import { short } from "./format.js";
+
+/** An error answer (application/problem+json) with its title, detail and code. */
+export function problem(err, lead) {
+  const p = err.problem || { title: "Error", detail: String(err.message || err) };
+  return h("div", { class: "problem", role: "alert" },
+    lead ? h("p", { class: "problem-lead" }, lead) : null,
+    h("p", { class: "problem-title" }, p.title || "Error", p.status ? ` (${p.status})` : ""),
+    p.detail ? h("p", { class: "problem-detail" }, p.detail) : null,
+    h("p", { class: "problem-meta" },
+      p.code ? ["code ", h("code", {}, p.code)] : null,
+      p.request_id ? [" · request ", h("code", {}, p.request_id)] : null,
+      p.current_sha ? [" · current blob ", h("code", { title: p.current_sha }, short(p.current_sha))] : null));
+}
+
+const SIGN = { add: "+", remove: "−", change: "~", move: "↕" };
+
+/** A readable change list (from patch.js `readable`). */
+export function changes(items, emptyText = "No changes.") {
+  if (!items.length) return h("p", { class: "muted changes-empty" }, emptyText);
+  return h("ul", { class: "changes" },
+    items.map((c) => h("li", { class: `change change-${c.kind}`, title: JSON.stringify(c.op) },
+      h("span", { class: "sign", "aria-hidden": "true" }, SIGN[c.kind] || "~"), " ", c.text)));
+}
+
+/** A unified diff, its +/- lines coloured by class. */
+export function unified(text) {
+  if (!text) return h("p", { class: "muted" }, "The texts are the same.");
+  const lines = text.replace(/\n$/, "").split("\n").map((line) => {
+    let cls = "ctx";
+    if (/^(diff --git|index |--- |\+\+\+ |new file|deleted file|similarity|rename)/.test(line)) cls = "meta";
+    else if (line.startsWith("@@")) cls = "hunk";
+    else if (line.startsWith("+")) cls = "add";
+    else if (line.startsWith("-")) cls = "del";
+    return h("span", { class: `dl dl-${cls}` }, line);
+  });
+  return h("pre", { class: "diff", tabindex: "0", "aria-label": "Unified diff" }, h("code", {}, lines));
+}
+
+/** YAML text with line numbers (CSS counters, so copying the text leaves them out). */
+export function code(text, label) {
+  const lines = String(text).replace(/\n$/, "").split("\n").map((line) =>
+    h("span", { class: /^\s*#/.test(line) ? "line comment" : "line" }, line + "\n"));
+  return h("pre", { class: "code numbered", tabindex: "0", "aria-label": label }, h("code", {}, lines));
+}
+
+/** The keyed change list and the unified text side by side. */
+export function diffPair(items, text) {
+  return h("div", { class: "diff-pair" },
+    h("div", {}, h("h3", {}, "Changes"), changes(items)),
+    h("div", {}, h("h3", {}, "Text diff"), unified(text)));
+}
+
+export function commitRef(sha) {
+  return h("code", { class: "sha", title: sha || "" }, sha ? short(sha) : "—");
+}

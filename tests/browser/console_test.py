@@ -1,0 +1,699 @@
+#!/usr/bin/env python3
+"""Browser test of the planfiles console (GET /ui/), with Playwright driving Debian's Chromium.
+
+    python3 tests/browser/console_test.py --base-url http://127.0.0.1:18081 \
+        --planfiles target/debug/planfiles --data-dir /tmp/console-data --artefacts /tmp/console-art
+
+Arguments (or environment variables):
+  --base-url   CONSOLE_BASE_URL    a server that serves /ui/ and the API on one origin
+  --planfiles  PLANFILES_BIN       the planfiles binary: mints tokens (`planfiles token`) and
+                                   creates the test's tenant (`planfiles tenant create`), run
+                                   with cwd = the repository root
+  --data-dir   CONSOLE_DATA_DIR    the service's data dir (tenant creation, plain-git commits)
+  --artefacts  CONSOLE_ARTEFACTS   where the screenshots go
+  --tenant     CONSOLE_TENANT      use this existing tenant instead of a new one (its files
+                                   are rewritten)
+The caller's environment is passed to the binary as it is (PLANFILES_JWT_SECRET,
+PLANFILES_CONFIG), with PLANFILES_DATA_DIR set to --data-dir.
+
+Needs `pip install playwright` and /usr/bin/chromium (`apt-get install chromium`); it never
+downloads a browser. Exits 0 when every check passed, 1 with the failing check otherwise.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from contextlib import contextmanager
+
+from playwright.sync_api import sync_playwright
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+PAGE_SIZE = 5  # the console's history page size for this test (/ui/?limit=5)
+LIVE_WITHIN = 2.0  # seconds a change may take to appear in the open console
+INT, CONF = "integration-file", "configuration-file"
+
+SEED_YAML = """# Integrations of the console test tenant.
+aws:
+  # production
+  - account_id: "123456789012"
+    regions:
+      - us-east-1
+      - eu-west-1
+    type: aws
+drata:
+  workspace: console-test   # trailing comment
+"""
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+    print(f"  ok: {what}", flush=True)
+
+
+def step(title):
+    print(f"\n== {title}", flush=True)
+
+
+# ---------------------------------------------------------------- the service, from Python
+
+class Client:
+    """Another client of the API (plain HTTP)."""
+
+    def __init__(self, base, token):
+        self.base, self.token = base.rstrip("/"), token
+
+    def call(self, method, path, body=None, headers=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req.add_header("Authorization", "Bearer " + self.token)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
+        try:
+            with urllib.request.urlopen(req, timeout=15) as res:
+                return res.status, json.loads(res.read() or b"null")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"null")
+
+    def ok(self, method, path, body=None, headers=None):
+        status, answer = self.call(method, path, body, headers)
+        if status != 200:
+            raise Failure(f"{method} {path} answered {status}: {answer}")
+        return answer
+
+    def put_integration(self, text, request_id=None, message=None):
+        sha = self.ok("GET", "/plans/integration-file")["file_sha"]
+        headers = {"If-Match": f'"{sha}"'}
+        if request_id:
+            headers["X-Request-Id"] = request_id
+        body = {"content": text}
+        if message:
+            body["message"] = message
+        return self.ok("PUT", "/plans/integration-file", body, headers)
+
+    def put_configuration(self, payload):
+        sha = self.ok("GET", "/plans/configuration-file")["sha"]
+        return self.ok("PUT", "/plans/configuration-file", {"payload": payload, "file_sha": sha})
+
+
+class Binary:
+    def __init__(self, path, data_dir):
+        self.path, self.env = path, dict(os.environ, PLANFILES_DATA_DIR=data_dir)
+
+    def run(self, *args):
+        res = subprocess.run([self.path, *args], cwd=REPO, env=self.env, capture_output=True, text=True, timeout=60)
+        if res.returncode != 0:
+            raise Failure(f"planfiles {' '.join(args[:2])} failed ({res.returncode}): {res.stderr.strip()}")
+        return res.stdout.strip()
+
+    def token(self, tenant, *perms, name=None, email=None, ttl=None):
+        args = ["token", "--tenant", tenant]
+        for p in perms:
+            args += ["--permission", p]
+        if name:
+            args += ["--name", name]
+        if email:
+            args += ["--email", email]
+        if ttl:
+            args += ["--ttl", str(ttl)]
+        return self.run(*args)
+
+
+def plain_git_commit(repo, message, append):
+    """Commits integrations.yml + `append` on main with git plumbing, as an outside git user."""
+    env = dict(os.environ, GIT_AUTHOR_NAME="Git Person", GIT_AUTHOR_EMAIL="git@console.test",
+               GIT_COMMITTER_NAME="Git Person", GIT_COMMITTER_EMAIL="git@console.test",
+               GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null")
+
+    def git(*args, data=None, extra=None):
+        res = subprocess.run(["git", "--git-dir", repo, *args], input=data, capture_output=True,
+                             text=True, env=dict(env, **(extra or {})), timeout=30)
+        if res.returncode != 0:
+            raise Failure(f"git {args[0]} failed: {res.stderr.strip()}")
+        return res.stdout.strip()
+
+    old = git("rev-parse", "refs/heads/main")
+    text = git("show", f"{old}:integrations.yml") + "\n" + append
+    blob = git("hash-object", "-w", "--stdin", data=text)
+    with tempfile.TemporaryDirectory() as tmp:
+        index = {"GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        git("read-tree", old, extra=index)
+        git("update-index", "--cacheinfo", f"100644,{blob},integrations.yml", extra=index)
+        tree = git("write-tree", extra=index)
+    commit = git("commit-tree", tree, "-p", old, "-m", message)
+    git("update-ref", "refs/heads/main", commit, old)
+    return commit, text
+
+
+# ---------------------------------------------------------------- the browser
+
+class Watch:
+    """Console errors, page errors, CSP violations and every request and console response."""
+
+    def __init__(self, base):
+        self.base = base
+        self.origin = "{0.scheme}://{0.netloc}".format(urllib.parse.urlsplit(base))
+        self.errors, self.allowed = [], []
+        self.allow = []  # regexes of console errors expected right now
+        self.requests, self.console_responses = [], []
+
+    def attach(self, page):
+        page.on("console", self.on_console)
+        page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        page.on("request", lambda r: self.requests.append(r))
+        page.on("response", self.on_response)
+        page.add_init_script("""
+            document.addEventListener("securitypolicyviolation", (e) => {
+              console.error("CSP violation: " + e.violatedDirective + " blocked " + e.blockedURI);
+            });
+            // Keep the page's event streams, so that the test can cut one (Chromium's offline
+            // emulation leaves an open stream alone).
+            window.__sources = [];
+            const Native = window.EventSource;
+            window.EventSource = class extends Native {
+              constructor(...args) { super(...args); window.__sources.push(this); }
+            };
+        """)
+
+    def on_console(self, msg):
+        if msg.type not in ("error", "warning"):
+            return
+        text = msg.text
+        if msg.type == "warning" and "CSP" not in text and "Content Security Policy" not in text:
+            return
+        if any(re.search(p, text) for p in self.allow):
+            self.allowed.append(text)
+        else:
+            self.errors.append(f"console {msg.type}: {text}")
+
+    def on_response(self, res):
+        if urllib.parse.urlsplit(res.url).path.startswith("/ui/"):
+            try:
+                body = res.body()
+            except Exception:  # a response the page no longer holds
+                body = None
+            self.console_responses.append((res.url, res.status, res.all_headers(), body))
+
+    @contextmanager
+    def expecting(self, *patterns):
+        self.allow = list(patterns)
+        try:
+            yield
+        finally:
+            self.allow = []
+
+    def assert_clean(self, where):
+        if self.errors:
+            raise Failure(f"{where}: console errors or CSP violations:\n  " + "\n  ".join(self.errors))
+
+
+def shot(page, art, name):
+    path = os.path.join(art, f"{name}.png")
+    page.screenshot(path=path, full_page=True)
+    print(f"  screenshot {path}")
+
+
+def wait_js(page, fn, arg=None, timeout=15000):
+    """Waits until the JavaScript function `fn` (a string) returns a truthy value. Polls from
+    here with page.evaluate: Playwright's wait_for_function evaluates strings with eval in the
+    page, which the console's CSP (rightly) refuses."""
+    deadline = time.monotonic() + timeout / 1000
+    while True:
+        if page.evaluate(fn, arg):
+            return
+        if time.monotonic() > deadline:
+            raise Failure(f"timed out after {timeout} ms waiting for {fn}")
+        time.sleep(0.05)
+
+
+def shot_el(page, art, name, selector):
+    path = os.path.join(art, f"{name}.png")
+    page.locator(selector).screenshot(path=path)
+    print(f"  screenshot {path}")
+
+
+def sign_in(page, token):
+    page.fill("#token", token)
+    page.click("#signin-form button[type=submit]")
+    page.wait_for_selector("#app:not([hidden])")
+    wait_js(page, "document.getElementById('live').textContent === 'connected'", timeout=10000)
+    page.wait_for_selector("table.history tbody tr[data-commit]")
+
+
+def sign_out(page):
+    page.click("#sign-out")
+    page.wait_for_selector("#signin:not([hidden])")
+
+
+def history_commits(page):
+    return page.eval_on_selector_all("table.history tbody tr[data-commit]", "rs => rs.map(r => r.dataset.commit)")
+
+
+def code_text(page):
+    """The YAML shown in the current-version view, as text (line numbers are CSS only)."""
+    return page.eval_on_selector("#current-body pre.code code", "c => c.textContent")
+
+
+def wait_row(page, commit, started, what):
+    page.wait_for_selector(f'table.history tr.is-new[data-commit="{commit}"]', timeout=10000)
+    took = time.monotonic() - started
+    check(took <= LIVE_WITHIN, f"{what} appeared live, marked new, in {took:.2f} s (limit {LIVE_WITHIN} s)")
+    check(history_commits(page)[0] == commit, f"{what} is at the top of the history")
+    return took
+
+
+def select_file(page, file):
+    page.click(f'.tab[data-file="{file}"]')
+    page.wait_for_selector(f'.tab[data-file="{file}"][aria-current]')
+
+
+# ---------------------------------------------------------------- the test
+
+def run(args):
+    binary = Binary(args.planfiles, args.data_dir)
+    os.makedirs(args.artefacts, exist_ok=True)
+    tenant = args.tenant
+    if not tenant:
+        tenant = "console-" + uuid.uuid4().hex[:10]
+        binary.run("tenant", "create", tenant)
+    print(f"tenant {tenant}")
+    writer = binary.token(tenant, name="Console Tester", email="tester@console.test")
+    other_token = binary.token(tenant, name="Other Client", email="other@console.test")
+    reader = binary.token(tenant, "jit.integrations.read", "jit.preferences.read", name="Read Only")
+    tokens = [writer, other_token, reader]
+    other = Client(args.base_url, other_token)
+    repo = os.path.join(args.data_dir, "tenants", f"{tenant}.git")
+    check(os.path.isdir(repo), f"the tenant's repository is at {repo}")
+
+    step("seed the tenant over HTTP: files with comments, and more history than one page")
+    seed = other.put_integration(SEED_YAML, message="Seed the console test")
+    other.put_configuration({"folders": [{"path": "src/", "exclude": ["*.log"]}, {"path": "web"}]})
+    text = SEED_YAML
+    for i in range(PAGE_SIZE):
+        text += f"# revision {i}\n"
+        other.put_integration(text, message=f"Revision {i}")
+    added = other.put_integration(text.replace("drata:", '  - account_id: "999988887777"\n    regions:\n      - eu-central-1\n    type: aws\ndrata:'),
+                                  message="Add account 999988887777")
+    current = other.ok("GET", "/plans/integration-file")
+    check(current["content"]["aws"][1]["account_id"] == "999988887777", "the account was added over HTTP")
+
+    base = args.base_url.rstrip("/")
+    watch = Watch(base)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1300, "height": 1000})
+        page = context.new_page()
+        page.set_default_timeout(15000)
+        watch.attach(page)
+        try:
+            steps(page, context, watch, args, base, tenant, binary, other, repo, seed, added, tokens, writer, reader)
+        except Exception:
+            try:
+                shot(page, args.artefacts, "failure")
+            except Exception:
+                pass
+            raise
+        finally:
+            browser.close()
+
+    step("console responses: headers and bodies")
+    check(len(watch.console_responses) >= 4, f"{len(watch.console_responses)} console responses seen (index and assets)")
+    for url, status, headers, body in watch.console_responses:
+        csp = headers.get("content-security-policy", "")
+        if not ("default-src 'self'" in csp and "frame-ancestors 'none'" in csp):
+            raise Failure(f"{url}: Content-Security-Policy is {csp!r}")
+        if headers.get("referrer-policy") != "no-referrer":
+            raise Failure(f"{url}: Referrer-Policy is {headers.get('referrer-policy')!r}")
+        if body is None:
+            raise Failure(f"{url}: the body could not be read")
+        for t in tokens:
+            for part in [t] + t.split("."):
+                if len(part) >= 16 and part.encode() in body:
+                    raise Failure(f"{url} contains (part of) a token")
+    paths = sorted({urllib.parse.urlsplit(u).path for u, *_ in watch.console_responses})
+    check(True, "every console response has the CSP and Referrer-Policy, and no token: " + ", ".join(paths))
+
+
+def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, added, tokens, writer, reader):
+    art = args.artefacts
+
+    step("signed out")
+    page.goto(f"{base}/ui/?limit={PAGE_SIZE}")
+    page.wait_for_selector("#signin:not([hidden])")
+    check(page.is_hidden("#app"), "the files are hidden before signing in")
+    check(page.evaluate("document.activeElement.id") == "token", "the token field has the focus")
+    shot(page, art, "1-signed-out")
+    page.fill("#token", "not-a-token")
+    page.click("#signin-form button[type=submit]")
+    check("not a JWT" in page.inner_text("#signin-msg"), "a malformed token is refused with a message")
+    page.fill("#token", "")
+    watch.assert_clean("signed out")
+
+    step("sign in")
+    sign_in(page, writer)
+    check(page.inner_text("#who-tenant") == tenant, "the tenant from the token is shown")
+    check("jit.integrations.write" in page.inner_text("#who-perms"), "the permissions are shown")
+    check(page.get_attribute("#who-exp time", "title").endswith("Z"), "the expiry has the ISO time as a title")
+    check(page.evaluate("sessionStorage.getItem('planfiles.token')") == writer, "the token is in sessionStorage")
+    check(page.evaluate("localStorage.length") == 0, "nothing is in localStorage")
+    check(page.input_value("#token") == "", "the token field is cleared")
+
+    step("both files as stored")
+    stored = other.ok("GET", "/plans/integration-file")
+    wait_js(page, "sha => document.querySelector('#current-body .meta code')?.title === sha", arg=stored["file_sha"])
+    check(code_text(page) == stored["raw_content"], "the integration file is shown byte for byte, comments included")
+    check(page.locator("#current-body .line.comment").count() >= 2, "comment lines are marked")
+    check(page.inner_text("#current-body .badge") == "valid", "its status is shown")
+    head = other.ok("GET", f"/plans/integration-file/history?limit=1")["entries"][0]["commit_sha"]
+    check(page.get_attribute("#current-body .meta div:nth-child(3) code", "title") == head, "the head commit (from the stream) is shown")
+    check(page.is_visible("#edit-open"), "a writer sees the Edit button")
+    shot(page, art, "2-files")
+    select_file(page, CONF)
+    page.wait_for_selector("#current-body pre.code")
+    conf = other.ok("GET", "/plans/configuration-file")
+    check(page.get_attribute("#current-body .meta code", "title") == conf["sha"], "the configuration's blob id is shown")
+    shown = code_text(page)
+    check("- path: src/" in shown and '"*.log"' in shown and "- path: web" in shown, "the configuration content is shown as YAML")
+    check("does not return this file's stored text" in page.inner_text("#current-body"), "…clearly labelled as rendered")
+    shot(page, art, "2-files-configuration")
+    select_file(page, INT)
+
+    step("history, paged")
+    page.wait_for_selector("table.history tbody tr[data-commit]")
+    first = history_commits(page)
+    check(len(first) == PAGE_SIZE, f"the first page holds {PAGE_SIZE} commits")
+    row = page.locator("table.history tbody tr").first
+    check("Other Client" in row.inner_text() and "Add account 999988887777" in row.inner_text(), "a row shows author and message subject")
+    t = row.locator("time")
+    check(re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$", t.get_attribute("title") or ""), "the date has its full ISO text as a title")
+    check(row.locator("code.rid").count() == 1, "the request id is shown")
+    check("no" in row.locator("td").nth(3).inner_text(), "forced or not is shown")
+    shot(page, art, "3-history")
+    page.click("#history-older")
+    wait_js(page, f"document.querySelectorAll('table.history tbody tr[data-commit]').length > {PAGE_SIZE}")
+    all_rows = history_commits(page)
+    full = other.ok("GET", "/plans/integration-file/history?limit=100")["entries"]
+    check(all_rows == [e["commit_sha"] for e in full], f"after 'Older' all {len(full)} commits are listed, newest first")
+    check("No older versions." in page.inner_text("#history-body"), "the last page says so")
+    seed_row = [e for e in full if e["commit_sha"] == seed["commit_sha"]]
+    check(len(seed_row) == 1, "the seed commit is in the history")
+    watch.assert_clean("history")
+
+    step("compare")
+    page.click(f'table.history tr[data-commit="{added["commit_sha"]}"] button:has-text("Compare with previous")')
+    page.wait_for_selector("#compare-body .changes li")
+    items = page.eval_on_selector_all("#compare-body .changes li", "ls => ls.map(l => l.textContent)")
+    check(any("added account 999988887777" in i for i in items), f"the keyed list says 'added account 999988887777' ({items})")
+    check(page.locator("#compare-body pre.diff .dl-add").count() >= 3, "the unified diff colours added lines")
+    check("999988887777" in page.inner_text("#compare-body pre.diff"), "the unified diff shows the account")
+    check(page.evaluate("document.activeElement.id") == "compare-h", "focus moves to the comparison")
+    shot(page, art, "4-compare")
+    shot_el(page, art, "4-compare-panel", "#compare")
+    # Any two versions, with the selects: from the seed to main.
+    page.select_option("#compare-from", seed["commit_sha"])
+    page.select_option("#compare-to", "")
+    page.click("#compare-form button[type=submit]")
+    wait_js(page, "document.querySelector('#compare-body .compare-sides')?.textContent.includes('(current)')")
+    items = page.eval_on_selector_all("#compare-body .changes li", "ls => ls.map(l => l.textContent)")
+    check(any("added account 999988887777" in i for i in items), "a compare of any two versions works too")
+
+    step("live: a PUT by another client")
+    rid = "console-live-" + uuid.uuid4().hex[:8]
+    text = other.ok("GET", "/plans/integration-file")["raw_content"] + "# live put\n"
+    started = time.monotonic()
+    ans = other.put_integration(text, request_id=rid)
+    wait_row(page, ans["commit_sha"], started, "the other client's PUT")
+    check(rid in page.locator("table.history tbody tr").first.inner_text(), "…with its request id")
+    wait_js(page, "sha => document.querySelector('#current-body .meta code')?.title === sha", arg=ans["file_sha"], timeout=3000)
+    check(code_text(page) == text, "the file view is refreshed to the new text")
+
+    step("live: a plain git commit")
+    started = time.monotonic()
+    commit, text = plain_git_commit(repo, "Plain git change from the console test", "# plain git commit\n")
+    wait_row(page, commit, started, "the plain git commit")
+    top = page.locator("table.history tbody tr").first.inner_text()
+    check("Git Person" in top and "Plain git change from the console test" in top, "…with its author and subject")
+    wait_js(page, "() => document.querySelector('#current-body pre.code').textContent.includes('# plain git commit')", timeout=3000)
+    check(code_text(page) == text, "the file view shows the plain git text")
+    watch.assert_clean("live")
+
+    step("edit: preview (dry run) and save")
+    page.click("#edit-open")
+    page.wait_for_selector("#editor:not([hidden])")
+    check(page.evaluate("document.activeElement.id") == "editor-text", "the editor has the focus")
+    check(page.input_value("#editor-text") == text, "the editor holds the stored text")
+    page.fill("#editor-text", "aws: [unclosed\n")
+    with watch.expecting(r"status of 422"):
+        page.click("#editor-preview")
+        page.wait_for_selector("#editor-result .problem")
+    problem = page.inner_text("#editor-result .problem")
+    check("Invalid content (422)" in problem and "invalid_content" in problem, f"a refused write shows the problem's title, detail and code ({problem.splitlines()[0]})")
+    new_text = text.replace("drata:", '  - account_id: "111122223333"\n    regions:\n      - ap-south-1\n    type: aws\ndrata:')
+    page.fill("#editor-text", new_text)
+    page.fill("#editor-message", "Add account 111122223333 from the console")
+    page.click("#editor-preview")
+    page.wait_for_selector("#editor-result .preview .changes li")
+    items = page.eval_on_selector_all("#editor-result .changes li", "ls => ls.map(l => l.textContent)")
+    check(items == ["+ added account 111122223333"], f"the dry run's patch is listed ({items})")
+    check(other.ok("GET", "/plans/integration-file")["raw_content"] == text, "the dry run wrote nothing")
+    shot(page, art, "5-edit-preview")
+    shot_el(page, art, "5-edit-preview-panel", "#editor")
+    started = time.monotonic()
+    page.click("#editor-save")
+    page.wait_for_selector("#flash:not([hidden])")
+    check("Saved as commit" in page.inner_text("#flash"), "the save is confirmed")
+    check(page.is_hidden("#editor"), "the editor closes")
+    now = other.ok("GET", "/plans/integration-file")
+    check(now["raw_content"] == new_text, "the service stored the edited text byte for byte")
+    saved = other.ok("GET", "/plans/integration-file/history?limit=1")["entries"][0]
+    check(saved["message"].startswith("Add account 111122223333 from the console\n"), "the message is the commit subject")
+    check(not saved["forced"], "the write was guarded (If-Match), not forced")
+    page.wait_for_selector(f'table.history tr[data-commit="{saved["commit_sha"]}"]', timeout=3000)
+
+    step("edit: changed since you opened it (412)")
+    page.click("#edit-open")
+    page.wait_for_selector("#editor:not([hidden])")
+    page.fill("#editor-text", new_text + "# my change\n")
+    between = other.put_integration(new_text.replace("drata:", '  - account_id: "555566667777"\n    regions:\n      - us-west-1\n    type: aws\ndrata:'),
+                                    message="Someone else adds 555566667777")
+    page.wait_for_selector("#editor-note .stale", timeout=3000)
+    with watch.expecting(r"status of 412"):
+        page.click("#editor-save")
+        page.wait_for_selector("#editor-result .conflict")
+        page.wait_for_selector("#editor-result .conflict .changes li")
+    check("Changed since you opened it" in page.inner_text("#editor-result"), "the conflict is explained")
+    check("precondition_failed" in page.inner_text("#editor-result .problem"), "the problem's code is shown")
+    items = page.eval_on_selector_all("#editor-result .conflict .changes li", "ls => ls.map(l => l.textContent)")
+    check(any("added account 555566667777" in i for i in items), f"the other change's diff is shown ({items})")
+    check(other.ok("GET", "/plans/integration-file")["file_sha"] == between["file_sha"], "nothing was overwritten")
+    shot(page, art, "6-conflict")
+    shot_el(page, art, "6-conflict-panel", "#editor")
+    page.click("#conflict-restart")
+    wait_js(page, "t => document.getElementById('editor-text').value === t", arg=other.ok("GET", "/plans/integration-file")["raw_content"])
+    check(True, "'Start again' puts the current version in the editor")
+    page.click("#editor-cancel")
+    page.wait_for_selector("#editor", state="hidden")
+    watch.assert_clean("conflict")
+
+    step("restore: dry run, then confirm")
+    page.wait_for_selector(f'table.history tr[data-commit="{seed["commit_sha"]}"]')
+    before = other.ok("GET", "/plans/integration-file")
+    page.click(f'table.history tr[data-commit="{seed["commit_sha"]}"] button:has-text("Restore")')
+    page.wait_for_selector("#restore-confirm")
+    items = page.eval_on_selector_all("#restore-body .changes li", "ls => ls.map(l => l.textContent)")
+    check(any("removed account 999988887777" in i for i in items), f"the restore's dry run lists its changes ({items})")
+    check(other.ok("GET", "/plans/integration-file")["file_sha"] == before["file_sha"], "the dry run wrote nothing")
+    shot(page, art, "7-restore")
+    shot_el(page, art, "7-restore-panel", "#restore")
+    page.fill("#restore-message", "Back to the seed")
+    page.click("#restore-confirm")
+    wait_js(page, "document.getElementById('flash').textContent.startsWith('Restored')")
+    after = other.ok("GET", "/plans/integration-file")
+    check(after["raw_content"] == SEED_YAML, "the file is the seed's text again")
+    restored = other.ok("GET", "/plans/integration-file/history?limit=1")["entries"][0]
+    check(f"Restored-From: {seed['commit_sha']}" in restored["message"] and restored["message"].startswith("Back to the seed"), "the commit names what it restored")
+    page.wait_for_selector(f'table.history tr[data-commit="{restored["commit_sha"]}"]', timeout=3000)
+
+    step("the configuration file: edit as JSON, preview and save")
+    select_file(page, CONF)
+    page.wait_for_selector("#edit-open:not([hidden])")
+    page.click("#edit-open")
+    page.wait_for_selector("#editor:not([hidden])")
+    check(page.inner_text("#editor-label") == "Content as JSON", "the configuration is edited as JSON (the API takes no YAML text for it)")
+    payload = json.loads(page.input_value("#editor-text"))
+    payload["folders"][0]["exclude"].append("*.tmp")
+    payload["folders"].append({"path": "docs/"})
+    page.fill("#editor-text", json.dumps(payload, indent=2))
+    page.click("#editor-preview")
+    page.wait_for_selector("#editor-result .preview .changes li")
+    items = page.eval_on_selector_all("#editor-result .changes li", "ls => ls.map(l => l.textContent)")
+    check("+ exclude of folder src/: + *.tmp" in items and "+ added folder docs/" in items, f"folder changes are keyed by path ({items})")
+    page.click("#editor-save")
+    wait_js(page, "document.getElementById('flash').textContent.startsWith('Saved')")
+    check(other.ok("GET", "/plans/configuration-file")["content"] == payload, "the configuration was saved")
+    select_file(page, INT)
+    watch.assert_clean("writes")
+
+    step("live: a lost connection reconnects with a new ticket and since=, missing nothing")
+    before_events = [r.url for r in watch.requests if "/plans/events?" in r.url]
+    # Cut the stream as a network loss would (the connection closes, EventSource fires error),
+    # then write while the console is disconnected: the new stream must replay that commit.
+    page.evaluate("""() => {
+        const es = window.__sources[window.__sources.length - 1];
+        es.close();
+        es.dispatchEvent(new Event("error"));
+    }""")
+    check(page.inner_text("#live").startswith("reconnecting"), "the console says it is reconnecting")
+    started = time.monotonic()
+    ans = other.put_integration(SEED_YAML + "# written while disconnected\n")
+    wait_js(page, "document.getElementById('live').textContent === 'connected'", timeout=10000)
+    page.wait_for_selector(f'table.history tr.is-new[data-commit="{ans["commit_sha"]}"]', timeout=5000)
+    check(True, f"the commit made while disconnected was replayed ({time.monotonic() - started:.2f} s)")
+    after_events = [r.url for r in watch.requests if "/plans/events?" in r.url][len(before_events):]
+    check(len(after_events) == 1, "one new stream was opened")
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(after_events[0]).query)
+    check(re.fullmatch(r"[0-9a-f]{40}", query.get("since", [""])[0]), f"the new stream resumes with since={query.get('since', ['?'])[0][:12]}…")
+    tickets = [urllib.parse.parse_qs(urllib.parse.urlsplit(u).query)["ticket"][0] for u in before_events + after_events]
+    check(len(tickets) == len(set(tickets)), f"every stream used a new ticket ({len(tickets)} streams)")
+    started = time.monotonic()
+    ans = other.put_integration(SEED_YAML + "# after the reconnect\n")
+    wait_row(page, ans["commit_sha"], started, "a PUT after the reconnect")
+    watch.assert_clean("reconnect")
+
+    step("a stored file that is invalid")
+    commit, text = plain_git_commit(repo, "Break the file with plain git", "oops: [unclosed\n")
+    page.wait_for_selector(f'table.history tr[data-commit="{commit}"]', timeout=5000)
+    page.wait_for_selector("#current-body .badge-invalid", timeout=5000)
+    check(page.locator("#current-body .problem li").count() >= 1, "the validation errors are listed")
+    check(code_text(page) == text, "the broken text is shown as stored")
+    shot(page, art, "10-invalid")
+    fixed = other.put_integration(SEED_YAML)
+    page.wait_for_selector("#current-body .badge-valid", timeout=5000)
+    check(True, "a PUT fixes it, and the view follows")
+
+    step("main moved back with plain git: event reset, everything read again")
+    subprocess.run(["git", "--git-dir", repo, "update-ref", "refs/heads/main", commit, fixed["commit_sha"]], check=True)
+    page.wait_for_selector(f'table.history tr[data-commit="{fixed["commit_sha"]}"]', state="detached", timeout=5000)
+    check("moved" in page.inner_text("#flash"), "the console says the branch was moved and read everything again")
+    page.wait_for_selector("#current-body .badge-invalid", timeout=5000)
+    check(history_commits(page)[0] == commit, "the history starts at the new head")
+    other.put_integration(SEED_YAML)
+    page.wait_for_selector("#current-body .badge-valid", timeout=5000)
+
+    step("requests: same origin, token only in the Authorization header")
+    for r in watch.requests:
+        if not r.url.startswith(watch.origin + "/"):
+            raise Failure(f"a request left the origin: {r.url}")
+        for t in tokens:
+            if t in r.url:
+                raise Failure(f"a token is in a URL: {r.url[:80]}")
+        path = urllib.parse.urlsplit(r.url).path
+        if path.startswith("/plans/") and path != "/plans/events":
+            if r.headers.get("authorization") != f"Bearer {writer}":
+                raise Failure(f"{r.method} {path} was sent without the bearer token")
+        if path == "/plans/events" and "authorization" in r.headers:
+            raise Failure("the event stream request carries an Authorization header")
+    check(True, f"{len(watch.requests)} requests, all to {watch.origin}")
+
+    step("sign out")
+    sign_out(page)
+    check(page.evaluate("sessionStorage.length") == 0, "sessionStorage is empty after signing out")
+    check(page.is_hidden("#app") and page.inner_text("#current-body") == "", "the files are gone from the page")
+    shot(page, art, "8-signed-out-after")
+
+    step("a read-only token sees no edit controls")
+    sign_in(page, reader)
+    page.wait_for_selector("#current-body pre.code")
+    check(page.is_hidden("#edit-open"), "no Edit button on the integration file")
+    check(page.locator("table.history button:has-text('Restore')").count() == 0, "no Restore buttons")
+    select_file(page, CONF)
+    page.wait_for_selector("#current-body pre.code")
+    check(page.is_hidden("#edit-open"), "no Edit button on the configuration file")
+    check(page.locator("table.history button:has-text('Restore')").count() == 0, "no Restore buttons there either")
+    check(page.locator("table.history button:has-text('Compare with previous')").count() >= 1, "comparing is still offered")
+    shot(page, art, "9-read-only")
+    sign_out(page)
+
+    step("an expiring token asks for a new one")
+    short_token = binary.token(tenant, ttl=6)
+    tokens.append(short_token)
+    sign_in(page, short_token)
+    page.wait_for_selector("#signin:not([hidden])", timeout=15000)
+    check("expired" in page.inner_text("#signin-msg"), "after its expiry the console asks for a token again")
+    check(page.evaluate("sessionStorage.length") == 0, "the expired token is forgotten")
+
+    step("keyboard alone")
+    page.reload()
+    page.wait_for_selector("#signin:not([hidden])")
+    page.focus("#token")
+    page.keyboard.insert_text(writer)
+    page.keyboard.press("Tab")
+    check(page.evaluate("document.activeElement.textContent") == "Sign in", "Tab reaches the Sign in button")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("table.history tbody tr[data-commit]")
+    wait_js(page, "document.getElementById('live').textContent === 'connected'")
+    page.focus(".tab[data-file='configuration-file']")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(".tab[data-file='configuration-file'][aria-current]")
+    check(True, "Enter on a tab switches files")
+    outline = page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+    check(outline not in ("", "none"), f"the focused control has a visible outline ({outline})")
+    for sel in ["#token", "#editor-text", "#editor-message", "#compare-from", "#compare-to"]:
+        el_id = sel[1:]
+        check(page.locator(f'label[for="{el_id}"]').count() == 1, f"{sel} has a label")
+    sign_out(page)
+    watch.assert_clean("the end")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base-url", default=os.environ.get("CONSOLE_BASE_URL"))
+    ap.add_argument("--planfiles", default=os.environ.get("PLANFILES_BIN"))
+    ap.add_argument("--data-dir", default=os.environ.get("CONSOLE_DATA_DIR"))
+    ap.add_argument("--artefacts", default=os.environ.get("CONSOLE_ARTEFACTS"))
+    ap.add_argument("--tenant", default=os.environ.get("CONSOLE_TENANT"))
+    args = ap.parse_args()
+    missing = [n for n in ("base_url", "planfiles", "data_dir", "artefacts") if not getattr(args, n)]
+    if missing:
+        ap.error("missing: " + ", ".join("--" + m.replace("_", "-") for m in missing))
+    if not os.path.exists(CHROMIUM):
+        print(f"FAIL: {CHROMIUM} is missing (apt-get install -y chromium)", file=sys.stderr)
+        return 1
+    args.planfiles = os.path.abspath(args.planfiles)
+    started = time.monotonic()
+    try:
+        run(args)
+    except Failure as e:
+        print(f"\nFAIL: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # a Playwright timeout and the like: still a clear failure
+        traceback.print_exc()
+        print(f"\nFAIL: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
+        return 1
+    print(f"\nPASS: console test ({time.monotonic() - started:.1f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
