@@ -6,6 +6,17 @@ use std::collections::BTreeSet;
 
 const CSP: &str = "default-src 'self'; frame-ancestors 'none'";
 
+/// The headers every console answer carries (200, 304 and 308 alike).
+fn assert_page_headers(res: &reqwest::Response, what: &str) {
+    for (name, value) in [
+        ("content-security-policy", CSP),
+        ("referrer-policy", "no-referrer"),
+        ("x-content-type-options", "nosniff"),
+    ] {
+        assert_eq!(header(res, name).as_deref(), Some(value), "{what}: {name}");
+    }
+}
+
 fn header(res: &reqwest::Response, name: &str) -> Option<String> {
     res.headers()
         .get(name)
@@ -40,6 +51,7 @@ async fn every_console_answer_has_the_pages_headers_its_caching_and_no_token() {
     let moved = no_redirects.get(app.url("/ui")).send().await.unwrap();
     assert_eq!(moved.status(), 308);
     assert_eq!(header(&moved, "location").as_deref(), Some("/ui/"));
+    assert_page_headers(&moved, "the 308 of /ui");
 
     let page = app.ui("/ui/", &[]).await;
     assert_eq!(page.status(), 200);
@@ -48,6 +60,7 @@ async fn every_console_answer_has_the_pages_headers_its_caching_and_no_token() {
         Some("text/html; charset=utf-8")
     );
     assert_eq!(header(&page, "cache-control").as_deref(), Some("no-cache"));
+    assert_page_headers(&page, "/ui/");
     let etag = header(&page, "etag").expect("the page has an ETag");
     let html = page.text().await.unwrap();
     let folder = html
@@ -55,10 +68,16 @@ async fn every_console_answer_has_the_pages_headers_its_caching_and_no_token() {
         .nth(1)
         .map(|rest| format!("/ui/assets/{}/", rest.split('/').next().unwrap()))
         .expect("the page names its assets' folder");
-    assert!(
-        !html.contains("<script>") && !html.contains(" style="),
-        "no inline script or style"
-    );
+    // Every script is a module loaded from a file: no inline script or style.
+    for tag in html.split("<script").skip(1) {
+        let (attributes, rest) = tag.split_once('>').unwrap();
+        assert!(attributes.contains(" src=\""), "<script{attributes}>");
+        assert!(
+            rest.starts_with("</script>"),
+            "an inline script: {rest:.40}"
+        );
+    }
+    assert!(!html.contains(" style=") && !html.contains("<style"));
 
     let mut seen = BTreeSet::from(["/ui/".to_owned()]);
     let mut todo: Vec<String> = asset_links(&html, &folder).into_iter().collect();
@@ -85,13 +104,7 @@ async fn every_console_answer_has_the_pages_headers_its_caching_and_no_token() {
             "{path}"
         );
         let asset_etag = header(&res, "etag").unwrap();
-        for (name, value) in [
-            ("content-security-policy", CSP),
-            ("referrer-policy", "no-referrer"),
-            ("x-content-type-options", "nosniff"),
-        ] {
-            assert_eq!(header(&res, name).as_deref(), Some(value), "{path} {name}");
-        }
+        assert_page_headers(&res, &path);
         let text = res.text().await.unwrap();
         assert!(!text.contains("eyJ"), "{path} holds something like a JWT");
         todo.extend(asset_links(&text, &folder));
@@ -121,7 +134,11 @@ async fn every_console_answer_has_the_pages_headers_its_caching_and_no_token() {
 
     // Another build's folder, an unknown name, another method: problems, not pages.
     for (method, path, status) in [
-        ("GET", "/ui/assets/0000000000000000/app.js".to_owned(), 404),
+        (
+            "GET",
+            "/ui/assets/0000000000000000/nothing.js".to_owned(),
+            404,
+        ),
         ("GET", format!("{folder}nothing.js"), 404),
         ("GET", format!("{folder}../index.html"), 404),
         ("PUT", "/ui/".to_owned(), 405),
@@ -351,4 +368,102 @@ async fn the_console_and_other_origins_in_a_real_browser() {
         ],
         &secret,
     );
+}
+
+/// The git blob id of `text`, from `git hash-object`.
+fn blob_id(text: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("git")
+        .args(["hash-object", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// `Accept: application/yaml` answers a file's stored bytes as they are (the console shows
+/// the configuration file's text so; the JSON answer has only its content), with the same
+/// `ETag`, 304s, `?ref=` and permissions as the JSON answer.
+#[actix_web::test]
+async fn a_get_that_asks_for_yaml_gets_the_stored_text() {
+    let app = TestApp::spawn().await;
+    let tok = token("acme", ALL);
+    let yaml = [("Accept", "application/yaml")];
+    for (path, file) in [
+        ("/plans/configuration-file", "configuration.yml"),
+        ("/plans/integration-file", "integrations.yml"),
+    ] {
+        let stored = app.git("acme", &["show", &format!("main:{file}")]);
+        let json = app.send("GET", path, &tok, None, &[]).await;
+        assert_eq!(
+            header(&json, "content-type").as_deref(),
+            Some("application/json")
+        );
+        let etag = header(&json, "etag").unwrap();
+        let got = app.send("GET", path, &tok, None, &yaml).await;
+        assert_eq!(got.status(), 200);
+        assert_eq!(
+            header(&got, "content-type").as_deref(),
+            Some("application/yaml; charset=utf-8")
+        );
+        assert_eq!(header(&got, "etag").as_deref(), Some(etag.as_str()));
+        let text = got.text().await.unwrap();
+        assert_eq!(text.trim_end(), stored, "{file}");
+        assert_eq!(
+            format!("\"{}\"", blob_id(&text)),
+            etag,
+            "{file} byte for byte: its blob id is the ETag"
+        );
+        let again = app
+            .send(
+                "GET",
+                path,
+                &tok,
+                None,
+                &[yaml[0], ("If-None-Match", &etag)],
+            )
+            .await;
+        assert_eq!(again.status(), 304, "{path}");
+    }
+    let first = app.git("acme", &["rev-list", "--max-parents=0", "main"]);
+    let old = app
+        .send(
+            "GET",
+            &format!("/plans/configuration-file?ref={}", first.trim()),
+            &tok,
+            None,
+            &yaml,
+        )
+        .await;
+    assert_eq!(old.status(), 200);
+    assert_eq!(
+        old.text().await.unwrap().trim_end(),
+        app.git(
+            "acme",
+            &["show", &format!("{}:configuration.yml", first.trim())]
+        )
+    );
+    let no_read = token("acme", &["jit.integrations.read"]);
+    let refused = app
+        .send("GET", "/plans/configuration-file", &no_read, None, &yaml)
+        .await;
+    assert_eq!(refused.status(), 403);
+    let bad = app
+        .send(
+            "GET",
+            "/plans/configuration-file?ref=nothex",
+            &tok,
+            None,
+            &yaml,
+        )
+        .await;
+    assert_eq!(bad.status(), 400);
 }

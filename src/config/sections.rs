@@ -337,34 +337,17 @@ impl Default for LogConfig {
     }
 }
 
-/// `scheme://host[:port]` as browsers send it in `Origin`: `http` or `https`, a lower-case
-/// host of letters, digits, `.`, `-` (or a bracketed IPv6 address), a port of digits.
+/// An origin exactly as browsers send it in `Origin`: `http` or `https`, the host in its
+/// canonical form (lower case, IPs normalised), the port only when it is not the scheme's
+/// default, nothing after. The listed origin is compared byte for byte with the header, so
+/// any other spelling would never match.
 fn is_origin(origin: &str) -> bool {
-    let Some(rest) = origin
-        .strip_prefix("https://")
-        .or_else(|| origin.strip_prefix("http://"))
-    else {
-        return false;
-    };
-    let (host, port) = match rest.rsplit_once(':') {
-        Some((host, port)) if !host.starts_with('[') || host.ends_with(']') => (host, Some(port)),
-        _ => (rest, None),
-    };
-    let host_ok = if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
-        !v6.is_empty()
-            && v6
-                .chars()
-                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-            && v6 == v6.to_ascii_lowercase()
-    } else {
-        !host.is_empty()
-            && host
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-')
-    };
-    let port_ok =
-        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
-    host_ok && port_ok
+    match url::Url::parse(origin) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") => {
+            url.origin().ascii_serialization() == origin
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -377,6 +360,8 @@ mod tests {
             "http://127.0.0.1:8081",
             "http://[::1]:8080",
             "https://a-b.example",
+            "http://under_score.example",
+            "https://xn--bcher-kva.example",
         ] {
             assert!(super::is_origin(good), "{good}");
         }
@@ -394,6 +379,14 @@ mod tests {
             "https://user@example.com",
             "https://example.com?x",
             "http://[::1",
+            "https://x.example:443",
+            "http://x.example:80",
+            "http://x.example:65536",
+            "http://x.example:080",
+            "http://[0:0:0:0:0:0:0:1]:8080",
+            "http://010.0.0.1",
+            "https://bücher.example",
+            "chrome-extension://abcdef",
         ] {
             assert!(!super::is_origin(bad), "{bad}");
         }

@@ -137,20 +137,25 @@ async fn index(req: HttpRequest) -> HttpResponse {
     cached(&req, &console.index_etag, "no-cache", html, body)
 }
 
-/// An asset of this build, kept by browsers for a year; another build's folder is 404.
+/// An asset of this build, kept by browsers for a year. Under another build's folder (a
+/// page from another instance during a rolling deploy) the same name gets this build's
+/// bytes, revalidated each time, never kept; an unknown name is 404.
 async fn asset(req: HttpRequest, path: web::Path<(String, String)>) -> Reply {
     let (version, name) = path.into_inner();
     let console = &*CONSOLE;
-    let file = FILES.iter().find(|(n, _)| *n == name);
-    let (Some((name, bytes)), true) = (file, version == console.version) else {
+    let Some((name, bytes)) = FILES.iter().find(|(n, _)| *n == name) else {
         return Err(ApiError::NotFound(req.path().to_owned()));
     };
-    let forever = "public, max-age=31536000, immutable";
+    let caching = if version == console.version {
+        "public, max-age=31536000, immutable"
+    } else {
+        "no-cache"
+    };
     let body = web::Bytes::from_static(bytes);
     Ok(cached(
         &req,
         &console.asset_etag,
-        forever,
+        caching,
         content_type(name),
         body,
     ))

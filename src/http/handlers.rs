@@ -23,12 +23,13 @@ use actix_web::{web, HttpRequest};
     description = "Read the integration file.",
     params(
         ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
+        ("Accept" = Option<String>, Header, description = "application/yaml (first of JSON, YAML or */*): the stored bytes as they are, not the JSON document"),
         ("ref" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of the tenant's history: read the file as it was there"),
         ("If-None-Match" = Option<String>, Header, description = "Quoted blob ids (or *): 304 when the file is one of them"),
         ("Prefer" = Option<String>, Header, description = "wait=N (RFC 7240) with If-None-Match: hold the request up to N seconds (at most events.max_wait_secs) until the file changes"),
     ),
     responses(
-        (status = 200, description = "The current file (or the file at ref, with commit_sha)", body = IntegrationFile,
+        (status = 200, description = "The current file (or the file at ref, with commit_sha)", content((IntegrationFile = "application/json"), (String = "application/yaml")),
             headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
         (status = 304, description = "Not modified: the file is one If-None-Match listed (after the wait, with Prefer: wait)",
             headers(("ETag" = String, description = "The blob id, quoted"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
@@ -57,12 +58,13 @@ pub async fn get_integration(
     description = "Read the configuration file.",
     params(
         ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
+        ("Accept" = Option<String>, Header, description = "application/yaml (first of JSON, YAML or */*): the stored bytes as they are, not the JSON document"),
         ("ref" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of the tenant's history: read the file as it was there"),
         ("If-None-Match" = Option<String>, Header, description = "Quoted blob ids (or *): 304 when the file is one of them"),
         ("Prefer" = Option<String>, Header, description = "wait=N (RFC 7240) with If-None-Match: hold the request up to N seconds (at most events.max_wait_secs) until the file changes"),
     ),
     responses(
-        (status = 200, description = "The current file (or the file at ref, with commit_sha)", body = ConfigurationFile,
+        (status = 200, description = "The current file (or the file at ref, with commit_sha)", content((ConfigurationFile = "application/json"), (String = "application/yaml")),
             headers(("ETag" = String, description = "The blob id, quoted"), ("X-Request-Id" = String, description = "The request id"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
         (status = 304, description = "Not modified: the file is one If-None-Match listed (after the wait, with Prefer: wait)",
             headers(("ETag" = String, description = "The blob id, quoted"), ("Preference-Applied" = String, description = "wait=N, when Prefer: wait was honoured"))),
@@ -157,6 +159,9 @@ impl AppState {
     ) -> Reply {
         let query = ReadQuery::parse(req.query_string());
         let tenant = who.tenant();
+        if views::wants_yaml(req) {
+            return self.get_stored_text(who, query, file).await;
+        }
         if let Ok(ReadQuery { at: Some(at) }) = query {
             self.tenant(who, file).await?;
             require(who.can_read(file), file.read_permission())?;
@@ -216,6 +221,33 @@ impl AppState {
             }
         };
         Ok(views::respond(rendered.body, rendered.etag))
+    }
+
+    /// The stored bytes of `file` (at `at`, else at `main`), for a GET that asked for YAML:
+    /// read under a render turn, never cached.
+    async fn get_stored_text(
+        &self,
+        who: &Principal,
+        query: Result<ReadQuery, ApiError>,
+        file: PlanFile,
+    ) -> Reply {
+        self.tenant(who, file).await?;
+        require(who.can_read(file), file.read_permission())?;
+        let at = query?.at;
+        let (storage, tenant) = (self.storage.clone(), who.tenant().clone());
+        let turn = self.render_turn(&tenant).await?;
+        let snap = blocking(
+            move || {
+                let _turn = turn;
+                match at {
+                    Some(at) => storage.read_at(&tenant, file, at),
+                    None => storage.read(&tenant, file),
+                }
+            },
+            file,
+        )
+        .await?;
+        Ok(views::respond_text(snap.bytes, views::etag(snap.blob)))
     }
 
     /// A file's PUT: the write pipeline with the file's body rules (the integration file

@@ -1,4 +1,4 @@
-//! Response bodies of a file, as typed values serialized once: what a GET or a write answers for each file, valid or broken.
+//! Response bodies of a file, as typed values serialized once: what a GET or a write answers for each file, valid or broken, and its stored text for a GET that asks for YAML.
 use super::schema::{ConfigurationFile, FileStatus, IntegrationFile};
 use crate::domain::json_patch::Op;
 use crate::domain::yaml::Mapping;
@@ -138,6 +138,47 @@ pub fn etag(sha: BlobId) -> header::HeaderValue {
 }
 
 /// A 200 with a file's JSON body and its `ETag` (see [`etag`]).
+/// The media type of a file's stored text.
+pub const YAML: &str = "application/yaml; charset=utf-8";
+
+/// Whether a GET asks for the stored text: the first media range of `Accept` that names
+/// JSON, YAML or anything (and is not refused with `q=0`) is `application/yaml`. Without
+/// `Accept`, or with JSON first, the answer is the JSON document, as ever.
+pub fn wants_yaml(req: &actix_web::HttpRequest) -> bool {
+    let Some(accept) = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    accept
+        .split(',')
+        .filter_map(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next()?.to_ascii_lowercase();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .is_some_and(|q| q.parse::<f32>().is_ok_and(|q| q <= 0.0))
+            });
+            let known = matches!(
+                media.as_str(),
+                "application/json" | "application/yaml" | "application/*" | "*/*"
+            );
+            (known && !refused).then_some(media)
+        })
+        .next()
+        .is_some_and(|media| media == "application/yaml")
+}
+
+/// A file's stored bytes as they are, for a GET that asked for YAML.
+pub fn respond_text(bytes: Vec<u8>, etag: header::HeaderValue) -> HttpResponse {
+    let mut res = respond(Bytes::from(bytes), etag);
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(YAML));
+    res
+}
+
 pub fn respond(body: Bytes, etag: header::HeaderValue) -> HttpResponse {
     // Built directly rather than through `HttpResponseBuilder`, whose header conversions
     // were a tenth of the instructions of a cached GET.
@@ -153,4 +194,31 @@ pub fn respond(body: Bytes, etag: header::HeaderValue) -> HttpResponse {
         header::HeaderValue::from_static("application/json"),
     );
     res.map_into_boxed_body()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_first_media_range_that_names_json_yaml_or_anything_decides() {
+        let asks = |accept: Option<&str>| {
+            let mut req = actix_web::test::TestRequest::default();
+            if let Some(a) = accept {
+                req = req.insert_header(("Accept", a));
+            }
+            super::wants_yaml(&req.to_http_request())
+        };
+        for (accept, yaml) in [
+            (None, false),
+            (Some("application/json"), false),
+            (Some("*/*"), false),
+            (Some("application/yaml"), true),
+            (Some("Application/YAML; charset=utf-8"), true),
+            (Some("text/html, application/yaml;q=0.9, */*;q=0.8"), true),
+            (Some("application/json, application/yaml"), false),
+            (Some("application/yaml;q=0, application/json"), false),
+            (Some("text/yaml"), false),
+        ] {
+            assert_eq!(asks(accept), yaml, "{accept:?}");
+        }
+    }
 }

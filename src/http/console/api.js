@@ -18,8 +18,8 @@ export class Api {
     this.onUnauthorized = onUnauthorized;
   }
 
-  async call(method, path, { body, ifMatch, query } = {}) {
-    const headers = { Accept: "application/json", Authorization: `Bearer ${this.token()}` };
+  async call(method, path, { body, ifMatch, query, accept } = {}) {
+    const headers = { Accept: accept || "application/json", Authorization: `Bearer ${this.token()}` };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     if (ifMatch) headers["If-Match"] = `"${ifMatch}"`;
     const qs = query ? "?" + new URLSearchParams(query).toString() : "";
@@ -37,6 +37,7 @@ export class Api {
       throw new ApiError(0, { title: "Network error", detail: `The service could not be reached (${e.message}).`, code: "network" });
     }
     const text = await res.text();
+    if (res.ok && accept) return { text, etag: res.headers.get("ETag") };
     let data = null;
     try {
       data = text ? JSON.parse(text) : null;
@@ -54,6 +55,10 @@ export class Api {
 
   getFile(file, ref) {
     return this.call("GET", `/plans/${file}`, ref ? { query: { ref } } : {});
+  }
+  /** The file's stored text as it is (`Accept: application/yaml`): `{text, etag}`. */
+  getText(file) {
+    return this.call("GET", `/plans/${file}`, { accept: "application/yaml" });
   }
   history(file, limit, cursor) {
     const query = { limit: String(limit) };

@@ -8,6 +8,7 @@ export const shaOf = (file, data) => (file === "integration-file" ? data.file_sh
 /** The text shown for a file answer, and whether it is the stored text. */
 export function textOf(file, data) {
   if (file === "integration-file") return { text: data.raw_content, stored: true };
+  if (typeof data.stored_text === "string") return { text: data.stored_text, stored: true };
   return { text: yaml(data.content), stored: false };
 }
 
@@ -32,7 +33,7 @@ export function renderCurrent(el, st, ctx) {
       : null,
     h("h3", { id: "current-text-h" }, stored ? "Stored YAML text" : "Content as YAML (rendered)"),
     stored ? null : h("p", { class: "note" },
-      "The API does not return this file's stored text, so this is rendered from the parsed content: ",
+      "The stored text could not be read, so this is rendered from the parsed content: ",
       "comments and layout of the stored file are not shown."),
     code(text, stored ? "Stored YAML text with line numbers" : "Rendered YAML with line numbers"));
 }

@@ -35,7 +35,7 @@ function context(doc, segs) {
       }
       node = item;
     } else if (isObj(node)) {
-      node = node[seg];
+      node = own(node, seg);
       labels.push({ text: seg, array: Array.isArray(node) });
     } else {
       throw new Error(`no container at ${seg}`);
@@ -85,9 +85,13 @@ function describe(doc, op) {
   return { kind: "change", text: `${op.op} ${op.path}` };
 }
 
+// Own properties only: a key such as "__proto__" in a tenant's file is data, never the
+// object's prototype.
+const own = (node, key) => (isObj(node) && Object.hasOwn(node, key) ? node[key] : undefined);
+
 function get(doc, segs) {
   let node = doc;
-  for (const s of segs) node = Array.isArray(node) ? node[Number(s)] : node?.[s];
+  for (const s of segs) node = Array.isArray(node) ? node[Number(s)] : own(node, s);
   return node;
 }
 
@@ -112,7 +116,7 @@ function apply(doc, op) {
     else parent.splice(i, 0, val);
   } else if (isObj(parent)) {
     if (op.op === "remove") delete parent[last];
-    else parent[last] = val;
+    else Object.defineProperty(parent, last, { value: val, writable: true, enumerable: true, configurable: true });
   } else {
     throw new Error(`no container for ${op.path}`);
   }

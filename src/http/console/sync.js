@@ -38,7 +38,19 @@ export const sync = {
   async loadFile(f) {
     const st = this.files[f];
     try {
-      const data = await this.api.getFile(f);
+      let data = await this.api.getFile(f);
+      if (f === "configuration-file") {
+        // Its JSON answer has the content only; the stored text comes as YAML. Read again
+        // when a commit landed between the two reads.
+        for (let tries = 0; tries < 3; tries++) {
+          const stored = await this.api.getText(f);
+          if (stored.etag === `"${data.sha}"`) {
+            data = { ...data, stored_text: stored.text };
+            break;
+          }
+          data = await this.api.getFile(f);
+        }
+      }
       if (this.files !== null && this.files[f] === st) {
         st.data = data;
         st.sha = shaOf(f, data);
