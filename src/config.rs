@@ -207,9 +207,9 @@ impl Config {
         }
         if let Some(origin) = self.server.bad_cors_origin() {
             return Err(ConfigError::Invalid(format!(
-                "server.cors_allowed_origins: {origin:?} is not an origin: write it as a browser \
-                 sends it, scheme://host[:port] in lower case with nothing after (no path, no \
-                 trailing slash, no *)"
+                "server.cors_allowed_origins: {origin:?} is not an origin as a browser sends it: \
+                 http(s)://host[:port] with the host in lower case, no default port (80, 443), \
+                 nothing after (no path, no trailing slash, no *)"
             )));
         }
         for (name, value) in self.events.positive_settings() {
