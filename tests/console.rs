@@ -105,8 +105,31 @@ async fn every_console_answer_has_the_pages_headers_its_caching_and_no_token() {
         );
         let asset_etag = header(&res, "etag").unwrap();
         assert_page_headers(&res, &path);
+        assert_eq!(header(&res, "vary").as_deref(), Some("accept-encoding"));
+        assert!(header(&res, "content-encoding").is_none(), "{path}");
         let text = res.text().await.unwrap();
         assert!(!text.contains("eyJ"), "{path} holds something like a JWT");
+        // Browsers take gzip: the same bytes compressed, under their own tag.
+        let gz = app.ui(&path, &[("Accept-Encoding", "gzip, br")]).await;
+        assert_eq!(
+            header(&gz, "content-encoding").as_deref(),
+            Some("gzip"),
+            "{path}"
+        );
+        assert_ne!(header(&gz, "etag").unwrap(), asset_etag, "{path}");
+        assert_page_headers(&gz, &format!("{path} gzipped"));
+        let packed = gz.bytes().await.unwrap();
+        let mut unpacked = String::new();
+        std::io::Read::read_to_string(
+            &mut flate2::read::GzDecoder::new(&packed[..]),
+            &mut unpacked,
+        )
+        .unwrap();
+        assert_eq!(unpacked, text, "{path} gzipped is the same file");
+        assert!(
+            packed.len() < text.len() || text.len() < 300,
+            "{path} is smaller gzipped"
+        );
         todo.extend(asset_links(&text, &folder));
         let again = app.ui(&path, &[("If-None-Match", &asset_etag)]).await;
         assert_eq!(again.status(), 304, "{path}");

@@ -13,25 +13,76 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; frame-ancestors '
 /// The page; `%ASSETS%` stands for the assets' folder.
 static INDEX: &str = include_str!("console/index.html");
 
-/// The console's files, by name.
+/// The console's files, by name, gzipped by `build.rs`.
 static FILES: &[(&str, &[u8])] = &[
-    ("api.js", include_bytes!("console/api.js")),
-    ("app.js", include_bytes!("console/app.js")),
-    ("compare.js", include_bytes!("console/compare.js")),
-    ("dom.js", include_bytes!("console/dom.js")),
-    ("editor.js", include_bytes!("console/editor.js")),
-    ("favicon.svg", include_bytes!("console/favicon.svg")),
-    ("fileview.js", include_bytes!("console/fileview.js")),
-    ("format.js", include_bytes!("console/format.js")),
-    ("historyview.js", include_bytes!("console/historyview.js")),
-    ("live.js", include_bytes!("console/live.js")),
-    ("patch.js", include_bytes!("console/patch.js")),
-    ("restore.js", include_bytes!("console/restore.js")),
-    ("session.js", include_bytes!("console/session.js")),
-    ("style.css", include_bytes!("console/style.css")),
-    ("sync.js", include_bytes!("console/sync.js")),
-    ("views.js", include_bytes!("console/views.js")),
-    ("yaml.js", include_bytes!("console/yaml.js")),
+    (
+        "api.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/api.js.gz")),
+    ),
+    (
+        "app.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/app.js.gz")),
+    ),
+    (
+        "compare.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/compare.js.gz")),
+    ),
+    (
+        "dom.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/dom.js.gz")),
+    ),
+    (
+        "editor.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/editor.js.gz")),
+    ),
+    (
+        "favicon.svg",
+        include_bytes!(concat!(env!("OUT_DIR"), "/favicon.svg.gz")),
+    ),
+    (
+        "fileview.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/fileview.js.gz")),
+    ),
+    (
+        "format.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/format.js.gz")),
+    ),
+    (
+        "historyview.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/historyview.js.gz")),
+    ),
+    (
+        "live.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/live.js.gz")),
+    ),
+    (
+        "patch.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/patch.js.gz")),
+    ),
+    (
+        "restore.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/restore.js.gz")),
+    ),
+    (
+        "session.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/session.js.gz")),
+    ),
+    (
+        "style.css",
+        include_bytes!(concat!(env!("OUT_DIR"), "/style.css.gz")),
+    ),
+    (
+        "sync.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/sync.js.gz")),
+    ),
+    (
+        "views.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/views.js.gz")),
+    ),
+    (
+        "yaml.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/yaml.js.gz")),
+    ),
 ];
 
 /// The page with its assets' folder filled in, and the entity tags.
@@ -41,6 +92,9 @@ struct Console {
     version: String,
     index: web::Bytes,
     index_etag: HeaderValue,
+    /// The assets' tags: gzipped as stored, and decompressed for a client that takes no
+    /// gzip (two representations, two tags).
+    asset_etag_gzip: HeaderValue,
     asset_etag: HeaderValue,
 }
 
@@ -59,6 +113,7 @@ static CONSOLE: LazyLock<Console> = LazyLock::new(|| {
     let tag = |t: String| HeaderValue::from_str(&t).expect("hex in quotes");
     Console {
         index_etag: tag(format!("\"ui-{version}\"")),
+        asset_etag_gzip: tag(format!("\"{version}-gz\"")),
         asset_etag: tag(format!("\"{version}\"")),
         index: web::Bytes::from(index),
         version,
@@ -151,14 +206,45 @@ async fn asset(req: HttpRequest, path: web::Path<(String, String)>) -> Reply {
     } else {
         "no-cache"
     };
-    let body = web::Bytes::from_static(bytes);
-    Ok(cached(
-        &req,
-        &console.asset_etag,
-        caching,
-        content_type(name),
-        body,
-    ))
+    let (body, etag, encoding) = if accepts_gzip(&req) {
+        let body = web::Bytes::from_static(bytes);
+        (body, &console.asset_etag_gzip, Some("gzip"))
+    } else {
+        (web::Bytes::from(gunzip(bytes)), &console.asset_etag, None)
+    };
+    let mut res = cached(&req, etag, caching, content_type(name), body);
+    let headers = res.headers_mut();
+    headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    if let Some(encoding) = encoding {
+        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static(encoding));
+    }
+    Ok(res)
+}
+
+/// Whether `Accept-Encoding` takes gzip (and does not refuse it with `q=0`).
+fn accepts_gzip(req: &HttpRequest) -> bool {
+    req.headers()
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|list| {
+            list.split(',').any(|coding| {
+                let mut parts = coding.split(';').map(str::trim);
+                let name = parts.next().unwrap_or("");
+                let refused = parts.any(|p| {
+                    p.strip_prefix("q=")
+                        .is_some_and(|q| q.parse::<f32>().is_ok_and(|q| q <= 0.0))
+                });
+                (name.eq_ignore_ascii_case("gzip") || name == "*") && !refused
+            })
+        })
+}
+
+/// An asset's bytes as written, for a client that takes no gzip.
+fn gunzip(gz: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(gz.len() * 4);
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(gz), &mut out)
+        .expect("build.rs wrote valid gzip");
+    out
 }
 
 /// 304 when the request names `etag`, else 200 with `body`; the page's headers either way.
@@ -218,6 +304,35 @@ mod tests {
             let name = link.split('"').next().unwrap();
             assert!(FILES.iter().any(|(n, _)| *n == name), "{name}");
         }
+    }
+
+    #[test]
+    fn each_asset_is_its_file_gzipped() {
+        let folder = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http/console");
+        for (name, gz) in FILES {
+            assert_eq!(
+                gunzip(gz),
+                std::fs::read(folder.join(name)).unwrap(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn gzip_is_taken_unless_refused() {
+        let with = |v: &str| {
+            actix_web::test::TestRequest::default()
+                .insert_header((header::ACCEPT_ENCODING, v))
+                .to_http_request()
+        };
+        assert!(accepts_gzip(&with("gzip, deflate, br, zstd")));
+        assert!(accepts_gzip(&with("GZIP;q=0.5")));
+        assert!(accepts_gzip(&with("*")));
+        assert!(!accepts_gzip(&with("gzip;q=0, br")));
+        assert!(!accepts_gzip(&with("identity")));
+        assert!(!accepts_gzip(
+            &actix_web::test::TestRequest::default().to_http_request()
+        ));
     }
 
     #[test]
