@@ -179,6 +179,18 @@ async fn every_console_answer_has_the_pages_headers_its_caching_and_no_token() {
 
 const LISTED: &str = "http://console.example:8081";
 
+/// `GET /plans/integration-file` as a page on `origin` sends it.
+async fn get_from(app: &TestApp, token: &str, origin: &str) -> reqwest::Response {
+    app.send(
+        "GET",
+        "/plans/integration-file",
+        token,
+        None,
+        &[("Origin", origin)],
+    )
+    .await
+}
+
 /// A listed origin's preflight is answered and cached, its requests may send the API's
 /// headers and read the answers' headers; an origin not listed gets no CORS header at all.
 #[actix_web::test]
@@ -208,15 +220,7 @@ async fn a_listed_origin_may_call_the_api_and_another_gets_no_cors_headers() {
     assert!(header(&pre, "access-control-allow-credentials").is_none());
 
     let tok = token("acme", ALL);
-    let got = app
-        .send(
-            "GET",
-            "/plans/integration-file",
-            &tok,
-            None,
-            &[("Origin", LISTED)],
-        )
-        .await;
+    let got = get_from(&app, &tok, LISTED).await;
     assert_eq!(got.status(), 200);
     assert_eq!(
         header(&got, "access-control-allow-origin").as_deref(),
@@ -252,15 +256,7 @@ async fn a_listed_origin_may_call_the_api_and_another_gets_no_cors_headers() {
     );
 
     for origin in ["http://evil.example", "http://console.example:8082"] {
-        let got = app
-            .send(
-                "GET",
-                "/plans/integration-file",
-                &tok,
-                None,
-                &[("Origin", origin)],
-            )
-            .await;
+        let got = get_from(&app, &tok, origin).await;
         assert_eq!(got.status(), 200, "the request itself is the API's as ever");
         let cors: Vec<_> = got
             .headers()
@@ -281,15 +277,7 @@ async fn a_listed_origin_may_call_the_api_and_another_gets_no_cors_headers() {
 async fn by_default_no_origin_gets_cors_headers() {
     let app = TestApp::spawn().await;
     let tok = token("acme", ALL);
-    let got = app
-        .send(
-            "GET",
-            "/plans/integration-file",
-            &tok,
-            None,
-            &[("Origin", LISTED)],
-        )
-        .await;
+    let got = get_from(&app, &tok, LISTED).await;
     assert_eq!(got.status(), 200);
     assert!(got
         .headers()
@@ -393,25 +381,6 @@ async fn the_console_and_other_origins_in_a_real_browser() {
     );
 }
 
-/// The git blob id of `text`, from `git hash-object`.
-fn blob_id(text: &str) -> String {
-    use std::io::Write;
-    let mut child = std::process::Command::new("git")
-        .args(["hash-object", "--stdin"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
 /// `Accept: application/yaml` answers a file's stored bytes as they are (the console shows
 /// the configuration file's text so; the JSON answer has only its content), with the same
 /// `ETag`, 304s, `?ref=` and permissions as the JSON answer.
@@ -441,7 +410,10 @@ async fn a_get_that_asks_for_yaml_gets_the_stored_text() {
         let text = got.text().await.unwrap();
         assert_eq!(text.trim_end(), stored, "{file}");
         assert_eq!(
-            format!("\"{}\"", blob_id(&text)),
+            format!(
+                "\"{}\"",
+                common::git_stdin(&app.repo("acme"), &["hash-object", "--stdin"], &text)
+            ),
             etag,
             "{file} byte for byte: its blob id is the ETag"
         );

@@ -74,7 +74,9 @@ function local(err) {
   return problem({ problem: { title: "Cannot send this", detail: err.message } });
 }
 
-export async function preview(app, st) {
+/** Sends the editor's text as a dry run or as the write, saying `pending` meanwhile; the
+ * answer goes to `answered`, a refusal (or an error in `answered`) to `failed`. */
+async function send(app, st, pending, dryRun, answered) {
   const res = $("editor-result");
   let b;
   try {
@@ -82,38 +84,32 @@ export async function preview(app, st) {
   } catch (e) {
     return fill(res, local(e));
   }
-  fill(res, h("p", { class: "muted", role: "status" }, "Previewing…"));
+  fill(res, h("p", { class: "muted", role: "status" }, pending));
   try {
-    const ans = await app.api.put(st.file, b, st.edit.baseSha, true);
-    const items = readable(ans.patch, st.edit.baseContent);
-    fill(res, h("div", { class: "preview" },
-      h("h3", { id: "preview-h", tabindex: "-1" }, "Preview: what saving would change"),
-      changes(items, "No changes: saving would make no commit.")));
-    focusOn($("preview-h"));
+    answered(await app.api.put(st.file, b, st.edit.baseSha, dryRun));
   } catch (err) {
     await failed(app, st, err);
   }
 }
 
-export async function save(app, st) {
-  const res = $("editor-result");
-  let b;
-  try {
-    b = body(st);
-  } catch (e) {
-    return fill(res, local(e));
-  }
-  fill(res, h("p", { class: "muted", role: "status" }, "Saving…"));
-  try {
-    const base = st.edit.baseSha;
-    const ans = await app.api.put(st.file, b, base, false);
+export function preview(app, st) {
+  return send(app, st, "Previewing…", true, (ans) => {
+    const items = readable(ans.patch, st.edit.baseContent);
+    fill($("editor-result"), h("div", { class: "preview" },
+      h("h3", { id: "preview-h", tabindex: "-1" }, "Preview: what saving would change"),
+      changes(items, "No changes: saving would make no commit.")));
+    focusOn($("preview-h"));
+  });
+}
+
+export function save(app, st) {
+  const base = st.edit.baseSha;
+  return send(app, st, "Saving…", false, (ans) => {
     app.applyWrite(st, ans);
     close(app, st);
     const same = shaOf(st.file, ans) === base;
     app.flash(same ? "Nothing changed, so no commit was made." : `Saved as commit ${short(ans.commit_sha)}.`);
-  } catch (err) {
-    await failed(app, st, err);
-  }
+  });
 }
 
 async function failed(app, st, err) {

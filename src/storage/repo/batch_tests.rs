@@ -1,42 +1,15 @@
 //! Tests of a batch of writes against the same writes one by one: the same commits on `main`, each precondition checked against the writes before it.
 use super::commit::BatchResult;
+use super::write_tests::git;
 use super::{create, TenantRepo};
 use crate::domain::{Identity, PlanFile, TenantId};
 use crate::storage::{CommitRequest, Preconditions, ShaCheck, StorageError};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn git(repo: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(repo)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// The blob id git gives `bytes`.
-fn blob_of(repo: &Path, bytes: &str) -> ShaCheck {
-    let mut child = Command::new("git")
-        .arg("--git-dir")
-        .arg(repo)
-        .args(["hash-object", "--stdin"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(bytes.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let id = String::from_utf8(out.stdout).unwrap();
-    ShaCheck::Blob(crate::domain::ObjectId::parse(id.trim()).unwrap())
+/// The blob id of `bytes`, as a `file_sha`.
+fn blob_of(bytes: &str) -> ShaCheck {
+    let oid = git2::Oid::hash_object(git2::ObjectType::Blob, bytes.as_bytes()).unwrap();
+    ShaCheck::Blob(super::to_id(oid))
 }
 
 fn new_tenant(dir: &Path) -> (TenantId, PathBuf, Identity) {
@@ -50,7 +23,7 @@ fn new_tenant(dir: &Path) -> (TenantId, PathBuf, Identity) {
 
 /// Four writes: the second one's `file_sha` is the blob the first replaced (a 409 once the
 /// first is in), the third's is the blob the first wrote, the fourth has no precondition.
-fn writes(repo: &TenantRepo, path: &Path, committer: &Identity) -> Vec<CommitRequest> {
+fn writes(repo: &TenantRepo, committer: &Identity) -> Vec<CommitRequest> {
     let before = repo.read(PlanFile::Integration).unwrap().blob;
     let at = |sha: ShaCheck| Preconditions {
         file_sha: Some(sha),
@@ -66,7 +39,7 @@ fn writes(repo: &TenantRepo, path: &Path, committer: &Identity) -> Vec<CommitReq
         one(
             PlanFile::Integration,
             "third: 3\n",
-            at(blob_of(path, "first: 1\n")),
+            at(blob_of("first: 1\n")),
         ),
         one(
             PlanFile::Configuration,
@@ -107,7 +80,7 @@ fn a_batch_makes_the_commits_of_its_writes_one_by_one_and_a_conflict_stops_only_
     assert_eq!(history(&one_path), history(&batch_path), "the same start");
 
     let one_repo = TenantRepo::open(&tenant, &one_path).unwrap();
-    let alone: Vec<_> = writes(&one_repo, &one_path, &committer)
+    let alone: Vec<_> = writes(&one_repo, &committer)
         .iter()
         .map(|w| {
             let mut r = one_repo.commit_batch(&[w], &committer, None, &Default::default());
@@ -116,7 +89,7 @@ fn a_batch_makes_the_commits_of_its_writes_one_by_one_and_a_conflict_stops_only_
         .collect();
 
     let batch_repo = TenantRepo::open(&tenant, &batch_path).unwrap();
-    let reqs = writes(&batch_repo, &batch_path, &committer);
+    let reqs = writes(&batch_repo, &committer);
     let together: Vec<_> = batch_repo
         .commit_batch(
             &reqs.iter().collect::<Vec<_>>(),
@@ -146,7 +119,7 @@ fn a_batch_makes_the_commits_of_its_writes_one_by_one_and_a_conflict_stops_only_
     assert_eq!(line, acked);
     assert_eq!(
         git(&batch_path, &["show", "main~1:integrations.yml"]),
-        "third: 3\n"
+        "third: 3"
     );
     assert!(git(&batch_path, &["fsck", "--strict"]).is_empty());
 }

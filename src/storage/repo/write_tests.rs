@@ -9,7 +9,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-fn git(repo: &Path, args: &[&str]) -> String {
+/// Runs the git CLI in `repo` (no user or system config) and returns its trimmed stdout.
+pub(super) fn git(repo: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .arg("--git-dir")
         .arg(repo)
