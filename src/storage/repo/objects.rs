@@ -115,18 +115,32 @@ impl TenantRepo {
         }
         let fanout = path.parent().expect("objects/xx");
         let io = |op, p: &std::path::Path, e| StorageError::io(op, p, e);
-        let new_fanout = match std::fs::create_dir(fanout) {
-            Ok(()) => true,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
-            Err(e) => return Err(io("create an object folder", fanout, e)),
-        };
         let tmp = fanout.join(format!("tmp_obj_{:016x}", rand::random::<u64>()));
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o444)
-            .open(&tmp)
-            .map_err(|e| io("create an object", &tmp, e))?;
+        let create = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o444)
+                .open(&tmp)
+        };
+        // As git does: the fan-out folder is made when the file cannot be, since it may not
+        // be there yet, or no more (`git gc` and `git prune-packed` remove emptied ones at any
+        // moment, also between a check and the create).
+        let mut new_fanout = false;
+        let mut opened = create();
+        for _ in 0..3 {
+            match &opened {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                _ => break,
+            }
+            match std::fs::create_dir(fanout) {
+                Ok(()) => new_fanout = true,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io("create an object folder", fanout, e)),
+            }
+            opened = create();
+        }
+        let mut file = opened.map_err(|e| io("create an object", &tmp, e))?;
         let mut z = ZlibEncoder::new(Vec::with_capacity(data.len() / 2 + 64), Compression::fast());
         let header = format!("{} {}\0", kind.str(), data.len());
         let deflated = z
