@@ -16,6 +16,7 @@ pub struct Config {
     pub log: LogConfig,
     pub metrics: MetricsConfig,
     pub events: EventsConfig,
+    pub cluster: ClusterConfig,
 }
 
 /// A parse error with its line, column and message only. toml's own `Display` quotes the
@@ -219,6 +220,8 @@ impl Config {
                 )));
             }
         }
+        self.cluster.peer_urls().map_err(ConfigError::Invalid)?;
+        self.cluster.self_url().map_err(ConfigError::Invalid)?;
         if self.events.max_streams_per_tenant > self.events.max_streams {
             return Err(ConfigError::Invalid(
                 "events.max_streams_per_tenant must be at most events.max_streams".into(),

@@ -27,6 +27,8 @@ pub enum StartupError {
          least 32 bytes, or bind to a loopback address"
     )]
     WeakSecret { bind: String, reason: &'static str },
+    #[error("{0}")]
+    Cluster(String),
     #[error("cannot listen on {bind}: {source}")]
     Bind {
         bind: String,
@@ -93,7 +95,8 @@ impl Application {
             config.storage.repack_loose_objects,
         )
         .metrics_require_token(config.metrics.require_token)
-        .events_config(events_limits(&config.events));
+        .events_config(events_limits(&config.events))
+        .cluster_peers(config.cluster.peer_urls().map_err(StartupError::Cluster)?);
         let listener =
             TcpListener::bind(&config.server.bind).map_err(|source| StartupError::Bind {
                 bind: config.server.bind.clone(),

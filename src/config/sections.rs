@@ -1,4 +1,4 @@
-//! The sections of `config.toml` (`[server]`, `[storage]`, `[auth]`, `[commit]`, `[log]`, `[metrics]`, `[events]`): each setting, its default and what it means.
+//! The sections of `config.toml` (`[server]`, `[storage]`, `[auth]`, `[commit]`, `[log]`, `[metrics]`, `[events]`, `[cluster]`): each setting, its default and what it means.
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -427,5 +427,53 @@ mod tests {
         ] {
             assert!(!super::is_origin(bad), "{bad}");
         }
+    }
+}
+
+/// `[cluster]`: this instance as one shard among several behind a router (docs/SCALING.md).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterConfig {
+    /// This shard's base URL as the other shards reach it (`http://10.0.0.1:8080`): the
+    /// source a target imports from when `tenant move` runs here. "" until set.
+    pub self_url: String,
+    /// The shards this one may import tenants from (`POST /admin/tenants/{id}/import`). Empty:
+    /// imports over HTTP are refused, so that a token can never make this shard fetch from
+    /// an address of its choosing.
+    pub peers: Vec<String>,
+    /// Seconds a tenant that moved away stays here (answering 421) before its repository is
+    /// archived to `<data_dir>/archive/`; archived repositories are never deleted.
+    pub moved_grace_secs: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            self_url: String::new(),
+            peers: Vec::new(),
+            moved_grace_secs: 300,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// The peers, parsed; the first that is not a shard URL is the error.
+    pub fn peer_urls(&self) -> Result<Vec<crate::domain::ShardUrl>, String> {
+        self.peers
+            .iter()
+            .map(|p| {
+                crate::domain::ShardUrl::parse(p).map_err(|e| format!("cluster.peers: {p:?}: {e}"))
+            })
+            .collect()
+    }
+
+    /// `self_url`, parsed; `None` while unset.
+    pub fn self_url(&self) -> Result<Option<crate::domain::ShardUrl>, String> {
+        if self.self_url.is_empty() {
+            return Ok(None);
+        }
+        crate::domain::ShardUrl::parse(&self.self_url)
+            .map(Some)
+            .map_err(|e| format!("cluster.self_url: {:?}: {e}", self.self_url))
     }
 }

@@ -10,6 +10,7 @@ pub mod json_guard;
 pub mod json_patch;
 pub mod object_id;
 pub mod request_id;
+pub mod shard_url;
 pub mod tenant;
 pub mod yaml;
 
@@ -22,6 +23,7 @@ pub use identity::Identity;
 pub use integration::IntegrationDoc;
 pub use object_id::{BlobId, CommitId, ObjectId};
 pub use request_id::RequestId;
+pub use shard_url::ShardUrl;
 pub use tenant::TenantId;
 
 /// A file as read from storage: a valid document, or what can be shown of a broken one.

@@ -76,6 +76,9 @@ impl AppState {
             }
             tokio::select! {
                 update = subscription.changed() => match update {
+                    // The tenant began to move: answer now; the client's next poll goes
+                    // where the tenant is served next.
+                    Some(update) if update.moving => break,
                     Some(update) => head = update.head.clone(),
                     // The feed stopped (a fault): answer now; the client asks again.
                     None => break,

@@ -1,4 +1,5 @@
 //! The HTTP service: application state, routes and the server (actix-web).
+mod admin;
 mod body;
 mod budget;
 mod cache;
@@ -64,6 +65,26 @@ pub struct AppState {
     pub renders: crate::gates::Turns,
     /// The change feed, the limits of streams and long-polls, tickets, and their shutdown.
     pub events: crate::events::Events,
+    /// This shard among others: whom it imports from, and the turns imports take.
+    pub cluster: ClusterState,
+}
+
+/// What `POST /admin/tenants/{id}/import` needs.
+#[derive(Clone)]
+pub struct ClusterState {
+    /// The shards imports may fetch from (`cluster.peers`); none: imports are refused.
+    pub peers: Vec<crate::domain::ShardUrl>,
+    /// Imports running at once: 2 in all, 1 per tenant.
+    pub imports: crate::gates::Turns,
+}
+
+impl ClusterState {
+    fn new(peers: Vec<crate::domain::ShardUrl>, wait: Duration) -> Self {
+        Self {
+            peers,
+            imports: crate::gates::Turns::new(2, 1, wait),
+        }
+    }
 }
 
 /// Stored files parsed and rendered at once, in all and for one tenant.
@@ -142,7 +163,14 @@ impl AppState {
             ),
             renders: crate::gates::Turns::new(RENDERS, RENDERS_PER_TENANT, limits.queue_timeout),
             events,
+            cluster: ClusterState::new(Vec::new(), limits.queue_timeout),
         }
+    }
+
+    /// The shards this one may import tenants from (`cluster.peers`).
+    pub fn cluster_peers(mut self, peers: Vec<crate::domain::ShardUrl>) -> Self {
+        self.cluster = ClusterState::new(peers, self.cluster.imports.wait());
+        self
     }
 
     /// The `[events]` settings (limits, heartbeat, waits, polling).
@@ -218,6 +246,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .name("/plans/configuration-file/history")
             .route(web::get().to(history::configuration))
             .default_service(web::to(common::get_only)),
+    );
+    cfg.service(
+        web::resource("/admin/tenants/{tenant}/import")
+            .name("/admin/tenants/{tenant}/import")
+            .route(web::post().to(admin::import))
+            .default_service(web::to(common::post_only)),
     );
     cfg.service(
         web::resource("/plans/events")

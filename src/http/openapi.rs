@@ -1,4 +1,5 @@
 //! The OpenAPI 3.1 document, generated from the handlers' annotations and the body types (utoipa).
+use super::admin::{ImportAnswer, ImportRequest};
 use super::problem::Problem;
 use super::schema::{
     Author, CommitsAnswer, ConfigurationContent, ConfigurationFile, DiffSide, FileDiff, FileEvent,
@@ -6,7 +7,7 @@ use super::schema::{
     PatchOp, PostCommits, PutConfigurationFile, PutConfigurationPart, PutIntegrationFile,
     PutIntegrationPart, RestoreFile, Ticket,
 };
-use super::{commits, diff, events, git, handlers, history, ops, restore};
+use super::{admin, commits, diff, events, git, handlers, history, ops, restore};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -35,6 +36,7 @@ use utoipa::{Modify, OpenApi};
         git::info_refs,
         git::upload_pack,
         git::refuse_push,
+        admin::import,
         ops::healthz,
         ops::readyz,
         ops::metrics,
@@ -45,7 +47,7 @@ use utoipa::{Modify, OpenApi};
         ConfigurationContent, Folder, FileStatus, Problem, Health, HistoryPage, HistoryEntry,
         Author, GitBytes, HeadEvent, FileEvent, Ticket,
         Author, GitBytes, PostCommits, PutIntegrationPart, PutConfigurationPart, CommitsAnswer,
-        RestoreFile, FileDiff, DiffSide, PatchOp
+        RestoreFile, FileDiff, DiffSide, PatchOp, ImportRequest, ImportAnswer
     )),
     modifiers(&BearerJwt),
 )]

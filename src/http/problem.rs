@@ -95,6 +95,18 @@ pub enum ApiError {
     WrongTenant,
     #[error("not ready: {0}")]
     NotReady(String),
+    #[error("tenant {0} is moving to another shard: writes are refused for a moment; reads go on")]
+    TenantMoving(String),
+    #[error(
+        "tenant {0} is served by another shard now: send the request through the router again"
+    )]
+    TenantMoved(String),
+    #[error("{0}")]
+    MoveConflict(String),
+    #[error("from is not one of this shard's cluster.peers")]
+    PeerNotAllowed,
+    #[error("the import failed: {0}")]
+    ImportFailed(String),
     /// Anything the client cannot act on. The detail goes to the log, never to the client.
     #[error("internal error: {0}")]
     Internal(String),
@@ -207,6 +219,23 @@ impl ApiError {
             ),
             WrongTenant => (StatusCode::FORBIDDEN, "wrong_tenant", "Wrong tenant"),
             NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready", "Not ready"),
+            TenantMoving(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "tenant_moving",
+                "Tenant moving",
+            ),
+            TenantMoved(_) => (
+                StatusCode::MISDIRECTED_REQUEST,
+                "tenant_moved",
+                "Tenant moved",
+            ),
+            MoveConflict(_) => (StatusCode::CONFLICT, "move_conflict", "Move conflict"),
+            PeerNotAllowed => (
+                StatusCode::FORBIDDEN,
+                "peer_not_allowed",
+                "Peer not allowed",
+            ),
+            ImportFailed(_) => (StatusCode::BAD_GATEWAY, "import_failed", "Import failed"),
             Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
@@ -306,6 +335,9 @@ impl ResponseError for ApiError {
             ApiError::Busy { retry_after, .. } => {
                 res.insert_header((header::RETRY_AFTER, retry_after.to_string()));
             }
+            ApiError::TenantMoving(_) => {
+                res.insert_header((header::RETRY_AFTER, "1"));
+            }
             ApiError::ShaMismatch { current, .. }
             | ApiError::PreconditionFailed { current, .. } => {
                 res.insert_header((header::ETAG, format!("\"{current}\"")));
@@ -377,6 +409,11 @@ impl ApiError {
                 ApiError::busy(format!("too many concurrent writes to {}", file.path()), 1)
             }
             StorageError::StorageFull { .. } => ApiError::StorageFull(file.path()),
+            StorageError::TenantMoving { tenant } => ApiError::TenantMoving(tenant.to_string()),
+            // The detail names no shard: shard addresses are the operator's business.
+            StorageError::TenantMoved { tenant, .. } => ApiError::TenantMoved(tenant.to_string()),
+            e @ StorageError::MoveConflict { .. } => ApiError::MoveConflict(e.to_string()),
+            StorageError::Import { reason, .. } => ApiError::ImportFailed(reason),
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -217,9 +217,36 @@ impl Task {
                 () = &mut shutdown => return End::Closed,
                 () = &mut expired => return End::Closed,
             };
+            if update.moving {
+                return self.end_for_move(&mut at, &update).await;
+            }
             if let Err(end) = self.catch_up(&mut at, &update).await {
                 return end;
             }
+        }
+    }
+
+    /// The tenant began to move to another shard: what the feed read before the move is
+    /// sent, then `event: moving` (no id, so `Last-Event-ID` stays the last commit sent), and
+    /// the stream ends. The client reconnects (through the router, after `retry`) and resumes
+    /// where the tenant is served next, where commit ids are the same.
+    async fn end_for_move(&mut self, at: &mut CommitId, update: &Update) -> End {
+        if update.since == Some(*at) {
+            if let Some(replay) = &update.replay {
+                if let Err(end) = self.send_replay(at, replay).await {
+                    return end;
+                }
+            }
+        }
+        match self
+            .send(format!(
+                "event: moving\ndata: {{\"retry_after\":{}}}\n\n",
+                RETRY_MS / 1000
+            ))
+            .await
+        {
+            Ok(()) => End::Closed,
+            Err(end) => end,
         }
     }
 

@@ -29,6 +29,9 @@ pub struct Update {
     /// What changed from `since` (up to at most [`FEED_REPLAY_COMMITS`] commits); `None`
     /// when it could not be read: each waiter then reads its own replay.
     pub replay: Option<Arc<Replay>>,
+    /// The tenant began to move to another shard: its streams end here, and their clients
+    /// resume where the tenant is served next (the same commit ids).
+    pub moving: bool,
 }
 
 /// The most commits the feed reads for one move of `main`; the rest of a longer push is read

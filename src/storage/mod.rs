@@ -3,9 +3,12 @@ mod dir_key;
 mod disk;
 mod durable;
 mod feed;
+mod import;
 mod inflight;
 mod model;
+mod moves;
 mod open_repos;
+mod placement;
 mod recent_keys;
 mod repo;
 mod seed;
@@ -154,8 +157,19 @@ impl Storage {
     }
 
     /// `main`'s commit and both files' blob ids in it.
+    /// A tenant that is moving or moved has none here (its streams end).
     pub fn head_state(&self, tenant: &TenantId) -> Result<HeadState, StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.head_state()
+        let path = self.repo_path(tenant);
+        if let Some(p) = placement::read(&path)? {
+            return Err(placement::refusal(tenant, &p));
+        }
+        repo::TenantRepo::open(tenant, &path)?.head_state()
+    }
+
+    /// `main`'s state wherever the tenant is served (the change feed's last word on a tenant
+    /// that began to move).
+    pub(crate) fn head_state_any(&self, tenant: &TenantId) -> Result<HeadState, StorageError> {
+        repo::TenantRepo::open_any(tenant, &self.repo_path(tenant))?.head_state()
     }
 
     /// What the commits after `from` up to `to` on `main`'s first-parent line changed, oldest
@@ -215,6 +229,9 @@ impl Storage {
         known: Option<CommitId>,
     ) -> Result<ReadOutcome, StorageError> {
         let path = self.repo_path(tenant);
+        if let Some(p @ Placement::Moved { .. }) = placement::read(&path)? {
+            return Err(placement::refusal(tenant, &p));
+        }
         let (outcome, head) = match known {
             Some(known) if repo::file_head(&path) == Some(known) => (ReadOutcome::Unchanged, known),
             _ => {
@@ -323,8 +340,8 @@ impl Storage {
         protocol: Option<&str>,
     ) -> Result<UploadPack, StorageError> {
         let path = self.repo_path(tenant);
-        if !path.is_dir() {
-            return Err(StorageError::TenantNotFound(tenant.clone()));
+        if let Some(p @ Placement::Moved { .. }) = self.placement(tenant)? {
+            return Err(placement::refusal(tenant, &p));
         }
         Ok(UploadPack::new(
             tenant.clone(),
@@ -370,7 +387,7 @@ impl Storage {
 
     /// One row of `tenant list`: the flag, the head and the last change.
     pub fn summary(&self, tenant: &TenantId) -> Result<TenantSummary, StorageError> {
-        repo::TenantRepo::open(tenant, &self.repo_path(tenant))?.summary()
+        repo::TenantRepo::open_any(tenant, &self.repo_path(tenant))?.summary()
     }
 }
 
@@ -451,7 +468,7 @@ impl Storage {
     ) -> Result<Option<InFlight>, StorageError> {
         let path = self.repo_path(tenant);
         if !path.is_dir() {
-            return Err(StorageError::TenantNotFound(tenant.clone()));
+            return Err(placement::missing(&path, tenant));
         }
         inflight::Marker::claim(&path, key.as_str())
             .map(|m| m.map(InFlight))
@@ -467,7 +484,7 @@ impl Storage {
     ) -> Result<bool, StorageError> {
         let path = self.repo_path(tenant);
         if !path.is_dir() {
-            return Err(StorageError::TenantNotFound(tenant.clone()));
+            return Err(placement::missing(&path, tenant));
         }
         inflight::Marker::held(&path, key.as_str())
             .map_err(|e| StorageError::io("look for an idempotency key in flight", &path, e))

@@ -2,7 +2,7 @@
 use crate::domain::yaml::{splice::Made, Mapping};
 use crate::domain::{
     BlobId, CommitId, CommitMessage, Cursor, IdempotencyKey, Identity, ObjectId, PlanFile,
-    RequestId, TenantId,
+    RequestId, ShardUrl, TenantId,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,6 +22,52 @@ pub struct TenantSummary {
     pub source_hosting: bool,
     pub head: Option<CommitId>,
     pub last_change: Option<SystemTime>,
+    /// Set while the tenant moves to another shard, and after it moved.
+    pub placement: Option<Placement>,
+}
+
+/// Where a tenant is while it leaves this shard: `Moving` refuses writes (reads go on),
+/// `Moved` refuses everything (421): the tenant is served by the shard at `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    Moving { to: ShardUrl, since: SystemTime },
+    Moved { to: ShardUrl, at: SystemTime },
+}
+
+impl Placement {
+    pub fn to(&self) -> &ShardUrl {
+        match self {
+            Placement::Moving { to, .. } | Placement::Moved { to, .. } => to,
+        }
+    }
+}
+
+/// What the source of a move knows once writes are refused and every write that had begun
+/// has landed: the head to hand over, and the tenant's setting.
+#[derive(Debug, Clone)]
+pub struct MoveStart {
+    pub head: CommitId,
+    pub source_hosting: bool,
+    /// The move had finished already (a rerun): only the later steps are left.
+    pub moved: bool,
+}
+
+/// Where an import fetches a tenant's repository from.
+#[derive(Debug, Clone)]
+pub enum ImportSource {
+    /// A shard's `/git/<tenant>.git`, with a token that may clone it.
+    Shard { url: ShardUrl, token: String },
+    /// A repository on this host (a `git clone --mirror` made by hand).
+    Path(PathBuf),
+}
+
+/// The result of an import.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    pub head: CommitId,
+    /// The tenant was here and writable already, at the head asked for or after it (a rerun).
+    pub already: bool,
+    pub millis: u64,
 }
 
 /// A file as it is at the head of `main`.
@@ -353,6 +399,14 @@ pub enum StorageError {
         code: i32,
         class: u32,
     },
+    #[error("tenant {tenant} is moving to another shard; writes are refused until it is there")]
+    TenantMoving { tenant: TenantId },
+    #[error("tenant {tenant} moved to the shard at {to}")]
+    TenantMoved { tenant: TenantId, to: ShardUrl },
+    #[error("tenant {tenant}: {reason}")]
+    MoveConflict { tenant: TenantId, reason: String },
+    #[error("tenant {tenant}: import failed: {reason}")]
+    Import { tenant: TenantId, reason: String },
     #[error("tenant {tenant}: git upload-pack failed: {message}")]
     UploadPack { tenant: TenantId, message: String },
     #[error("{op} ({}): {source}", path.display())]
@@ -370,6 +424,13 @@ impl StorageError {
     pub(crate) fn again(&self) -> StorageError {
         match self {
             StorageError::TenantNotFound(t) => StorageError::TenantNotFound(t.clone()),
+            StorageError::TenantMoving { tenant } => StorageError::TenantMoving {
+                tenant: tenant.clone(),
+            },
+            StorageError::TenantMoved { tenant, to } => StorageError::TenantMoved {
+                tenant: tenant.clone(),
+                to: to.clone(),
+            },
             StorageError::Contended {
                 tenant,
                 file,

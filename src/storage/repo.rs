@@ -24,7 +24,7 @@ mod source_hosting;
 #[cfg(test)]
 mod write_tests;
 
-pub(super) use create::create;
+pub(super) use create::{create, creation_turn};
 pub(super) use refs::file_head;
 pub(super) use source_hosting::source_hosting_flag;
 
@@ -109,9 +109,20 @@ pub(super) struct TenantRepo {
 }
 
 impl TenantRepo {
+    /// Opens the tenant's repository; a tenant that moved to another shard is refused
+    /// (`TenantMoved`), one that is moving is not (its reads go on).
     pub(super) fn open(tenant: &TenantId, path: &Path) -> Result<Self, StorageError> {
+        let repo = Self::open_any(tenant, path)?;
+        match super::placement::read(path)? {
+            Some(p @ super::Placement::Moved { .. }) => Err(super::placement::refusal(tenant, &p)),
+            _ => Ok(repo),
+        }
+    }
+
+    /// Opens the tenant's repository wherever the tenant is served (`tenant list`, moves).
+    pub(super) fn open_any(tenant: &TenantId, path: &Path) -> Result<Self, StorageError> {
         if !path.is_dir() {
-            return Err(StorageError::TenantNotFound(tenant.clone()));
+            return Err(super::placement::missing(path, tenant));
         }
         let repo = Repository::open_bare(path).map_err(git_err(tenant, "open repository", ""))?;
         Ok(Self {
@@ -157,6 +168,7 @@ impl TenantRepo {
             source_hosting: self.source_hosting()?,
             head: head.map(|oid| CommitId(to_id(oid))),
             last_change,
+            placement: super::placement::read(&self.path)?,
         })
     }
 
@@ -284,7 +296,7 @@ fn lock_file_until(path: &Path, deadline: Instant) -> std::io::Result<Result<Fil
 
 /// Removes the lock file at `path` when it is older than [`STALE_REF_LOCK`] and returns its
 /// age; `None` when it is fresh, gone, or its age cannot be told (a time in the future).
-fn remove_if_stale(path: &Path) -> Option<Duration> {
+pub(super) fn remove_if_stale(path: &Path) -> Option<Duration> {
     let age = std::fs::metadata(path)
         .and_then(|m| m.modified())
         .ok()?

@@ -59,9 +59,10 @@ struct Inner {
 }
 
 /// Whether an event named `name` in a watched folder may have moved `main`: anything in
-/// `refs/heads`, and in the repository folder `packed-refs` or the folder itself.
+/// `refs/heads`, and in the repository folder `packed-refs`, the placement record (a tenant
+/// that moved away is read no more) or the folder itself.
 pub(super) fn concerns_main(is_repo: bool, name: Option<&std::ffi::OsStr>) -> bool {
-    !is_repo || name.is_none_or(|n| n == "packed-refs")
+    !is_repo || name.is_none_or(|n| n == "packed-refs" || n == super::placement::FILE)
 }
 
 /// The folders of a repository whose changes may move `main`, and whether each is the

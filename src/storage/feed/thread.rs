@@ -1,8 +1,8 @@
 //! The change feed's thread: it follows the refs of the tenants with waiters (inotify, or polling) and publishes each move of `main`, read once for all of a tenant's waiters.
 use super::{Request, Shared, Subscription, Update, FEED_REPLAY_COMMITS};
 use crate::domain::TenantId;
-use crate::storage::repo;
 use crate::storage::watch::{concerns_main, watched_folders, MASK};
+use crate::storage::{placement, repo};
 use crate::storage::{Storage, StorageError};
 use foldhash::fast::RandomState;
 use inotify::{EventMask, Inotify, WatchDescriptor};
@@ -178,7 +178,7 @@ impl Thread {
         }
         let path = self.storage.repo_path(tenant);
         if !path.is_dir() {
-            return Err(StorageError::TenantNotFound(tenant.clone()));
+            return Err(placement::missing(&path, tenant));
         }
         // Watches first, then the head: a change after a watch is in place is queued, one
         // before it shows in the head.
@@ -215,6 +215,7 @@ impl Thread {
             head,
             since: None,
             replay: None,
+            moving: false,
         }));
         shared.tenants().insert(tenant.clone(), tx);
         Ok(rx)
@@ -298,10 +299,35 @@ impl Thread {
         let Some(tx) = shared.tenants().get(tenant).cloned() else {
             return;
         };
-        let last = tx.borrow().head.commit;
+        let (last, moving) = {
+            let update = tx.borrow();
+            (update.head.commit, update.moving)
+        };
+        if moving {
+            return;
+        }
+        let path = self.storage.repo_path(tenant);
+        if matches!(placement::read(&path), Ok(Some(_))) {
+            // What landed before the move began is published with it.
+            let head = self.storage.head_state_any(tenant).ok();
+            let replay = head.as_ref().filter(|h| h.commit != last).and_then(|h| {
+                self.storage
+                    .replay(tenant, last, h.commit, FEED_REPLAY_COMMITS)
+                    .ok()
+                    .map(Arc::new)
+            });
+            let current = tx.borrow().head.clone();
+            tx.send_replace(Arc::new(Update {
+                head: head.unwrap_or(current),
+                since: Some(last),
+                replay,
+                moving: true,
+            }));
+            return;
+        }
         // The ref file alone first: most events (a lock file made, a write refused) leave
         // `main` where it was.
-        if repo::file_head(&self.storage.repo_path(tenant)) == Some(last) {
+        if repo::file_head(&path) == Some(last) {
             return;
         }
         let head = match self.storage.head_state(tenant) {
@@ -328,6 +354,7 @@ impl Thread {
             head,
             since: Some(last),
             replay,
+            moving: false,
         }));
     }
 }

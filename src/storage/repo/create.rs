@@ -12,6 +12,24 @@ use std::time::Instant;
 /// data dir (not in `tenants/`, whose emptiness means "seed me").
 const CREATE_LOCK_FILE: &str = ".planfiles-create.lock";
 
+/// The turn that creations and imports of every planfiles process take to add a repository
+/// to `tenants_dir`, held until the returned file is dropped.
+pub(in crate::storage) fn creation_turn(tenants_dir: &Path) -> Result<std::fs::File, StorageError> {
+    let lock_path = tenants_dir
+        .parent()
+        .unwrap_or(tenants_dir)
+        .join(CREATE_LOCK_FILE);
+    lock_file_until(&lock_path, Instant::now() + WRITE_DEADLINE)
+        .map_err(|e| StorageError::io("take the tenant creation lock", &lock_path, e))?
+        .map_err(|_| {
+            StorageError::io(
+                "another process kept the tenant creation lock",
+                &lock_path,
+                std::io::ErrorKind::WouldBlock.into(),
+            )
+        })
+}
+
 /// Creates a tenant repository: init in a temporary directory, first commit, then rename.
 /// Creations take turns, and an id that equals an existing tenant's in another letter case is
 /// refused: on a case-insensitive volume both would be one repository.
@@ -22,19 +40,13 @@ pub(in crate::storage) fn create(
     source_hosting: bool,
     committer: &Identity,
 ) -> Result<CommitId, StorageError> {
-    let lock_path = tenants_dir
-        .parent()
-        .unwrap_or(tenants_dir)
-        .join(CREATE_LOCK_FILE);
-    let _turn = lock_file_until(&lock_path, Instant::now() + WRITE_DEADLINE)
-        .map_err(|e| StorageError::io("take the tenant creation lock", &lock_path, e))?
-        .map_err(|_| {
-            StorageError::io(
-                "another process kept the tenant creation lock",
-                &lock_path,
-                std::io::ErrorKind::WouldBlock.into(),
-            )
-        })?;
+    let _turn = creation_turn(tenants_dir)?;
+    if let Some(to) = crate::storage::placement::tombstone(tenants_dir, tenant) {
+        return Err(StorageError::TenantMoved {
+            tenant: tenant.clone(),
+            to,
+        });
+    }
     if let Some(existing) = same_id_in_other_case(tenant, tenants_dir)? {
         return Err(StorageError::TenantCaseClash {
             tenant: tenant.clone(),

@@ -81,6 +81,15 @@ impl TenantRepo {
             Err(e) => return Err(io("create a ref lock", &lock, e)),
         };
         let moved = (|| {
+            // Under the lock: a tenant that began to move takes no write (placement.rs).
+            if let Some(placement) =
+                crate::storage::placement::read(&self.path).map_err(RefMove::Failed)?
+            {
+                return Err(RefMove::Failed(crate::storage::placement::refusal(
+                    &self.tenant,
+                    &placement,
+                )));
+            }
             if read_ref(&self.path, name) != old {
                 return Err(RefMove::Moved);
             }

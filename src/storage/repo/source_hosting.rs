@@ -20,7 +20,7 @@ pub(in crate::storage) fn source_hosting_flag(
     path: &Path,
 ) -> Result<bool, StorageError> {
     if !path.is_dir() {
-        return Err(StorageError::TenantNotFound(tenant.clone()));
+        return Err(crate::storage::placement::missing(path, tenant));
     }
     let config =
         git2::Config::open(&path.join("config")).map_err(git_err(tenant, "read config", ""))?;

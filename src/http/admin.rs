@@ -1,0 +1,135 @@
+//! `POST /admin/tenants/{tenant}/import`: this shard fetches a tenant from a peer shard (step 2 of `planfiles tenant move`, called by the source).
+use super::body::read_limited;
+use super::common::{blocking, json, Reply};
+use super::problem::{ApiError, Problem};
+use super::schema::CommonProblems;
+use super::AppState;
+use crate::auth::Principal;
+use crate::domain::{CommitId, ObjectId, PlanFile, ShardUrl, TenantId};
+use crate::storage::ImportSource;
+use actix_web::http::header;
+use actix_web::{web, HttpRequest};
+use serde::{Deserialize, Serialize};
+
+/// The permission a token needs to import its tenant here, and to clone it from the source
+/// for that import.
+pub const REPOS_IMPORT: &str = "planfiles.repos.import";
+/// An import request is a URL, a commit id and a flag.
+const BODY_LIMIT: usize = 4096;
+
+/// What to import.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ImportRequest {
+    /// The source shard's base URL; one of this shard's `cluster.peers`.
+    pub from: String,
+    /// The head the source handed over: the import fails unless the source's `main` is there.
+    #[schema(pattern = "^[0-9a-f]{40}$")]
+    pub head: Option<String>,
+    /// The tenant's source-hosting flag at the source.
+    #[serde(default)]
+    pub source_hosting: bool,
+}
+
+/// An import's result.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ImportAnswer {
+    pub tenant: String,
+    #[schema(pattern = "^[0-9a-f]{40}$")]
+    pub head: String,
+    /// The tenant was here and writable at `head` or after it already (a rerun).
+    pub already: bool,
+    pub millis: u64,
+}
+
+#[utoipa::path(
+    post,
+    path = "/admin/tenants/{tenant}/import",
+    tag = "cluster",
+    description = "Fetch the tenant's repository from a peer shard over its /git/<tenant>.git with the same token, check it with git fsck --strict and that its main is at head, and serve the tenant here. Safe to repeat. Called by `planfiles tenant move` on the source.",
+    params(("tenant" = String, Path, description = "The token's own tenant")),
+    request_body(content = ImportRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Imported, or here already", body = ImportAnswer),
+        (status = 400, description = "invalid_json or invalid_body: not an import request, from not a shard URL, head not a commit id", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "insufficient_scope (planfiles.repos.import), wrong_tenant, or peer_not_allowed: from is not in cluster.peers", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not_found: not a tenant id", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "move_conflict: the tenant is served here with another history, or is moving away from here", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "payload_too_large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "unsupported_media_type: not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "import_failed: the fetch, git fsck or the head check failed", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: another import of this tenant (or two in all) is running; Retry-After", body = Problem, content_type = "application/problem+json"),
+        CommonProblems,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn import(
+    state: web::Data<AppState>,
+    who: Result<Principal, ApiError>,
+    req: HttpRequest,
+    tenant: web::Path<String>,
+    payload: web::Payload,
+) -> Reply {
+    let tenant = TenantId::parse(&tenant).map_err(|_| ApiError::NotFound(req.path().to_owned()))?;
+    let who = who?;
+    if &tenant != who.tenant() {
+        return Err(ApiError::WrongTenant);
+    }
+    if !who.has(REPOS_IMPORT) {
+        return Err(ApiError::Forbidden(REPOS_IMPORT));
+    }
+    let json_sent = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(';').next().unwrap_or("").trim() == "application/json");
+    if !json_sent {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let bytes = read_limited(&req, payload, BODY_LIMIT, state.body_pace).await?;
+    let body: ImportRequest =
+        serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    let from =
+        ShardUrl::parse(&body.from).map_err(|e| ApiError::InvalidBody(format!("from: {e}")))?;
+    if !state.cluster.peers.contains(&from) {
+        return Err(ApiError::PeerNotAllowed);
+    }
+    let head = match body.head.as_deref() {
+        None => None,
+        Some(raw) => Some(CommitId(
+            ObjectId::parse(raw).map_err(|e| ApiError::InvalidBody(format!("head {e}")))?,
+        )),
+    };
+    // The same token clones the tenant from the source (it may: it carries REPOS_IMPORT).
+    let token = bearer(&req).ok_or(ApiError::Unauthorized(crate::auth::AuthError::Missing))?;
+    let _turn = state.cluster.imports.take(&tenant).await.ok_or_else(|| {
+        ApiError::busy(
+            "another import is running",
+            state.cluster.imports.wait().as_secs().clamp(1, 5),
+        )
+    })?;
+    let storage = state.storage.clone();
+    let source = ImportSource::Shard { url: from, token };
+    let id = tenant.clone();
+    let done = blocking(
+        move || storage.import_tenant(&id, &source, head, body.source_hosting),
+        PlanFile::Integration,
+    )
+    .await?;
+    tracing::info!(%tenant, head = %done.head, already = done.already, millis = done.millis, "tenant imported");
+    Ok(json(&ImportAnswer {
+        tenant: tenant.to_string(),
+        head: done.head.to_string(),
+        already: done.already,
+        millis: done.millis,
+    }))
+}
+
+/// The bearer token of the request, as sent.
+fn bearer(req: &HttpRequest) -> Option<String> {
+    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_owned())
+}

@@ -1,0 +1,245 @@
+//! The target side of a move: a tenant's repository fetched from another shard (or a mirror on this host) with git, checked with `git fsck --strict`, synced and renamed into place.
+//!
+//! git itself fetches (the service already runs `git upload-pack` for clones), so the
+//! transfer is git's own protocol over the source's `/git/<tenant>.git`, https included, and
+//! the check is git's. Every ref planfiles writes travels: `main` and the no-op records of
+//! idempotency keys (`refs/planfiles/*`); commit ids are the same on both shards.
+use super::disk::{sync_dir, sync_tree};
+use super::placement;
+use super::repo::{self, TenantRepo};
+use super::{ImportSource, Imported, Placement, Storage, StorageError};
+use crate::domain::{CommitId, TenantId};
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+/// Name prefix of the folders imports fetch into (in the tenants dir).
+const TEMP_PREFIX: &str = ".import-";
+
+impl Storage {
+    /// Imports `tenant` from `source`, which must be at `head` when given (the head the
+    /// source handed over after refusing writes). The tenant is writable here when this
+    /// returns. Safe to run again: a tenant that is here and writable at `head` or after it
+    /// is `already` imported; one that moved away from here and comes back is fetched into
+    /// its old repository, which becomes writable again.
+    pub fn import_tenant(
+        &self,
+        tenant: &TenantId,
+        source: &ImportSource,
+        head: Option<CommitId>,
+        source_hosting: bool,
+    ) -> Result<Imported, StorageError> {
+        let started = Instant::now();
+        let path = self.repo_path(tenant);
+        let conflict = |reason: &str| StorageError::MoveConflict {
+            tenant: tenant.clone(),
+            reason: reason.to_owned(),
+        };
+        if path.is_dir() {
+            match placement::read(&path)? {
+                None => {
+                    let head = head.ok_or_else(|| conflict("it is served here already"))?;
+                    let ancestry = TenantRepo::open(tenant, &path)?.ancestry(head.0)?;
+                    if !ancestry.in_history {
+                        return Err(conflict(
+                            "it is served here already, with a history that does not hold the head asked for",
+                        ));
+                    }
+                    return Ok(Imported {
+                        head: ancestry.head,
+                        already: true,
+                        millis: elapsed_ms(started),
+                    });
+                }
+                Some(Placement::Moving { .. }) => {
+                    return Err(conflict("it is moving away from this shard"))
+                }
+                Some(Placement::Moved { .. }) => {
+                    // It comes back: its old repository takes the newer history (no write
+                    // lands here meanwhile: the placement record refuses them).
+                    let fetched = fetch_and_check(tenant, &path, source, head, source_hosting)?;
+                    sync_tree(&path)?;
+                    placement::clear(&path)?;
+                    return Ok(Imported {
+                        head: fetched,
+                        already: false,
+                        millis: elapsed_ms(started),
+                    });
+                }
+            }
+        }
+        remove_stale_imports(&self.tenants_dir, tenant);
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!("{TEMP_PREFIX}{tenant}+"))
+            .tempdir_in(&self.tenants_dir)
+            .map_err(|e| StorageError::io("create a temporary directory", &self.tenants_dir, e))?;
+        run(
+            tenant,
+            "init",
+            git(tmp.path()).args(["init", "--bare", "--quiet"]),
+        )?;
+        run(
+            tenant,
+            "init",
+            git(tmp.path()).args(["symbolic-ref", "HEAD", "refs/heads/main"]),
+        )?;
+        let fetched = fetch_and_check(tenant, tmp.path(), source, head, source_hosting)?;
+        sync_tree(tmp.path())?;
+        let _turn = repo::creation_turn(&self.tenants_dir)?;
+        if path.exists() {
+            return Err(conflict("it was created here while it was imported"));
+        }
+        let tmp_path = tmp.keep();
+        std::fs::rename(&tmp_path, &path).map_err(|e| {
+            let _ = std::fs::remove_dir_all(&tmp_path);
+            StorageError::io("move an imported repository into place", &path, e)
+        })?;
+        sync_dir(&self.tenants_dir)?;
+        placement::clear_tombstone(&self.tenants_dir, tenant)?;
+        Ok(Imported {
+            head: fetched,
+            already: false,
+            millis: elapsed_ms(started),
+        })
+    }
+}
+
+fn elapsed_ms(started: Instant) -> u64 {
+    started.elapsed().as_millis() as u64
+}
+
+/// Fetches `main` and `refs/planfiles/*` into the bare repository at `into`, checks it whole
+/// (`git fsck --strict`), checks `main` is at `head` (when given), sets the source-hosting
+/// flag, and returns `main`.
+fn fetch_and_check(
+    tenant: &TenantId,
+    into: &Path,
+    source: &ImportSource,
+    head: Option<CommitId>,
+    source_hosting: bool,
+) -> Result<CommitId, StorageError> {
+    let mut fetch = git(into);
+    let from = match source {
+        ImportSource::Shard { url, token } => {
+            with_config(
+                &mut fetch,
+                &[(
+                    "http.extraHeader",
+                    &format!("Authorization: Bearer {token}"),
+                )],
+            );
+            url.clone_url(tenant)
+        }
+        ImportSource::Path(path) => path.display().to_string(),
+    };
+    fetch.args([
+        "fetch",
+        "--quiet",
+        "--no-tags",
+        "--no-write-fetch-head",
+        "--prune",
+        &from,
+        "+refs/heads/*:refs/heads/*",
+        "+refs/planfiles/*:refs/planfiles/*",
+    ]);
+    run(tenant, "fetch", &mut fetch)?;
+    run(
+        tenant,
+        "fsck",
+        git(into).args(["fsck", "--strict", "--no-dangling", "--no-progress"]),
+    )?;
+    let fetched = repo::file_head(into).ok_or_else(|| StorageError::Import {
+        tenant: tenant.clone(),
+        reason: "the source has no main".into(),
+    })?;
+    if let Some(head) = head.filter(|h| *h != fetched) {
+        return Err(StorageError::Import {
+            tenant: tenant.clone(),
+            reason: format!(
+                "the source's main is at {fetched}, not at {head}: it still takes writes"
+            ),
+        });
+    }
+    run(
+        tenant,
+        "config",
+        git(into).args([
+            "config",
+            "--bool",
+            "planfiles.sourcehosting",
+            if source_hosting { "true" } else { "false" },
+        ]),
+    )?;
+    Ok(fetched)
+}
+
+/// `git --git-dir <repo>`, with every file it writes synced, only the http(s) and file
+/// transports, no prompt, and no system config.
+fn git(repo: &Path) -> Command {
+    let mut cmd = Command::new("git");
+    cmd.arg("--git-dir")
+        .arg(repo)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("GIT_DIR");
+    with_config(
+        &mut cmd,
+        &[
+            ("core.fsync", "all"),
+            ("core.fsyncMethod", "fsync"),
+            ("protocol.allow", "never"),
+            ("protocol.http.allow", "always"),
+            ("protocol.https.allow", "always"),
+            ("protocol.file.allow", "always"),
+            // A stalled source ends the fetch rather than holding the move.
+            ("http.lowSpeedLimit", "1000"),
+            ("http.lowSpeedTime", "30"),
+        ],
+    );
+    cmd
+}
+
+/// Adds config for this command only, through the environment (`GIT_CONFIG_COUNT`), so that
+/// a token never shows in the process list.
+fn with_config(cmd: &mut Command, pairs: &[(&str, &str)]) {
+    let start: usize = cmd
+        .get_envs()
+        .find(|(k, _)| *k == "GIT_CONFIG_COUNT")
+        .and_then(|(_, v)| v?.to_str()?.parse().ok())
+        .unwrap_or(0);
+    for (i, (key, value)) in pairs.iter().enumerate() {
+        cmd.env(format!("GIT_CONFIG_KEY_{}", start + i), key)
+            .env(format!("GIT_CONFIG_VALUE_{}", start + i), value);
+    }
+    cmd.env("GIT_CONFIG_COUNT", (start + pairs.len()).to_string());
+}
+
+fn run(tenant: &TenantId, what: &str, cmd: &mut Command) -> Result<(), StorageError> {
+    let out = cmd.output().map_err(|e| StorageError::Import {
+        tenant: tenant.clone(),
+        reason: format!("git {what} could not run: {e}"),
+    })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr: String = stderr.trim().chars().take(600).collect();
+    Err(StorageError::Import {
+        tenant: tenant.clone(),
+        reason: format!("git {what} failed ({}): {stderr}", out.status),
+    })
+}
+
+/// Removes what imports of `tenant` that died left behind (`+` is not in any tenant id, so
+/// the prefix names this tenant's folders only).
+fn remove_stale_imports(tenants_dir: &Path, tenant: &TenantId) {
+    let prefix = format!("{TEMP_PREFIX}{tenant}+");
+    let Ok(entries) = std::fs::read_dir(tenants_dir) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! The source side of moving a tenant to another shard: refuse its writes and wait out those under way, mark it moved, archive it after the grace period.
+use super::placement;
+use super::repo::{self, TenantRepo};
+use super::{MoveStart, Placement, Storage, StorageError};
+use crate::domain::{ShardUrl, TenantId};
+use std::path::PathBuf;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// The refs a planfiles write moves (`main`, and the no-op records of idempotency keys).
+const WRITTEN_REFS: [&str; 2] = ["refs/heads/main", "refs/planfiles/no-ops"];
+
+impl Storage {
+    /// Where the tenant is, when it is leaving or has left this shard.
+    pub fn placement(&self, tenant: &TenantId) -> Result<Option<Placement>, StorageError> {
+        let path = self.repo_path(tenant);
+        if !path.is_dir() {
+            return Err(placement::missing(&path, tenant));
+        }
+        placement::read(&path)
+    }
+
+    /// Step 1 of a move to `to`: the tenant's writes are refused from now on (by every
+    /// process on this data dir), and this returns once every write that had begun has
+    /// landed, with the head that the target must have. Safe to run again: a tenant moving
+    /// to `to` stays so, one that moved there says so (`moved`); one moving or moved to
+    /// another shard is a conflict.
+    pub fn begin_move(&self, tenant: &TenantId, to: &ShardUrl) -> Result<MoveStart, StorageError> {
+        let path = self.repo_path(tenant);
+        let repo = TenantRepo::open_any(tenant, &path)?;
+        let moved = match placement::read(&path)? {
+            None => {
+                placement::write(
+                    &path,
+                    &Placement::Moving {
+                        to: to.clone(),
+                        since: placement::now(),
+                    },
+                )?;
+                false
+            }
+            Some(p) if p.to() != to => {
+                return Err(StorageError::MoveConflict {
+                    tenant: tenant.clone(),
+                    reason: format!(
+                        "it is {} the shard at {}; finish that move first",
+                        match p {
+                            Placement::Moving { .. } => "moving to",
+                            Placement::Moved { .. } => "moved to",
+                        },
+                        p.to()
+                    ),
+                })
+            }
+            Some(Placement::Moving { .. }) => false,
+            Some(Placement::Moved { .. }) => true,
+        };
+        placement::fence(&path, &WRITTEN_REFS)?;
+        let head = repo::file_head(&path).ok_or_else(|| StorageError::MoveConflict {
+            tenant: tenant.clone(),
+            reason: "its main has no commit".into(),
+        })?;
+        Ok(MoveStart {
+            head,
+            source_hosting: repo.source_hosting()?,
+            moved,
+        })
+    }
+
+    /// Step 4: the target serves the tenant now; this shard answers 421 for it.
+    pub fn finish_move(&self, tenant: &TenantId, to: &ShardUrl) -> Result<(), StorageError> {
+        let path = self.repo_path(tenant);
+        match placement::read(&path)? {
+            Some(Placement::Moved { to: at, .. }) if &at == to => Ok(()),
+            Some(Placement::Moving { to: at, .. }) if &at == to => placement::write(
+                &path,
+                &Placement::Moved {
+                    to: to.clone(),
+                    at: placement::now(),
+                },
+            ),
+            _ => Err(StorageError::MoveConflict {
+                tenant: tenant.clone(),
+                reason: format!("it is not moving to {to}"),
+            }),
+        }
+    }
+
+    /// Archives a tenant that moved at least `grace` ago: its repository goes to
+    /// `<data_dir>/archive/<tenant>.git.<unix secs>` (never deleted), and a tombstone stays in
+    /// its place so that this shard keeps answering 421 for it. `None` when it is not due.
+    pub fn archive_if_due(
+        &self,
+        tenant: &TenantId,
+        grace: Duration,
+    ) -> Result<Option<PathBuf>, StorageError> {
+        let path = self.repo_path(tenant);
+        let Some(Placement::Moved { to, at }) = placement::read(&path)? else {
+            return Ok(None);
+        };
+        if at.elapsed().unwrap_or_default() < grace {
+            return Ok(None);
+        }
+        let archive = self.tenants_dir.with_file_name("archive");
+        super::disk::create_dir_all_synced(&archive)?;
+        let secs = placement::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs();
+        let into = archive.join(format!("{tenant}.git.{secs}"));
+        // The tombstone first: a crash between the two leaves both, never neither.
+        placement::write_tombstone(&self.tenants_dir, tenant, &to)?;
+        std::fs::rename(&path, &into)
+            .map_err(|e| StorageError::io("archive a moved tenant", &path, e))?;
+        super::disk::sync_dir(&self.tenants_dir)?;
+        super::disk::sync_dir(&archive)?;
+        Ok(Some(into))
+    }
+}

@@ -1,0 +1,246 @@
+//! The on-disk record of a tenant that leaves this shard: `planfiles-placement` in its repository (moving, then moved), and `<tenant>.moved` beside the repositories once it is archived.
+//!
+//! Both are plain files that every process on the data dir reads, so a `tenant move` run as
+//! its own process stops the writes of a running service: the ref compare-and-swap reads the
+//! record under the ref's lock (see `repo/refs.rs`), and the move takes and drops that lock
+//! after writing the record, so no write that began before it can land after it.
+use super::disk::sync_dir;
+use super::{Placement, StorageError};
+use crate::domain::{ShardUrl, TenantId};
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The record's name in the repository folder (the inotify watches of `watch.rs` and the
+/// change feed treat it like a move of `main`).
+pub(super) const FILE: &str = "planfiles-placement";
+
+/// The record of `repo`, if any: one line, `moving <unix secs> <url>` or `moved …`.
+pub(super) fn read(repo: &Path) -> Result<Option<Placement>, StorageError> {
+    let path = repo.join(FILE);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(StorageError::io("read the placement record", &path, e)),
+    };
+    parse(&text)
+        .map(Some)
+        .ok_or_else(|| StorageError::io("read the placement record", &path, bad(&text)))
+}
+
+fn bad(text: &str) -> std::io::Error {
+    std::io::Error::new(
+        ErrorKind::InvalidData,
+        format!(
+            "not a placement record: {:?}",
+            text.chars().take(80).collect::<String>()
+        ),
+    )
+}
+
+fn parse(text: &str) -> Option<Placement> {
+    let mut words = text.trim_end().splitn(3, ' ');
+    let (state, secs, url) = (words.next()?, words.next()?, words.next()?);
+    let at = UNIX_EPOCH + Duration::from_secs(secs.parse().ok()?);
+    let to = ShardUrl::parse(url).ok()?;
+    match state {
+        "moving" => Some(Placement::Moving { to, since: at }),
+        "moved" => Some(Placement::Moved { to, at }),
+        _ => None,
+    }
+}
+
+fn format(placement: &Placement) -> String {
+    let (state, at) = match placement {
+        Placement::Moving { since, .. } => ("moving", since),
+        Placement::Moved { at, .. } => ("moved", at),
+    };
+    let secs = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    format!("{state} {secs} {}\n", placement.to())
+}
+
+/// Writes the record durably: aside, synced, renamed over the old one, the folder synced.
+pub(super) fn write(repo: &Path, placement: &Placement) -> Result<(), StorageError> {
+    let path = repo.join(FILE);
+    let io = |op, e| StorageError::io(op, &path, e);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".placement-")
+        .tempfile_in(repo)
+        .map_err(|e| io("write the placement record", e))?;
+    tmp.write_all(format(placement).as_bytes())
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| io("write the placement record", e))?;
+    tmp.persist(&path)
+        .map_err(|e| io("write the placement record", e.error))?;
+    sync_dir(repo)
+}
+
+/// Removes the record (the tenant is writable here again), durably.
+pub(super) fn clear(repo: &Path) -> Result<(), StorageError> {
+    let path = repo.join(FILE);
+    match std::fs::remove_file(&path) {
+        Ok(()) => sync_dir(repo),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StorageError::io("remove the placement record", &path, e)),
+    }
+}
+
+/// The refusal a write meets under `placement`.
+pub(super) fn refusal(tenant: &TenantId, placement: &Placement) -> StorageError {
+    match placement {
+        Placement::Moving { .. } => StorageError::TenantMoving {
+            tenant: tenant.clone(),
+        },
+        Placement::Moved { to, .. } => StorageError::TenantMoved {
+            tenant: tenant.clone(),
+            to: to.clone(),
+        },
+    }
+}
+
+/// How long the fence waits for a ref lock held by a write before it gives up.
+const FENCE_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until no write holds the lock of any ref in `refs`, by taking each lock and
+/// dropping it: a write that took a lock before the record was written has then renamed its
+/// ref, and every later one reads the record under the lock and is refused. A lock that
+/// stays held past its stale age (its writer died) is removed as the writers remove it.
+pub(super) fn fence(repo: &Path, refs: &[&str]) -> Result<(), StorageError> {
+    for name in refs {
+        let lock = repo.join(format!("{name}.lock"));
+        let started = std::time::Instant::now();
+        loop {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&lock)
+            {
+                Ok(_) => {
+                    std::fs::remove_file(&lock)
+                        .map_err(|e| StorageError::io("drop a ref lock", &lock, e))?;
+                    break;
+                }
+                // No such ref folder: no write of that ref can be under way.
+                Err(e) if e.kind() == ErrorKind::NotFound => break,
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    if super::repo::remove_if_stale(&lock).is_some() {
+                        continue;
+                    }
+                    if started.elapsed() > FENCE_WAIT {
+                        return Err(StorageError::io(
+                            "wait for the writes under way",
+                            &lock,
+                            std::io::Error::new(ErrorKind::TimedOut, "the ref lock stayed held"),
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err(e) => return Err(StorageError::io("take a ref lock", &lock, e)),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `<tenants>/<tenant>.moved`: what is left of a tenant archived after its move, so that this
+/// shard answers 421 for it, and neither `tenant create` nor a seed makes it again here.
+pub(super) fn tombstone_path(tenants_dir: &Path, tenant: &TenantId) -> PathBuf {
+    tenants_dir.join(format!("{tenant}.moved"))
+}
+
+/// The shard a tombstone names, if there is one.
+pub(super) fn tombstone(tenants_dir: &Path, tenant: &TenantId) -> Option<ShardUrl> {
+    let text = std::fs::read_to_string(tombstone_path(tenants_dir, tenant)).ok()?;
+    ShardUrl::parse(text.trim()).ok()
+}
+
+/// The error for a tenant without a repository here: moved (a tombstone), else not found.
+pub(super) fn missing(repo: &Path, tenant: &TenantId) -> StorageError {
+    let tenants_dir = repo.parent().unwrap_or(Path::new("."));
+    match tombstone(tenants_dir, tenant) {
+        Some(to) => StorageError::TenantMoved {
+            tenant: tenant.clone(),
+            to,
+        },
+        None => StorageError::TenantNotFound(tenant.clone()),
+    }
+}
+
+/// Writes the tombstone durably.
+pub(super) fn write_tombstone(
+    tenants_dir: &Path,
+    tenant: &TenantId,
+    to: &ShardUrl,
+) -> Result<(), StorageError> {
+    let path = tombstone_path(tenants_dir, tenant);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tombstone-")
+        .tempfile_in(tenants_dir)
+        .map_err(|e| StorageError::io("write a tombstone", &path, e))?;
+    tmp.write_all(format!("{to}\n").as_bytes())
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| StorageError::io("write a tombstone", &path, e))?;
+    tmp.persist(&path)
+        .map_err(|e| StorageError::io("write a tombstone", &path, e.error))?;
+    sync_dir(tenants_dir)
+}
+
+/// Removes the tombstone (the tenant came back), durably.
+pub(super) fn clear_tombstone(tenants_dir: &Path, tenant: &TenantId) -> Result<(), StorageError> {
+    let path = tombstone_path(tenants_dir, tenant);
+    match std::fs::remove_file(&path) {
+        Ok(()) => sync_dir(tenants_dir),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StorageError::io("remove a tombstone", &path, e)),
+    }
+}
+
+/// Now, as the records store it.
+pub(super) fn now() -> SystemTime {
+    SystemTime::now()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_reads_back_as_written_and_garbage_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(read(dir.path()).unwrap(), None);
+        let to = ShardUrl::parse("http://b:8080").unwrap();
+        let at = UNIX_EPOCH + Duration::from_secs(1_764_000_000);
+        for placement in [
+            Placement::Moving {
+                to: to.clone(),
+                since: at,
+            },
+            Placement::Moved { to: to.clone(), at },
+        ] {
+            write(dir.path(), &placement).unwrap();
+            assert_eq!(read(dir.path()).unwrap(), Some(placement));
+        }
+        std::fs::write(dir.path().join(FILE), "moved soon http://b").unwrap();
+        assert!(read(dir.path()).is_err());
+        clear(dir.path()).unwrap();
+        assert_eq!(read(dir.path()).unwrap(), None);
+    }
+
+    #[test]
+    fn the_fence_waits_for_a_held_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("refs/heads")).unwrap();
+        let lock = dir.path().join("refs/heads/main.lock");
+        std::fs::write(&lock, "x").unwrap();
+        let held = lock.clone();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(150));
+            std::fs::remove_file(held).unwrap();
+        });
+        let started = std::time::Instant::now();
+        fence(dir.path(), &["refs/heads/main", "refs/planfiles/no-ops"]).unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(140));
+        assert!(!lock.exists());
+        writer.join().unwrap();
+    }
+}
