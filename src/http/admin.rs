@@ -91,15 +91,15 @@ pub async fn import(
         serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let from =
         ShardUrl::parse(&body.from).map_err(|e| ApiError::InvalidBody(format!("from: {e}")))?;
-    if !state.cluster.peers.contains(&from) {
-        return Err(ApiError::PeerNotAllowed);
-    }
     let head = match body.head.as_deref() {
         None => None,
         Some(raw) => Some(CommitId(
             ObjectId::parse(raw).map_err(|e| ApiError::InvalidBody(format!("head {e}")))?,
         )),
     };
+    if !state.cluster.peers.contains(&from) {
+        return Err(ApiError::PeerNotAllowed);
+    }
     // The same token clones the tenant from the source (it may: it carries REPOS_IMPORT).
     let token = bearer(&req).ok_or(ApiError::Unauthorized(crate::auth::AuthError::Missing))?;
     let _turn = state.cluster.imports.take(&tenant).await.ok_or_else(|| {

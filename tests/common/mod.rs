@@ -275,6 +275,24 @@ impl TestApp {
         req.send().await.unwrap()
     }
 
+    /// `POST /admin/tenants/<tenant>/import`.
+    pub async fn import(
+        &self,
+        token: &str,
+        tenant: &str,
+        content_type: &str,
+        body: String,
+    ) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/admin/tenants/{tenant}/import")))
+            .bearer_auth(token)
+            .header("Content-Type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
     /// `POST /plans/events/tickets`.
     pub async fn event_ticket(&self, token: &str) -> reqwest::Response {
         self.client

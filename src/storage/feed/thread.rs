@@ -173,8 +173,13 @@ impl Thread {
         shared: &Shared,
         tenant: &TenantId,
     ) -> Result<watch::Receiver<Arc<Update>>, StorageError> {
+        // A channel that told its waiters the tenant is moving serves no new one: the tenant
+        // is registered again (refused while it moves or after it moved; a fresh channel
+        // once it came back).
         if let Some(tx) = shared.tenants().get(tenant) {
-            return Ok(tx.subscribe());
+            if !tx.borrow().moving {
+                return Ok(tx.subscribe());
+            }
         }
         let path = self.storage.repo_path(tenant);
         if !path.is_dir() {
