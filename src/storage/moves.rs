@@ -54,7 +54,7 @@ impl Storage {
             Some(Placement::Moving { .. }) => false,
             Some(Placement::Moved { .. }) => true,
         };
-        placement::fence(&path, &WRITTEN_REFS)?;
+        repo::fence(&path, &WRITTEN_REFS)?;
         let head = repo::file_head(&path).ok_or_else(|| StorageError::MoveConflict {
             tenant: tenant.clone(),
             reason: "its main has no commit".into(),

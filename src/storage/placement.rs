@@ -2,8 +2,8 @@
 //!
 //! Both are plain files that every process on the data dir reads, so a `tenant move` run as
 //! its own process stops the writes of a running service: the ref compare-and-swap reads the
-//! record under the ref's lock (see `repo/refs.rs`), and the move takes and drops that lock
-//! after writing the record, so no write that began before it can land after it.
+//! record under the ref's lock, and the move takes and drops that lock after writing the
+//! record (`repo/refs.rs`: `fence`), so no write that began before it can land after it.
 use super::disk::sync_dir;
 use super::{Placement, StorageError};
 use crate::domain::{ShardUrl, TenantId};
@@ -98,50 +98,6 @@ pub(super) fn refusal(tenant: &TenantId, placement: &Placement) -> StorageError 
     }
 }
 
-/// How long the fence waits for a ref lock held by a write before it gives up.
-const FENCE_WAIT: Duration = Duration::from_secs(30);
-
-/// Waits until no write holds the lock of any ref in `refs`, by taking each lock and
-/// dropping it: a write that took a lock before the record was written has then renamed its
-/// ref, and every later one reads the record under the lock and is refused. A lock that
-/// stays held past its stale age (its writer died) is removed as the writers remove it.
-pub(super) fn fence(repo: &Path, refs: &[&str]) -> Result<(), StorageError> {
-    for name in refs {
-        let lock = repo.join(format!("{name}.lock"));
-        let started = std::time::Instant::now();
-        loop {
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&lock)
-            {
-                Ok(_) => {
-                    std::fs::remove_file(&lock)
-                        .map_err(|e| StorageError::io("drop a ref lock", &lock, e))?;
-                    break;
-                }
-                // No such ref folder: no write of that ref can be under way.
-                Err(e) if e.kind() == ErrorKind::NotFound => break,
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    if super::repo::remove_if_stale(&lock).is_some() {
-                        continue;
-                    }
-                    if started.elapsed() > FENCE_WAIT {
-                        return Err(StorageError::io(
-                            "wait for the writes under way",
-                            &lock,
-                            std::io::Error::new(ErrorKind::TimedOut, "the ref lock stayed held"),
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                Err(e) => return Err(StorageError::io("take a ref lock", &lock, e)),
-            }
-        }
-    }
-    Ok(())
-}
-
 /// `<tenants>/<tenant>.moved`: what is left of a tenant archived after its move, so that this
 /// shard answers 421 for it, and neither `tenant create` nor a seed makes it again here.
 pub(super) fn tombstone_path(tenants_dir: &Path, tenant: &TenantId) -> PathBuf {
@@ -224,23 +180,5 @@ mod tests {
         assert!(read(dir.path()).is_err());
         clear(dir.path()).unwrap();
         assert_eq!(read(dir.path()).unwrap(), None);
-    }
-
-    #[test]
-    fn the_fence_waits_for_a_held_lock() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("refs/heads")).unwrap();
-        let lock = dir.path().join("refs/heads/main.lock");
-        std::fs::write(&lock, "x").unwrap();
-        let held = lock.clone();
-        let writer = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(150));
-            std::fs::remove_file(held).unwrap();
-        });
-        let started = std::time::Instant::now();
-        fence(dir.path(), &["refs/heads/main", "refs/planfiles/no-ops"]).unwrap();
-        assert!(started.elapsed() >= Duration::from_millis(140));
-        assert!(!lock.exists());
-        writer.join().unwrap();
     }
 }

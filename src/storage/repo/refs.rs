@@ -1,4 +1,4 @@
-//! A ref read and moved the way git itself does it: the loose file (else its line in `packed-refs`), and a compare-and-swap through `<ref>.lock` (created exclusively, the value checked, written, renamed over the ref), without libgit2's extra reads.
+//! A ref read and moved the way git itself does it: the loose file (else its line in `packed-refs`), and a compare-and-swap through `<ref>.lock` (created exclusively, the value checked, written, renamed over the ref), without libgit2's extra reads; and the fence of a tenant move, which waits out the writes under way through the same locks.
 use super::TenantRepo;
 use crate::domain::CommitId;
 use crate::storage::disk::sync_dir;
@@ -113,6 +113,53 @@ impl TenantRepo {
     }
 }
 
+/// How long the fence waits for a ref lock held by a write before it gives up.
+const FENCE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until no write holds the lock of any ref in `refs`, by taking each lock and
+/// dropping it: a write that took a lock before the record was written has then renamed its
+/// ref, and every later one reads the record under the lock and is refused. A lock that
+/// stays held past its stale age (its writer died) is removed as the writers remove it.
+pub(in crate::storage) fn fence(repo: &Path, refs: &[&str]) -> Result<(), StorageError> {
+    for name in refs {
+        let lock = repo.join(format!("{name}.lock"));
+        let started = std::time::Instant::now();
+        loop {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&lock)
+            {
+                Ok(_) => {
+                    std::fs::remove_file(&lock)
+                        .map_err(|e| StorageError::io("drop a ref lock", &lock, e))?;
+                    break;
+                }
+                // No such ref folder: no write of that ref can be under way.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    if super::remove_if_stale(&lock).is_some() {
+                        continue;
+                    }
+                    if started.elapsed() > FENCE_WAIT {
+                        return Err(StorageError::io(
+                            "wait for the writes under way",
+                            &lock,
+                            std::io::Error::new(
+                                std::io::ErrorKind::TimedOut,
+                                "the ref lock stayed held",
+                            ),
+                        ));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                Err(e) => return Err(StorageError::io("take a ref lock", &lock, e)),
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -127,5 +174,23 @@ mod tests {
             Some(a)
         );
         assert_eq!(super::packed_ref(b"# nothing\n", "refs/heads/main"), None);
+    }
+
+    #[test]
+    fn the_fence_waits_for_a_held_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("refs/heads")).unwrap();
+        let lock = dir.path().join("refs/heads/main.lock");
+        std::fs::write(&lock, "x").unwrap();
+        let held = lock.clone();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            std::fs::remove_file(held).unwrap();
+        });
+        let started = std::time::Instant::now();
+        super::fence(dir.path(), &["refs/heads/main", "refs/planfiles/no-ops"]).unwrap();
+        assert!(started.elapsed() >= std::time::Duration::from_millis(140));
+        assert!(!lock.exists());
+        writer.join().unwrap();
     }
 }
