@@ -42,6 +42,8 @@ pub struct Application {
     state: AppState,
     listener: TcpListener,
     options: ServerOptions,
+    /// How long a tenant that moved away stays before it is archived.
+    moved_grace: Duration,
 }
 
 impl Application {
@@ -113,6 +115,7 @@ impl Application {
             state,
             listener,
             options,
+            moved_grace: Duration::from_secs(config.cluster.moved_grace_secs),
         })
     }
 
@@ -127,7 +130,12 @@ impl Application {
     }
 
     /// The actix server; call from inside an actix system, then await it.
+    /// Also starts the sweep that archives tenants moved away past their grace period.
     pub fn run(self) -> std::io::Result<actix_web::dev::Server> {
+        actix_web::rt::spawn(crate::cluster::archive_moved_loop(
+            self.state.storage.clone(),
+            self.moved_grace,
+        ));
         http::serve(self.state, self.listener, &self.options)
     }
 }

@@ -237,3 +237,57 @@ async fn the_import_endpoint_refuses_what_it_must() {
     }
     assert_eq!(app.head("acme"), head);
 }
+
+#[test]
+fn the_service_archives_a_moved_tenant_after_its_grace_and_still_answers_421() {
+    let dir = common::process::data_dir_with_fixture();
+    std::fs::write(
+        dir.path().join("config.toml"),
+        "[cluster]\nmoved_grace_secs = 1\n",
+    )
+    .unwrap();
+    let server = common::process::serve(dir.path(), &[]);
+    let storage = Storage::open(
+        &dir.path().join("data"),
+        Identity::new("mover", "m@localhost", "localhost"),
+        Durability::Fsync,
+    )
+    .unwrap();
+    let acme = TenantId::parse("acme").unwrap();
+    storage.begin_move(&acme, &target()).unwrap();
+    storage.finish_move(&acme, &target()).unwrap();
+    let repo = dir.path().join("data/tenants/acme.git");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while repo.exists() {
+        assert!(std::time::Instant::now() < deadline, "not archived");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let archived: Vec<_> = std::fs::read_dir(dir.path().join("data/archive"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(archived.len(), 1);
+    assert!(archived[0].starts_with("acme.git."), "{archived:?}");
+    assert!(
+        std::path::Path::new(&dir.path().join("data/archive").join(&archived[0]))
+            .join("HEAD")
+            .exists(),
+        "the archive is the whole repository"
+    );
+    let res = reqwest::blocking::Client::new()
+        .get(server.url("/plans/integration-file"))
+        .bearer_auth(token("acme", ALL))
+        .send()
+        .unwrap();
+    assert_eq!(res.status(), 421);
+    // The tombstone keeps the tenant from being made again here.
+    let out = common::process::planfiles(dir.path())
+        .args(["tenant", "create", "acme"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("moved"),
+        "{out:?}"
+    );
+}

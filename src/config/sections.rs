@@ -442,7 +442,8 @@ pub struct ClusterConfig {
     /// an address of its choosing.
     pub peers: Vec<String>,
     /// Seconds a tenant that moved away stays here (answering 421) before its repository is
-    /// archived to `<data_dir>/archive/`; archived repositories are never deleted.
+    /// archived to `<data_dir>/archive/` (the service's sweep, `maintain`); archived
+    /// repositories are never deleted.
     pub moved_grace_secs: u64,
 }
 
