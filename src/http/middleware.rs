@@ -74,7 +74,11 @@ pub async fn request_context(
     let status = res.status();
     let written = res.response().extensions().get::<WrittenCommit>().copied();
     if let Some(err) = res.response().error() {
-        if status.is_server_error() {
+        // A 503 (busy, a tenant moving to another shard, not ready) is the service working
+        // as designed under load or during a move: a warning. Other 5xx are faults.
+        if status == actix_web::http::StatusCode::SERVICE_UNAVAILABLE {
+            tracing::warn!(request_id = %request_id, error = %err, "request refused for now");
+        } else if status.is_server_error() {
             tracing::error!(request_id = %request_id, error = %err, "request failed");
         }
     }

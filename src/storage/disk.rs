@@ -65,6 +65,17 @@ pub(super) fn create_dir_all_synced(dir: &Path) -> Result<(), StorageError> {
     Ok(())
 }
 
+/// Creates the folder `dir` (not its parents), synced into its parent; an existing folder is
+/// left as it is. A missing parent is `NotFound`: nothing is made where a folder went away
+/// (a repository archived meanwhile must not come back as an empty skeleton).
+pub(super) fn create_dir_synced(dir: &Path) -> io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Ok(()) => File::open(parent(dir))?.sync_all(),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Opens the file at `path` for writing (a lock or marker file), creating it when missing;
 /// a file created here is synced into its folder before it is used. The common case, a file
 /// that exists, costs one `open`.

@@ -235,7 +235,9 @@ impl Storage {
         let (outcome, head) = match known {
             Some(known) if repo::file_head(&path) == Some(known) => (ReadOutcome::Unchanged, known),
             _ => {
-                let snap = repo::TenantRepo::open(tenant, &path)?.read(file)?;
+                let snap = repo::TenantRepo::open(tenant, &path)?
+                    .read(file)
+                    .map_err(|e| gone_or(e, &path, tenant))?;
                 let head = snap.commit;
                 (ReadOutcome::Changed(snap), head)
             }
@@ -430,13 +432,24 @@ impl Storage {
                 }
             },
         };
-        let results = repo.commit_batch(
+        let mut results = repo.commit_batch(
             reqs,
             &self.committer,
             self.sync.as_deref(),
             &self.recent_keys,
         );
         self.open_repos.put(tenant, &path, repo);
+        // A repository archived under the batch (it moved away): the tenant moved, not a fault.
+        if !path.is_dir() {
+            for result in results.iter_mut().flatten() {
+                if matches!(
+                    result,
+                    Err(StorageError::Git { .. } | StorageError::Io { .. })
+                ) {
+                    *result = Err(placement::missing(&path, tenant));
+                }
+            }
+        }
         results
     }
 
@@ -488,6 +501,15 @@ impl Storage {
         }
         inflight::Marker::held(&path, key.as_str())
             .map_err(|e| StorageError::io("look for an idempotency key in flight", &path, e))
+    }
+}
+
+/// `e`, unless the tenant's repository is gone meanwhile (archived after a move): then why.
+fn gone_or(e: StorageError, path: &Path, tenant: &TenantId) -> StorageError {
+    if path.is_dir() {
+        e
+    } else {
+        placement::missing(path, tenant)
     }
 }
 

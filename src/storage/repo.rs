@@ -139,8 +139,12 @@ impl TenantRepo {
     /// libgit2 looks for new packs on a missing object only in a pack folder that was there
     /// when it opened the repository.
     pub(super) fn open_to_keep(tenant: &TenantId, path: &Path) -> Result<Self, StorageError> {
-        if path.is_dir() {
-            disk::create_dir_all_synced(&path.join("objects/pack"))?;
+        let pack = path.join("objects/pack");
+        match disk::create_dir_synced(&pack) {
+            Ok(()) => {}
+            // No repository (any more): `open` says why.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StorageError::io("create a directory", &pack, e)),
         }
         Self::open(tenant, path)
     }

@@ -74,9 +74,15 @@ impl TenantRepo {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(RefMove::Locked),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // A ref in a folder that does not exist yet (`refs/planfiles/`).
-                crate::storage::disk::create_dir_all_synced(&folder).map_err(RefMove::Failed)?;
-                return self.move_ref(name, old, new, fsync);
+                // A ref in a folder that does not exist yet (`refs/planfiles/`): that folder
+                // only, so that a repository archived meanwhile is not made again.
+                return match crate::storage::disk::create_dir_synced(&folder) {
+                    Ok(()) => self.move_ref(name, old, new, fsync),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(RefMove::Failed(
+                        crate::storage::placement::missing(&self.path, &self.tenant),
+                    )),
+                    Err(e) => Err(io("create a ref folder", &folder, e)),
+                };
             }
             Err(e) => return Err(io("create a ref lock", &lock, e)),
         };

@@ -96,7 +96,9 @@ impl TenantRepo {
                 .map_err(err("add an object to the pack"))?;
         }
         report.objects_packed = builder.object_count();
-        disk::create_dir_all_synced(&pack_dir)?;
+        // `objects/pack` only: a repository archived meanwhile is not made again.
+        disk::create_dir_synced(&pack_dir)
+            .map_err(|e| StorageError::io("create a directory", &pack_dir, e))?;
         builder.write(&pack_dir, 0).map_err(err("write the pack"))?;
         let new_pack = builder
             .name()
