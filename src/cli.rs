@@ -1,9 +1,11 @@
-//! The command line: `serve` (default), `token`, `maintain`, `tenant create|set|list|move|import` (clap).
+//! The command line: `serve` (default), `token`, `maintain`, `tenant create|set|list|move|import` (clap; the shard commands are in `cli/shards.rs`).
+mod shards;
+
 use crate::auth::{self, MintRequest};
 use crate::config::{Config, ConfigError, Sources};
-use crate::domain::{ShardUrl, TenantId};
+use crate::domain::TenantId;
 use crate::startup::{Application, StartupError};
-use crate::storage::{self, ImportSource, Placement, Storage, StorageError};
+use crate::storage::{self, Placement, Storage, StorageError};
 use crate::upkeep::Upkeep;
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
@@ -71,48 +73,10 @@ pub enum TenantAction {
     List,
     /// Move a tenant from this shard to another, with no lost write (docs/SCALING.md). Run on
     /// the source; safe to run again after any failure.
-    Move {
-        id: String,
-        /// The target shard's base URL (as this host reaches it).
-        #[arg(long)]
-        to: String,
-        /// This shard's base URL as the target reaches it (default: cluster.self_url).
-        #[arg(long)]
-        from: Option<String>,
-        /// A token for the tenant with planfiles.repos.import (default: one signed with the
-        /// configured HS256 secret, which both shards must share).
-        #[arg(long, env = "PLANFILES_MOVE_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        /// An HAProxy runtime API address (socket path or host:port); repeat for each HAProxy.
-        #[arg(long = "haproxy")]
-        haproxy: Vec<String>,
-        /// The tenant map's name in the HAProxy config (its path there).
-        #[arg(long)]
-        map: Option<String>,
-        /// The map file to rewrite for HAProxy's restarts (default: --map).
-        #[arg(long)]
-        map_file: Option<PathBuf>,
-        /// The target's HAProxy backend (the map's value).
-        #[arg(long)]
-        backend: Option<String>,
-    },
-    /// Import a tenant into this shard from another shard's /git/<id>.git, or from a mirror
-    /// on this host (`git clone --mirror`), checked with git fsck.
-    Import {
-        id: String,
-        /// A shard's base URL, or a repository's path.
-        #[arg(long)]
-        from: String,
-        /// The commit main must be at.
-        #[arg(long)]
-        head: Option<String>,
-        /// A token with planfiles.repos.import, for a shard URL (default: one signed with the
-        /// configured HS256 secret).
-        #[arg(long, env = "PLANFILES_MOVE_TOKEN", hide_env_values = true)]
-        token: Option<String>,
-        #[arg(long)]
-        source_hosting: bool,
-    },
+    Move(shards::MoveArgs),
+    /// Import a tenant into this shard from another shard's /git/<id>.git, or from a
+    /// repository on this host, checked with git fsck.
+    Import(shards::ImportArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -219,7 +183,15 @@ fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
     match action {
         TenantAction::Create { id, source_hosting } => {
             let id = tenant_id(&id)?;
-            let commit = storage.create_tenant(&id, source_hosting)?;
+            let commit = match storage.create_tenant(&id, source_hosting) {
+                Err(e @ StorageError::TenantMoved { .. }) => {
+                    return Err(CliError::Usage(format!(
+                        "{e}; to make it here again on purpose, remove {}",
+                        storage.tenants_dir().join(format!("{id}.moved")).display()
+                    )))
+                }
+                other => other?,
+            };
             println!("created {id} at {commit}");
         }
         TenantAction::Set { id, source_hosting } => {
@@ -246,6 +218,7 @@ fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
                     Err(e) => {
                         broken += 1;
                         eprintln!("planfiles: {id}: {e}");
+                        let id = id.as_str();
                         println!("{id:<24} {:<15} {:<40} -", "?", "(unreadable)");
                         continue;
                     }
@@ -261,7 +234,8 @@ fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
                     Some(Placement::Moving { to, .. }) => format!(" (moving to {to})"),
                     Some(Placement::Moved { to, .. }) => format!(" (moved to {to})"),
                 };
-                println!("{:<24} {:<15} {:<40} {when}{placed}", t.id, flag, head);
+                let id = t.id.as_str();
+                println!("{id:<24} {flag:<15} {head:<40} {when}{placed}");
             }
             if broken > 0 {
                 return Err(CliError::Partial(format!(
@@ -269,135 +243,10 @@ fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
                 )));
             }
         }
-        TenantAction::Move {
-            id,
-            to,
-            from,
-            token,
-            haproxy,
-            map,
-            map_file,
-            backend,
-        } => {
-            let tenant = tenant_id(&id)?;
-            let to = shard_url("--to", &to)?;
-            let from = match from {
-                Some(f) => shard_url("--from", &f)?,
-                None => config
-                    .cluster
-                    .self_url()
-                    .map_err(CliError::Usage)?
-                    .ok_or_else(|| {
-                        CliError::Usage(
-                            "set cluster.self_url or pass --from: the target imports from there"
-                                .into(),
-                        )
-                    })?,
-            };
-            let token = import_token(config, &tenant, token)?;
-            let map_file = map_file.or_else(|| map.clone().map(PathBuf::from));
-            let mv = crate::cluster::Move {
-                tenant,
-                from,
-                to,
-                token,
-                router: crate::cluster::Router {
-                    haproxy,
-                    map,
-                    map_file,
-                    backend,
-                },
-                grace: std::time::Duration::from_secs(config.cluster.moved_grace_secs),
-            };
-            let report = mv.run(&storage, &mut |line| {
-                use std::io::Write;
-                println!("{line}");
-                let _ = std::io::stdout().flush();
-            })?;
-            println!(
-                "moved {} at {}: writes refused for {} ms (import {} ms){}",
-                mv.tenant,
-                report.head,
-                report.writes_refused.as_millis(),
-                report.import_millis,
-                match report.archived {
-                    Some(p) => format!("; archived to {}", p.display()),
-                    None => format!(
-                        "; 421 here for {} s, then `planfiles maintain` archives it",
-                        config.cluster.moved_grace_secs
-                    ),
-                }
-            );
-        }
-        TenantAction::Import {
-            id,
-            from,
-            head,
-            token,
-            source_hosting,
-        } => {
-            let tenant = tenant_id(&id)?;
-            let source = if from.starts_with("http://") || from.starts_with("https://") {
-                ImportSource::Shard {
-                    url: shard_url("--from", &from)?,
-                    token: import_token(config, &tenant, token)?,
-                }
-            } else {
-                ImportSource::Path(PathBuf::from(from))
-            };
-            let head = match head {
-                None => None,
-                Some(h) => Some(crate::domain::CommitId(
-                    crate::domain::ObjectId::parse(&h)
-                        .map_err(|e| CliError::Usage(format!("--head {e}")))?,
-                )),
-            };
-            let done = storage.import_tenant(&tenant, &source, head, source_hosting)?;
-            println!(
-                "{} {tenant} at {} ({} ms)",
-                if done.already {
-                    "already here:"
-                } else {
-                    "imported"
-                },
-                done.head,
-                done.millis
-            );
-        }
+        TenantAction::Move(args) => shards::move_tenant(config, &storage, args)?,
+        TenantAction::Import(args) => shards::import_tenant(config, &storage, args)?,
     }
     Ok(())
-}
-
-fn shard_url(flag: &str, raw: &str) -> Result<ShardUrl, CliError> {
-    ShardUrl::parse(raw).map_err(|e| CliError::Usage(format!("{flag} {raw:?}: {e}")))
-}
-
-/// The token a move or import clones with: the one given, else one minted with the HS256
-/// secret for the tenant with `planfiles.repos.import`, valid an hour.
-fn import_token(
-    config: &Config,
-    tenant: &TenantId,
-    given: Option<String>,
-) -> Result<String, CliError> {
-    if let Some(token) = given {
-        return Ok(token);
-    }
-    if config.auth.algorithm != crate::config::Algorithm::HS256 {
-        return Err(CliError::Usage(
-            "pass --token (or PLANFILES_MOVE_TOKEN): the service is configured for another algorithm than HS256, so no token can be signed here".into(),
-        ));
-    }
-    Ok(auth::mint_hs256(
-        &config.auth.secret,
-        &MintRequest {
-            tenant: tenant.clone(),
-            permissions: vec!["planfiles.repos.import".into()],
-            sub: Some("planfiles-move".into()),
-            email: None,
-            name: None,
-            ttl_secs: 3600,
-        },
-    )?)
 }
 
 fn maintain(config: &Config, only: Option<&str>) -> Result<(), CliError> {

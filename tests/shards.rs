@@ -207,3 +207,128 @@ fn a_move_killed_at_each_step_is_run_again_and_loses_nothing() {
     let retry: Value = retry.json().unwrap();
     assert_eq!(retry["commit_sha"], first["commit_sha"]);
 }
+
+/// `tenant move` on shard `from` with `args` after the tenant; its exit status and stderr.
+fn move_with(cluster: &Cluster, from: usize, tenant: &str, args: &[&str]) -> (bool, String) {
+    let out = cluster.shards[from]
+        .cli()
+        .args(["tenant", "move", tenant])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A PUT of `tenant`'s integration file through HAProxy, each with new content; its status.
+fn put_through(cluster: &Cluster, tenant: &str) -> u16 {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    reqwest::blocking::Client::new()
+        .put(format!("{}/plans/integration-file", cluster.front))
+        .header("Authorization", format!("Bearer {}", token(tenant, WRITE)))
+        .json(&json!({"content": {"vanta": {"user_email": format!("m{n}@x.example"), "workspace": "m"}}}))
+        .send()
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[test]
+fn a_mistaken_move_refuses_no_write_and_a_started_one_can_be_aborted() {
+    if haproxy_missing() {
+        return;
+    }
+    let all = tenants(2);
+    let cluster = Cluster::start(&all, 3600, 2);
+    let (t, b) = (&all[0], &cluster.shards[1]);
+    let sock = cluster.socket().display().to_string();
+    let map = cluster.map().display().to_string();
+    let nowhere = format!("http://127.0.0.1:{}", cluster::free_port());
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        // (arguments, what stderr says)
+        (
+            vec![
+                "--to",
+                &nowhere,
+                "--haproxy",
+                &sock,
+                "--map",
+                &map,
+                "--backend",
+                "shard_b",
+            ],
+            "could not be reached",
+        ),
+        (
+            vec![
+                "--to",
+                &b.url,
+                "--haproxy",
+                &sock,
+                "--map",
+                &map,
+                "--backend",
+                "shard_c",
+            ],
+            "has no backend shard_c",
+        ),
+        (vec!["--to", &b.url], "--no-router"),
+        (vec!["--to", &b.url, "--map-file", &map], "--backend"),
+        (vec!["--to", "shard-b", "--no-router"], "--to"),
+    ];
+    for (args, says) in cases {
+        let (ok, err) = move_with(&cluster, 0, t, &args);
+        assert!(!ok && err.contains(says), "{args:?}: {err}");
+        assert!(
+            !cluster.shards[0]
+                .repo(t)
+                .join("planfiles-placement")
+                .exists(),
+            "{args:?}"
+        );
+        assert_eq!(put_through(&cluster, t), 200, "writes go on after {args:?}");
+    }
+    let (ok, err) = move_with(&cluster, 0, &all[1], &["--to", &b.url, "--no-router"]);
+    assert!(!ok && err.contains("not on this shard"), "{err}");
+
+    // A move that refused writes but never reached the target is aborted: writes go on here.
+    let storage = planfiles::storage::Storage::open(
+        &cluster.shards[0].dir.join("data"),
+        planfiles::domain::Identity::new("t", "t@localhost", "localhost"),
+        planfiles::storage::Durability::Fsync,
+    )
+    .unwrap();
+    let id = planfiles::domain::TenantId::parse(t).unwrap();
+    let to = planfiles::domain::ShardUrl::parse(&b.url).unwrap();
+    let start = storage.begin_move(&id, &to).unwrap();
+    assert_eq!(put_through(&cluster, t), 503);
+    let (ok, err) = move_with(&cluster, 0, t, &["--to", &nowhere, "--abort"]);
+    assert!(!ok && err.contains("moving to"), "another target: {err}");
+    let (ok, err) = move_with(&cluster, 0, t, &["--to", &b.url, "--abort"]);
+    assert!(ok, "{err}");
+    assert_eq!(put_through(&cluster, t), 200);
+
+    // Once the target imported it, the abort is refused; running the move again finishes it.
+    let start_again = storage.begin_move(&id, &to).unwrap();
+    assert_ne!(
+        start.head, start_again.head,
+        "the write after the abort landed"
+    );
+    let imported = reqwest::blocking::Client::new()
+        .post(format!("{}/admin/tenants/{t}/import", b.url))
+        .bearer_auth(token(t, &["planfiles.repos.import"]))
+        .json(&json!({"from": cluster.shards[0].url, "head": start_again.head.to_string()}))
+        .send()
+        .unwrap();
+    assert_eq!(imported.status(), 200);
+    let (ok, err) = move_with(&cluster, 0, t, &["--to", &b.url, "--abort"]);
+    assert!(!ok && err.contains("serves"), "{err}");
+    let last = cluster.move_tenant(t, 0);
+    assert!(last.starts_with("moved "), "{last}");
+    assert_eq!(cluster.home(t), 1);
+    assert_eq!(put_through(&cluster, t), 200);
+    cluster.check(&all, &[]);
+}

@@ -52,6 +52,16 @@ fn command(addr: &str, command: &str) -> Result<String, HaproxyError> {
     Ok(answer.trim().to_owned())
 }
 
+/// The backends of the HAProxy at `addr` (`show backend`).
+pub fn backends(addr: &str) -> Result<Vec<String>, HaproxyError> {
+    let answer = command(addr, "show backend")?;
+    Ok(answer
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| l.trim().to_owned())
+        .collect())
+}
+
 /// Points `key` at `value` in the map `map` (its name in the HAProxy config, the file's
 /// path) of the HAProxy at `addr`: `set map` changes an entry, `add map` makes a missing one.
 pub fn set_map(addr: &str, map: &str, key: &str, value: &str) -> Result<(), HaproxyError> {

@@ -6,7 +6,7 @@ use super::schema::CommonProblems;
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{CommitId, ObjectId, PlanFile, ShardUrl, TenantId};
-use crate::storage::ImportSource;
+use crate::storage::{ImportPlan, ImportSource};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest};
 use serde::{Deserialize, Serialize};
@@ -31,14 +31,19 @@ pub struct ImportRequest {
     pub source_hosting: bool,
 }
 
-/// An import's result.
+/// An import's result, or with `?dry_run=true` what it would do.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ImportAnswer {
     pub tenant: String,
+    /// What the tenant was here: `fresh` (no repository), `comes_back` (it moved away from
+    /// here before) or `served` (it is served here).
+    pub found: &'static str,
+    /// `main` after the import; on a dry run, `main` here when the tenant is served here.
     #[schema(pattern = "^[0-9a-f]{40}$")]
-    pub head: String,
-    /// The tenant was here and writable at `head` or after it already (a rerun).
+    pub head: Option<String>,
+    /// The tenant was here and writable at the head asked for or after it (a rerun).
     pub already: bool,
+    pub dry_run: bool,
     pub millis: u64,
 }
 
@@ -47,11 +52,14 @@ pub struct ImportAnswer {
     path = "/admin/tenants/{tenant}/import",
     tag = "cluster",
     description = "Fetch the tenant's repository from a peer shard over its /git/<tenant>.git with the same token, check it with git fsck --strict and that its main is at head, and serve the tenant here. Safe to repeat. Called by `planfiles tenant move` on the source.",
-    params(("tenant" = String, Path, description = "The token's own tenant")),
+    params(
+        ("tenant" = String, Path, description = "The token's own tenant"),
+        ("dry_run" = Option<bool>, Query, description = "true: check everything, fetch nothing, and say what the import would find here (`tenant move` asks before it refuses any write)"),
+    ),
     request_body(content = ImportRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Imported, or here already", body = ImportAnswer),
-        (status = 400, description = "invalid_json or invalid_body: not an import request, from not a shard URL, head not a commit id", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_json or invalid_body: not an import request, from not a shard URL, head not a commit id; invalid_query: dry_run not true or false", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "insufficient_scope (planfiles.repos.import), wrong_tenant, or peer_not_allowed: from is not in cluster.peers", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not_found: not a tenant id", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "move_conflict: the tenant is served here with another history, or is moving away from here", body = Problem, content_type = "application/problem+json"),
@@ -72,6 +80,7 @@ pub async fn import(
 ) -> Reply {
     let tenant = TenantId::parse(&tenant).map_err(|_| ApiError::NotFound(req.path().to_owned()))?;
     let who = who?;
+    let dry_run = dry_run(req.query_string())?;
     if &tenant != who.tenant() {
         return Err(ApiError::WrongTenant);
     }
@@ -98,7 +107,7 @@ pub async fn import(
         )),
     };
     if !state.cluster.peers.contains(&from) {
-        return Err(ApiError::PeerNotAllowed);
+        return Err(ApiError::PeerNotAllowed(from.to_string()));
     }
     // The same token clones the tenant from the source (it may: it carries REPOS_IMPORT).
     let token = bearer(&req).ok_or(ApiError::Unauthorized(crate::auth::AuthError::Missing))?;
@@ -111,18 +120,70 @@ pub async fn import(
     let storage = state.storage.clone();
     let source = ImportSource::Shard { url: from, token };
     let id = tenant.clone();
-    let done = blocking(
-        move || storage.import_tenant(&id, &source, head, body.source_hosting),
+    let (plan, done) = blocking(
+        move || {
+            let plan = storage.import_plan(&id, head)?;
+            if dry_run {
+                return Ok((plan, None));
+            }
+            let done = storage.import_tenant(&id, &source, head, body.source_hosting)?;
+            Ok((plan, Some(done)))
+        },
         PlanFile::Integration,
     )
     .await?;
-    tracing::info!(%tenant, head = %done.head, already = done.already, millis = done.millis, "tenant imported");
-    Ok(json(&ImportAnswer {
-        tenant: tenant.to_string(),
-        head: done.head.to_string(),
-        already: done.already,
-        millis: done.millis,
-    }))
+    let found = match plan {
+        ImportPlan::Fresh => "fresh",
+        ImportPlan::ComeBack => "comes_back",
+        ImportPlan::Served { .. } => "served",
+    };
+    let answer = match (done, plan) {
+        (Some(done), _) => {
+            tracing::info!(%tenant, head = %done.head, already = done.already, millis = done.millis, "tenant imported");
+            ImportAnswer {
+                tenant: tenant.to_string(),
+                found,
+                head: Some(done.head.to_string()),
+                already: done.already,
+                dry_run,
+                millis: done.millis,
+            }
+        }
+        (None, ImportPlan::Served { head, holds_head }) => ImportAnswer {
+            tenant: tenant.to_string(),
+            found,
+            head: Some(head.to_string()),
+            already: holds_head == Some(true),
+            dry_run,
+            millis: 0,
+        },
+        (None, _) => ImportAnswer {
+            tenant: tenant.to_string(),
+            found,
+            head: None,
+            already: false,
+            dry_run,
+            millis: 0,
+        },
+    };
+    Ok(json(&answer))
+}
+
+/// `?dry_run=true|false` (absent: false); anything else in the query is ignored.
+fn dry_run(query: &str) -> Result<bool, ApiError> {
+    let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
+        .map_err(|e| ApiError::InvalidQuery(e.to_string()))?;
+    match pairs
+        .iter()
+        .find(|(k, _)| k == "dry_run")
+        .map(|(_, v)| v.as_str())
+    {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(other) => Err(ApiError::InvalidQuery(format!(
+            "dry_run must be true or false, not {other:?}"
+        ))),
+    }
 }
 
 /// The bearer token of the request, as sent.

@@ -103,8 +103,10 @@ pub enum ApiError {
     TenantMoved(String),
     #[error("{0}")]
     MoveConflict(String),
-    #[error("from is not one of this shard's cluster.peers")]
-    PeerNotAllowed,
+    #[error(
+        "{0} is not in this shard's cluster.peers: add it there (and restart) to import from it"
+    )]
+    PeerNotAllowed(String),
     #[error("the import failed: {0}")]
     ImportFailed(String),
     /// Anything the client cannot act on. The detail goes to the log, never to the client.
@@ -230,7 +232,7 @@ impl ApiError {
                 "Tenant moved",
             ),
             MoveConflict(_) => (StatusCode::CONFLICT, "move_conflict", "Move conflict"),
-            PeerNotAllowed => (
+            PeerNotAllowed(_) => (
                 StatusCode::FORBIDDEN,
                 "peer_not_allowed",
                 "Peer not allowed",

@@ -7,7 +7,7 @@
 use super::disk::{sync_dir, sync_tree};
 use super::placement;
 use super::repo::{self, TenantRepo};
-use super::{ImportSource, Imported, Placement, Storage, StorageError};
+use super::{ImportPlan, ImportSource, Imported, Placement, Storage, StorageError};
 use crate::domain::{CommitId, TenantId};
 use std::path::Path;
 use std::process::Command;
@@ -35,38 +35,36 @@ impl Storage {
             tenant: tenant.clone(),
             reason: reason.to_owned(),
         };
-        if path.is_dir() {
-            match placement::read(&path)? {
-                None => {
-                    let head = head.ok_or_else(|| conflict("it is served here already"))?;
-                    let ancestry = TenantRepo::open(tenant, &path)?.ancestry(head.0)?;
-                    if !ancestry.in_history {
-                        return Err(conflict(
-                            "it is served here already, with a history that does not hold the head asked for",
-                        ));
-                    }
-                    return Ok(Imported {
-                        head: ancestry.head,
-                        already: true,
-                        millis: elapsed_ms(started),
-                    });
-                }
-                Some(Placement::Moving { .. }) => {
-                    return Err(conflict("it is moving away from this shard"))
-                }
-                Some(Placement::Moved { .. }) => {
-                    // It comes back: its old repository takes the newer history (no write
-                    // lands here meanwhile: the placement record refuses them).
-                    let fetched = fetch_and_check(tenant, &path, source, head, source_hosting)?;
-                    sync_tree(&path)?;
-                    placement::clear(&path)?;
-                    return Ok(Imported {
-                        head: fetched,
-                        already: false,
-                        millis: elapsed_ms(started),
-                    });
-                }
+        match self.import_plan(tenant, head)? {
+            ImportPlan::Served {
+                head,
+                holds_head: Some(true),
+            } => {
+                return Ok(Imported {
+                    head,
+                    already: true,
+                    millis: elapsed_ms(started),
+                })
             }
+            ImportPlan::Served {
+                holds_head: None, ..
+            } => return Err(conflict("it is served here already")),
+            ImportPlan::Served { .. } => return Err(conflict(
+                "it is served here already, with a history that does not hold the head asked for",
+            )),
+            ImportPlan::ComeBack => {
+                // Its old repository takes the newer history (no write lands here meanwhile:
+                // the placement record refuses them).
+                let fetched = fetch_and_check(tenant, &path, source, head, source_hosting)?;
+                sync_tree(&path)?;
+                placement::clear(&path)?;
+                return Ok(Imported {
+                    head: fetched,
+                    already: false,
+                    millis: elapsed_ms(started),
+                });
+            }
+            ImportPlan::Fresh => {}
         }
         remove_stale_imports(&self.tenants_dir, tenant);
         let tmp = tempfile::Builder::new()
@@ -101,6 +99,44 @@ impl Storage {
             already: false,
             millis: elapsed_ms(started),
         })
+    }
+}
+
+impl Storage {
+    /// What [`Storage::import_tenant`] would do with `tenant` here (its dry run, and the
+    /// check `tenant move` makes before it refuses any write); a tenant moving away from
+    /// here is a conflict.
+    pub fn import_plan(
+        &self,
+        tenant: &TenantId,
+        head: Option<CommitId>,
+    ) -> Result<ImportPlan, StorageError> {
+        let path = self.repo_path(tenant);
+        if !path.is_dir() {
+            return Ok(ImportPlan::Fresh);
+        }
+        match placement::read(&path)? {
+            Some(Placement::Moving { .. }) => Err(StorageError::MoveConflict {
+                tenant: tenant.clone(),
+                reason: "it is moving away from this shard".into(),
+            }),
+            Some(Placement::Moved { .. }) => Ok(ImportPlan::ComeBack),
+            None => {
+                let repo = TenantRepo::open(tenant, &path)?;
+                let current = repo::file_head(&path).ok_or_else(|| StorageError::MoveConflict {
+                    tenant: tenant.clone(),
+                    reason: "its repository here has no main".into(),
+                })?;
+                let holds_head = match head {
+                    None => None,
+                    Some(head) => Some(repo.ancestry(head.0)?.in_history),
+                };
+                Ok(ImportPlan::Served {
+                    head: current,
+                    holds_head,
+                })
+            }
+        }
     }
 }
 

@@ -48,6 +48,8 @@ impl Placement {
 pub struct MoveStart {
     pub head: CommitId,
     pub source_hosting: bool,
+    /// Since when the tenant's writes are refused (an earlier run's moment, on a rerun).
+    pub since: SystemTime,
     /// The move had finished already (a rerun): only the later steps are left.
     pub moved: bool,
 }
@@ -59,6 +61,21 @@ pub enum ImportSource {
     Shard { url: ShardUrl, token: String },
     /// A repository on this host (a `git clone --mirror` made by hand).
     Path(PathBuf),
+}
+
+/// What an import of a tenant would do on this shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportPlan {
+    /// No repository here: it is fetched into a new one.
+    Fresh,
+    /// It moved away from here and comes back: its old repository takes the newer history.
+    ComeBack,
+    /// It is served here, at `head`; `holds_head` says whether the head asked for is in its
+    /// history (`None`: none was asked for).
+    Served {
+        head: CommitId,
+        holds_head: Option<bool>,
+    },
 }
 
 /// The result of an import.

@@ -27,16 +27,17 @@ impl Storage {
     pub fn begin_move(&self, tenant: &TenantId, to: &ShardUrl) -> Result<MoveStart, StorageError> {
         let path = self.repo_path(tenant);
         let repo = TenantRepo::open_any(tenant, &path)?;
-        let moved = match placement::read(&path)? {
+        let (moved, since) = match placement::read(&path)? {
             None => {
+                let since = placement::now();
                 placement::write(
                     &path,
                     &Placement::Moving {
                         to: to.clone(),
-                        since: placement::now(),
+                        since,
                     },
                 )?;
-                false
+                (false, since)
             }
             Some(p) if p.to() != to => {
                 return Err(StorageError::MoveConflict {
@@ -51,8 +52,8 @@ impl Storage {
                     ),
                 })
             }
-            Some(Placement::Moving { .. }) => false,
-            Some(Placement::Moved { .. }) => true,
+            Some(Placement::Moving { since, .. }) => (false, since),
+            Some(Placement::Moved { at, .. }) => (true, at),
         };
         repo::fence(&path, &WRITTEN_REFS)?;
         let head = repo::file_head(&path).ok_or_else(|| StorageError::MoveConflict {
@@ -62,8 +63,33 @@ impl Storage {
         Ok(MoveStart {
             head,
             source_hosting: repo.source_hosting()?,
+            since,
             moved,
         })
+    }
+
+    /// Undoes step 1 of a move to `to` that has not finished: the tenant takes writes here
+    /// again. The caller has made sure the target does not serve it.
+    pub fn abort_move(&self, tenant: &TenantId, to: &ShardUrl) -> Result<(), StorageError> {
+        let path = self.repo_path(tenant);
+        match placement::read(&path)? {
+            Some(Placement::Moving { to: at, .. }) if &at == to => placement::clear(&path),
+            Some(p @ Placement::Moved { .. }) => Err(StorageError::MoveConflict {
+                tenant: tenant.clone(),
+                reason: format!(
+                    "it moved to {} already: move it back instead of aborting",
+                    p.to()
+                ),
+            }),
+            Some(p) => Err(StorageError::MoveConflict {
+                tenant: tenant.clone(),
+                reason: format!("it is moving to {}, not to {to}", p.to()),
+            }),
+            None => Err(StorageError::MoveConflict {
+                tenant: tenant.clone(),
+                reason: "it is not moving".into(),
+            }),
+        }
     }
 
     /// Step 4: the target serves the tenant now; this shard answers 421 for it.
@@ -114,5 +140,78 @@ impl Storage {
         super::disk::sync_dir(&self.tenants_dir)?;
         super::disk::sync_dir(&archive)?;
         Ok(Some(into))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::{Identity, PlanFile, ShardUrl, TenantId};
+    use crate::storage::{
+        init_git, CommitRequest, Durability, Preconditions, Storage, StorageError,
+    };
+
+    fn write(storage: &Storage, tenant: &TenantId, text: &str) -> Result<(), StorageError> {
+        let who = Identity::new("t", "t@localhost", "localhost");
+        let req = CommitRequest::of(
+            PlanFile::Integration,
+            text.as_bytes().to_vec(),
+            Preconditions::default(),
+            who,
+        );
+        storage.commit(tenant, req).map(|_| ())
+    }
+
+    #[test]
+    fn a_moving_tenant_takes_no_write_and_an_archived_one_is_not_made_again() {
+        init_git();
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::open(
+            dir.path(),
+            Identity::new("p", "p@localhost", "localhost"),
+            Durability::Fsync,
+        )
+        .unwrap();
+        let acme = TenantId::parse("acme").unwrap();
+        storage.create_tenant(&acme, false).unwrap();
+        // A write keeps the repository open for the next one.
+        write(&storage, &acme, "a: 1\n").unwrap();
+        let to = ShardUrl::parse("http://b:8080").unwrap();
+        let start = storage.begin_move(&acme, &to).unwrap();
+        assert!(matches!(
+            write(&storage, &acme, "a: 2\n"),
+            Err(StorageError::TenantMoving { .. })
+        ));
+        // Another target is a conflict; the same one is a rerun.
+        let other = ShardUrl::parse("http://c:8080").unwrap();
+        assert!(matches!(
+            storage.begin_move(&acme, &other),
+            Err(StorageError::MoveConflict { .. })
+        ));
+        assert_eq!(storage.begin_move(&acme, &to).unwrap().head, start.head);
+        storage.finish_move(&acme, &to).unwrap();
+        assert!(matches!(
+            write(&storage, &acme, "a: 3\n"),
+            Err(StorageError::TenantMoved { .. })
+        ));
+        let repo = storage.repo_path(&acme);
+        assert!(storage
+            .archive_if_due(&acme, std::time::Duration::from_secs(3600))
+            .unwrap()
+            .is_none());
+        let archived = storage
+            .archive_if_due(&acme, std::time::Duration::ZERO)
+            .unwrap()
+            .expect("due");
+        assert!(archived.join("HEAD").exists() && !repo.exists());
+        // A write through the repository kept open finds it gone, and makes nothing again.
+        assert!(matches!(
+            write(&storage, &acme, "a: 4\n"),
+            Err(StorageError::TenantMoved { .. })
+        ));
+        assert!(!repo.exists(), "an empty skeleton was made");
+        assert!(matches!(
+            storage.create_tenant(&acme, false),
+            Err(StorageError::TenantMoved { .. })
+        ));
     }
 }

@@ -63,6 +63,18 @@ pub struct Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // A failed test shows what the shards logged at warn and above.
+        if std::thread::panicking() {
+            for shard in &self.shards {
+                if let Some(server) = &shard.server {
+                    for line in server.log.lock().unwrap().iter() {
+                        if line.contains("\"ERROR\"") || line.contains("\"WARN\"") {
+                            eprintln!("{}: {line}", shard.backend);
+                        }
+                    }
+                }
+            }
+        }
         let _ = self.haproxy.kill();
         let _ = self.haproxy.wait();
     }

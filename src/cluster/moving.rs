@@ -1,0 +1,300 @@
+//! `planfiles tenant move`: one tenant handed from this shard to another in four steps, each safe to run again, after checks that refuse no write (docs/SCALING.md); and `--abort`.
+use super::haproxy;
+use crate::domain::{ShardUrl, TenantId};
+use crate::storage::{Placement, Storage, StorageError};
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the routing of a moved tenant is switched.
+#[derive(Debug, Clone, Default)]
+pub struct Router {
+    /// HAProxy runtime API addresses (a socket path, `unix:PATH` or `HOST:PORT`), one per
+    /// HAProxy in front of the shards.
+    pub haproxy: Vec<String>,
+    /// The map's name in the HAProxy config (its file path there).
+    pub map: Option<String>,
+    /// The map file to rewrite, for HAProxy's restarts (usually the same path).
+    pub map_file: Option<PathBuf>,
+    /// The map's value for the target: its HAProxy backend.
+    pub backend: Option<String>,
+    /// The operator switches the routing by other means (`--no-router`).
+    pub by_hand: bool,
+}
+
+/// A move of `tenant` from this shard (`from`, as the target reaches it) to `to`.
+#[derive(Debug, Clone)]
+pub struct Move {
+    pub tenant: TenantId,
+    pub from: ShardUrl,
+    pub to: ShardUrl,
+    /// A token for `tenant` with `planfiles.repos.import`, valid on both shards.
+    pub token: String,
+    pub router: Router,
+    /// How long the source answers 421 before it archives the tenant.
+    pub grace: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MoveError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("tenant {0} is not on this shard (no tenants/{0}.git in its data dir)")]
+    NotHere(TenantId),
+    #[error("the target at {to} answered {status}: {detail}")]
+    Target {
+        to: ShardUrl,
+        status: u16,
+        detail: String,
+    },
+    #[error("the target at {to} could not be reached: {reason}")]
+    Unreachable { to: ShardUrl, reason: String },
+    #[error("the target at {to} serves a tenant {tenant} already: nothing was changed")]
+    TargetServes { to: ShardUrl, tenant: TenantId },
+    #[error("the target imported the tenant at {got}, not at the handed-over head {want}")]
+    HeadMismatch { want: String, got: String },
+    #[error("{0}")]
+    Router(String),
+    #[error(transparent)]
+    Haproxy(#[from] haproxy::HaproxyError),
+    #[error("{0}")]
+    Abort(String),
+}
+
+/// What a move did, for its last line.
+#[derive(Debug, Clone)]
+pub struct MoveReport {
+    pub head: String,
+    /// From the moment writes were refused (by this run or an earlier one) until the router
+    /// sent them to the target.
+    pub writes_refused: Duration,
+    pub import_millis: u64,
+    pub archived: Option<PathBuf>,
+}
+
+/// The target's answer to an import (or its dry run).
+#[derive(Debug, Deserialize)]
+struct TargetAnswer {
+    found: String,
+    head: Option<String>,
+    already: bool,
+    millis: u64,
+}
+
+impl Move {
+    /// Runs the steps; `progress` gets one line as each begins (the command prints them).
+    /// Before step 1, nothing is refused: the tenant must be here and bound nowhere else,
+    /// the target must answer and accept it, and the router must know the target's backend.
+    pub fn run(
+        &self,
+        storage: &Storage,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<MoveReport, MoveError> {
+        let t = &self.tenant;
+        let placement = self.placement(storage)?;
+        let moved = matches!(placement, Some(Placement::Moved { .. }));
+        if !moved {
+            let check = self.ask_target(None, true)?;
+            if check.found == "served" && placement.is_none() {
+                return Err(MoveError::TargetServes {
+                    to: self.to.clone(),
+                    tenant: t.clone(),
+                });
+            }
+        }
+        self.check_router()?;
+        progress(&format!(
+            "step 1/4: refusing writes of {t} here, waiting for the writes under way"
+        ));
+        let start = storage.begin_move(t, &self.to)?;
+        let head = start.head.to_string();
+        let mut import_millis = 0;
+        if start.moved {
+            progress("step 2/4: skipped (the move had finished: the target serves the tenant)");
+        } else {
+            progress(&format!(
+                "step 2/4: the target {} imports {t} at {head}",
+                self.to
+            ));
+            let done = self.ask_target(Some((&head, start.source_hosting)), false)?;
+            let got = done.head.unwrap_or_default();
+            // A rerun after the router switched finds the target ahead (writes went on there).
+            if got != head && !done.already {
+                return Err(MoveError::HeadMismatch { want: head, got });
+            }
+            import_millis = done.millis;
+        }
+        progress("step 3/4: switching the router to the target");
+        self.switch_router()?;
+        let writes_refused = start.since.elapsed().unwrap_or_default();
+        progress("step 4/4: answering 421 here for the grace period");
+        storage.finish_move(t, &self.to)?;
+        let archived = storage.archive_if_due(t, self.grace)?;
+        Ok(MoveReport {
+            head,
+            writes_refused,
+            import_millis,
+            archived,
+        })
+    }
+
+    /// Undoes step 1 of a move that has not reached the target: the tenant takes writes here
+    /// again. Refused when the target serves it (step 2 ran: finish the move instead), and,
+    /// unless `force`, when the target cannot say.
+    pub fn abort(&self, storage: &Storage, force: bool) -> Result<(), MoveError> {
+        self.placement(storage)?;
+        match self.ask_target(None, true) {
+            Ok(check) if check.found == "served" => {
+                return Err(MoveError::Abort(format!(
+                    "the target at {} serves {} already (step 2 ran): finish the move by running it again without --abort",
+                    self.to, self.tenant
+                )))
+            }
+            Ok(_) => {}
+            Err(e) if force => {
+                eprintln!("planfiles: {e}; aborting anyway (--force)");
+            }
+            Err(e) => {
+                return Err(MoveError::Abort(format!(
+                    "{e}. Cannot tell whether the target imported the tenant; with --force the \
+                     move is aborted anyway (only if you know it never did)"
+                )))
+            }
+        }
+        Ok(storage.abort_move(&self.tenant, &self.to)?)
+    }
+
+    /// The tenant's placement here; an error when it is not here, or bound to another shard.
+    fn placement(&self, storage: &Storage) -> Result<Option<Placement>, MoveError> {
+        let placement = match storage.placement(&self.tenant) {
+            Err(StorageError::TenantNotFound(t)) => return Err(MoveError::NotHere(t)),
+            other => other?,
+        };
+        if let Some(p) = placement.as_ref().filter(|p| p.to() != &self.to) {
+            return Err(StorageError::MoveConflict {
+                tenant: self.tenant.clone(),
+                reason: format!(
+                    "it is {} the shard at {}: finish that move, or abort it (--to {} --abort)",
+                    match p {
+                        Placement::Moving { .. } => "moving to",
+                        Placement::Moved { .. } => "moved to",
+                    },
+                    p.to(),
+                    p.to()
+                ),
+            }
+            .into());
+        }
+        Ok(placement)
+    }
+
+    /// `POST /admin/tenants/<id>/import` on the target: a dry run, or the import of `head`.
+    fn ask_target(
+        &self,
+        head: Option<(&str, bool)>,
+        dry_run: bool,
+    ) -> Result<TargetAnswer, MoveError> {
+        let url = format!(
+            "{}/admin/tenants/{}/import{}",
+            self.to,
+            self.tenant,
+            if dry_run { "?dry_run=true" } else { "" }
+        );
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(if dry_run { 30 } else { 3600 })))
+            .build()
+            .into();
+        let body = serde_json::json!({
+            "from": self.from.as_str(),
+            "head": head.map(|(h, _)| h),
+            "source_hosting": head.is_some_and(|(_, on)| on),
+        });
+        let mut res = agent
+            .post(&url)
+            .header("Authorization", &format!("Bearer {}", self.token))
+            .send_json(&body)
+            .map_err(|e| MoveError::Unreachable {
+                to: self.to.clone(),
+                reason: e.to_string(),
+            })?;
+        let status = res.status().as_u16();
+        let text = res
+            .body_mut()
+            .with_config()
+            .limit(64 * 1024)
+            .read_to_string()
+            .unwrap_or_default();
+        if status != 200 {
+            let problem: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            let mut detail = problem["detail"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| {
+                    format!(
+                        "not a planfiles answer: {}",
+                        text.chars().take(120).collect::<String>()
+                    )
+                });
+            if status == 401 {
+                detail.push_str(" (the shards must share auth.secret, or the same public key)");
+            }
+            return Err(MoveError::Target {
+                to: self.to.clone(),
+                status,
+                detail,
+            });
+        }
+        serde_json::from_str(&text).map_err(|e| MoveError::Target {
+            to: self.to.clone(),
+            status,
+            detail: format!(
+                "not an import answer ({e}): is {} a planfiles shard?",
+                self.to
+            ),
+        })
+    }
+
+    /// Before any write is refused: the router is named (or `--no-router`), and each HAProxy
+    /// has the target's backend.
+    fn check_router(&self) -> Result<(), MoveError> {
+        let r = &self.router;
+        if r.by_hand {
+            return Ok(());
+        }
+        let Some(backend) = &r.backend else {
+            return Err(MoveError::Router(
+                "name the target's HAProxy backend (--backend) with --haproxy and --map (or --map-file), or pass --no-router to switch the routing yourself".into(),
+            ));
+        };
+        if r.map_file.is_none() && (r.haproxy.is_empty() || r.map.is_none()) {
+            return Err(MoveError::Router(
+                "--backend needs --haproxy ADDR and --map NAME (the running HAProxy), or --map-file PATH".into(),
+            ));
+        }
+        for addr in &r.haproxy {
+            if !haproxy::backends(addr)?.iter().any(|b| b == backend) {
+                return Err(MoveError::Router(format!(
+                    "the HAProxy at {addr} has no backend {backend}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn switch_router(&self) -> Result<(), MoveError> {
+        let r = &self.router;
+        let (Some(backend), key) = (&r.backend, self.tenant.as_str()) else {
+            return Ok(());
+        };
+        if let Some(map) = &r.map {
+            for addr in &r.haproxy {
+                haproxy::set_map(addr, map, key, backend)?;
+            }
+        }
+        if let Some(file) = &r.map_file {
+            haproxy::write_map_file(file, key, backend)?;
+        }
+        Ok(())
+    }
+}
