@@ -126,8 +126,7 @@ fn main() {
     assert!(packed.status.success(), "{packed:?}");
     for tenant in [&all[0], big] {
         let repo = two.shards[two.home(tenant)].repo(tenant);
-        let count = two.git(&repo, &["rev-list", "--count", "refs/heads/main"]);
-        let commits = String::from_utf8_lossy(&count.stdout).trim().to_owned();
+        let commits = common::git_in(&repo, &["rev-list", "--count", "refs/heads/main"]);
         let (mut refused, mut import) = (Vec::new(), Vec::new());
         for _ in 0..3 {
             let line = two.move_tenant(tenant, two.home(tenant));

@@ -67,20 +67,9 @@ fn tenants_move_between_shards_under_load_with_no_lost_write() {
     let want = loop {
         let (start, got, _) = events.lock().unwrap().clone();
         let start = start.expect("the follower got a head");
-        let out = cluster.git(
-            &repo,
-            &[
-                "rev-list",
-                "--first-parent",
-                "--reverse",
-                &format!("{start}..refs/heads/main"),
-            ],
-        );
-        let want: Vec<String> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(str::to_owned)
-            .collect();
+        let range = format!("{start}..refs/heads/main");
+        let listed = common::git_in(&repo, &["rev-list", "--first-parent", "--reverse", &range]);
+        let want: Vec<String> = listed.lines().map(str::to_owned).collect();
         if got.len() >= want.len() || Instant::now() > deadline {
             break want;
         }

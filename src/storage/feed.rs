@@ -237,22 +237,11 @@ impl Drop for Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::Identity;
-    use crate::storage::Durability;
     use futures_util::FutureExt;
     use std::time::Instant;
 
     fn feed() -> (ChangeFeed, TenantId, tempfile::TempDir) {
-        crate::storage::init_git();
-        let dir = tempfile::tempdir().unwrap();
-        let storage = Storage::open(
-            dir.path(),
-            Identity::new("p", "p@localhost", "localhost"),
-            Durability::Fsync,
-        )
-        .unwrap();
-        let tenant = TenantId::parse("acme").unwrap();
-        storage.create_tenant(&tenant, false).unwrap();
+        let (dir, storage, tenant) = crate::storage::test_storage();
         let feed = ChangeFeed::start(storage, Duration::from_millis(50)).unwrap();
         (feed, tenant, dir)
     }

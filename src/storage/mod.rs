@@ -504,6 +504,22 @@ impl Storage {
     }
 }
 
+/// Tests: storage over a new temporary data dir (per-file fsync), with tenant `acme` made.
+#[cfg(test)]
+pub(crate) fn test_storage() -> (tempfile::TempDir, Storage, TenantId) {
+    init_git();
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::open(
+        dir.path(),
+        Identity::new("p", "p@localhost", "localhost"),
+        Durability::Fsync,
+    )
+    .unwrap();
+    let tenant = TenantId::parse("acme").unwrap();
+    storage.create_tenant(&tenant, false).unwrap();
+    (dir, storage, tenant)
+}
+
 /// `e`, unless the tenant's repository is gone meanwhile (archived after a move): then why.
 fn gone_or(e: StorageError, path: &Path, tenant: &TenantId) -> StorageError {
     if path.is_dir() {

@@ -146,9 +146,7 @@ impl Storage {
 #[cfg(test)]
 mod tests {
     use crate::domain::{Identity, PlanFile, ShardUrl, TenantId};
-    use crate::storage::{
-        init_git, CommitRequest, Durability, Preconditions, Storage, StorageError,
-    };
+    use crate::storage::{CommitRequest, Preconditions, Storage, StorageError};
 
     fn write(storage: &Storage, tenant: &TenantId, text: &str) -> Result<(), StorageError> {
         let who = Identity::new("t", "t@localhost", "localhost");
@@ -163,16 +161,7 @@ mod tests {
 
     #[test]
     fn a_moving_tenant_takes_no_write_and_an_archived_one_is_not_made_again() {
-        init_git();
-        let dir = tempfile::tempdir().unwrap();
-        let storage = Storage::open(
-            dir.path(),
-            Identity::new("p", "p@localhost", "localhost"),
-            Durability::Fsync,
-        )
-        .unwrap();
-        let acme = TenantId::parse("acme").unwrap();
-        storage.create_tenant(&acme, false).unwrap();
+        let (_dir, storage, acme) = crate::storage::test_storage();
         // A write keeps the repository open for the next one.
         write(&storage, &acme, "a: 1\n").unwrap();
         let to = ShardUrl::parse("http://b:8080").unwrap();

@@ -238,15 +238,6 @@ impl Cluster {
         last
     }
 
-    pub fn git(&self, repo: &Path, args: &[&str]) -> std::process::Output {
-        Command::new("git")
-            .arg("--git-dir")
-            .arg(repo)
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
     /// The checks of the issue, on the files as they are now.
     pub fn check(&self, tenants: &[String], acked: &[(String, String)]) {
         for t in tenants {
@@ -267,23 +258,15 @@ impl Cluster {
             for entry in std::fs::read_dir(shard.dir.join("data/tenants")).unwrap() {
                 let path = entry.unwrap().path();
                 if path.extension().is_some_and(|e| e == "git") {
-                    let out = self.git(&path, &["fsck", "--strict", "--no-dangling"]);
-                    assert!(
-                        out.status.success(),
-                        "git fsck --strict {}: {out:?}",
-                        path.display()
-                    );
+                    crate::common::git_in(&path, &["fsck", "--strict", "--no-dangling"]);
                 }
             }
         }
         for (t, commit) in acked {
             let repo = self.shards[self.home(t)].repo(t);
-            let out = self.git(
-                &repo,
-                &["merge-base", "--is-ancestor", commit, "refs/heads/main"],
-            );
+            let args = ["merge-base", "--is-ancestor", commit, "refs/heads/main"];
             assert!(
-                out.status.success(),
+                crate::common::git_succeeds(&repo, &args),
                 "acknowledged commit {commit} of {t} is not on its shard"
             );
         }
