@@ -206,45 +206,72 @@ fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
                 }
             );
         }
-        TenantAction::List => {
-            println!(
-                "{:<24} {:<15} {:<40} LAST CHANGE",
-                "TENANT", "SOURCE HOSTING", "HEAD"
-            );
-            let mut broken = 0;
-            for id in storage.tenant_ids()? {
-                let t = match storage.summary(&id) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        broken += 1;
-                        eprintln!("planfiles: {id}: {e}");
-                        let id = id.as_str();
-                        println!("{id:<24} {:<15} {:<40} -", "?", "(unreadable)");
-                        continue;
-                    }
-                };
-                let head = t.head.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
-                let when = t
-                    .last_change
-                    .map(|w| humantime::format_rfc3339_seconds(w).to_string())
-                    .unwrap_or_else(|| "-".into());
-                let flag = if t.source_hosting { "on" } else { "off" };
-                let placed = match &t.placement {
-                    None => String::new(),
-                    Some(Placement::Moving { to, .. }) => format!(" (moving to {to})"),
-                    Some(Placement::Moved { to, .. }) => format!(" (moved to {to})"),
-                };
-                let id = t.id.as_str();
-                println!("{id:<24} {flag:<15} {head:<40} {when}{placed}");
-            }
-            if broken > 0 {
-                return Err(CliError::Partial(format!(
-                    "{broken} tenant repositories could not be read"
-                )));
-            }
-        }
+        TenantAction::List => list(&storage)?,
         TenantAction::Move(args) => shards::move_tenant(config, &storage, args)?,
         TenantAction::Import(args) => shards::import_tenant(config, &storage, args)?,
+    }
+    Ok(())
+}
+
+/// `tenant list`: one row per tenant, the id column as wide as the longest id. A reader that
+/// stops reading (`| head`) ends the listing quietly.
+fn list(storage: &Storage) -> Result<(), CliError> {
+    use std::io::Write;
+    let ids = storage.tenant_ids()?;
+    let w = ids
+        .iter()
+        .map(|t| t.as_str().len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    let mut out = std::io::stdout().lock();
+    let mut broken = 0;
+    let mut rows = vec![format!(
+        "{:<w$} {:<15} {:<40} LAST CHANGE",
+        "TENANT", "SOURCE HOSTING", "HEAD"
+    )];
+    for id in ids {
+        let t = match storage.summary(&id) {
+            Ok(t) => t,
+            Err(e) => {
+                broken += 1;
+                eprintln!("planfiles: {id}: {e}");
+                rows.push(format!(
+                    "{:<w$} {:<15} {:<40} -",
+                    id.as_str(),
+                    "?",
+                    "(unreadable)"
+                ));
+                continue;
+            }
+        };
+        let head = t.head.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
+        let when = t
+            .last_change
+            .map(|w| humantime::format_rfc3339_seconds(w).to_string())
+            .unwrap_or_else(|| "-".into());
+        let flag = if t.source_hosting { "on" } else { "off" };
+        let placed = match &t.placement {
+            None => String::new(),
+            Some(Placement::Moving { to, .. }) => format!(" (moving to {to})"),
+            Some(Placement::Moved { to, .. }) => format!(" (moved to {to})"),
+        };
+        rows.push(format!(
+            "{:<w$} {flag:<15} {head:<40} {when}{placed}",
+            t.id.as_str()
+        ));
+    }
+    for row in rows {
+        match writeln!(out, "{row}") {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            Err(e) => return Err(CliError::Io(format!("writing the list: {e}"))),
+        }
+    }
+    if broken > 0 {
+        return Err(CliError::Partial(format!(
+            "{broken} tenant repositories could not be read"
+        )));
     }
     Ok(())
 }

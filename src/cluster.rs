@@ -1,8 +1,10 @@
-//! Shards: `planfiles tenant move` (`moving.rs`), HAProxy's runtime API (`haproxy.rs`), and the sweep that archives tenants moved away.
+//! Shards: `planfiles tenant move` (`moving.rs`), calls to other shards (`peer.rs`), HAProxy's runtime API (`haproxy.rs`), and the sweep that archives tenants moved away.
 pub mod haproxy;
 mod moving;
+mod peer;
 
 pub use moving::{Move, MoveError, MoveReport, Router};
+pub use peer::{placement_at, source_refuses_writes, PeerPlacement};
 
 use crate::domain::TenantId;
 use crate::storage::{Storage, StorageError};

@@ -28,9 +28,24 @@ async fn a_moving_tenant_refuses_writes_serves_reads_then_answers_421() {
     let acme = TenantId::parse("acme").unwrap();
     let before: Value = app.get_integration(&t).await.json().await.unwrap();
     let head = app.head("acme");
+    let placement = |app: &TestApp| {
+        let (client, url) = (app.client.clone(), app.url("/admin/tenants/acme/placement"));
+        async move {
+            let res = client
+                .get(url)
+                .bearer_auth(token("acme", &["planfiles.repos.import"]))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200);
+            res.json::<Value>().await.unwrap()["placement"].clone()
+        }
+    };
+    assert_eq!(placement(&app).await, "served");
     let storage = mover(&app);
     let start = storage.begin_move(&acme, &target()).unwrap();
     assert_eq!(start.head.to_string(), head, "the head handed over");
+    assert_eq!(placement(&app).await, "moving");
 
     // Moving: a write is 503 with Retry-After and changes nothing; a read is served.
     let res = app

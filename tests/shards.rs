@@ -267,6 +267,30 @@ fn a_mistaken_move_refuses_no_write_and_a_started_one_can_be_aborted() {
         (vec!["--to", &b.url], "--no-router"),
         (vec!["--to", &b.url, "--map-file", &map], "--backend"),
         (vec!["--to", "shard-b", "--no-router"], "--to"),
+        (
+            vec![
+                "--to",
+                &b.url,
+                "--haproxy",
+                &sock,
+                "--map",
+                "/etc/haproxy/tenants.map",
+                "--backend",
+                "shard_b",
+            ],
+            "Unknown map",
+        ),
+        (
+            vec![
+                "--to",
+                &b.url,
+                "--map-file",
+                "/nonexistent/tenants.map",
+                "--backend",
+                "shard_b",
+            ],
+            "does not exist",
+        ),
     ];
     for (args, says) in cases {
         let (ok, err) = move_with(&cluster, 0, t, &args);
@@ -282,6 +306,20 @@ fn a_mistaken_move_refuses_no_write_and_a_started_one_can_be_aborted() {
     }
     let (ok, err) = move_with(&cluster, 0, &all[1], &["--to", &b.url, "--no-router"]);
     assert!(!ok && err.contains("not on this shard"), "{err}");
+    // An import from a shard that still takes the tenant's writes is refused: it would leave
+    // the tenant writable on two shards.
+    let a_url = cluster.shards[0].url.clone();
+    let out = b
+        .cli()
+        .args(["tenant", "import", t, "--from", &a_url])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("still takes"),
+        "{err}"
+    );
+    assert!(!b.repo(t).exists());
 
     // A move that refused writes but never reached the target is aborted: writes go on here.
     let storage = planfiles::storage::Storage::open(

@@ -166,6 +166,18 @@ pub(super) fn import_tenant(
                 .map_err(|e| CliError::Usage(format!("--head {e}")))?,
         )),
     };
+    // From a shard: only while it refuses the tenant's writes (a move under way there), and
+    // with the flag it has there.
+    let mut source_hosting = source_hosting;
+    let plan = storage.import_plan(&tenant, head)?;
+    if let (
+        crate::storage::ImportPlan::Fresh | crate::storage::ImportPlan::ComeBack,
+        ImportSource::Shard { url, token },
+    ) = (&plan, &source)
+    {
+        let there = crate::cluster::source_refuses_writes(url, &tenant, token)?;
+        source_hosting |= there.source_hosting;
+    }
     let done = storage.import_tenant(&tenant, &source, head, source_hosting)?;
     println!(
         "{} {tenant} at {} ({} ms); source hosting {}",

@@ -62,6 +62,46 @@ pub fn backends(addr: &str) -> Result<Vec<String>, HaproxyError> {
         .collect())
 }
 
+/// Checks that the HAProxy at `addr` has loaded the map `map` (`show map`).
+pub fn check_map(addr: &str, map: &str) -> Result<(), HaproxyError> {
+    let command_line = format!("show map {map}");
+    let answer = command(addr, &command_line)?;
+    if answer.to_ascii_lowercase().contains("unknown map") {
+        return Err(HaproxyError::Refused {
+            addr: addr.to_owned(),
+            command: command_line,
+            answer: format!("{answer} (--map is the map's path as haproxy.cfg names it)"),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that the map file can be rewritten: its folder exists, and the file, if there, is
+/// a file that can be opened for writing.
+pub fn check_map_file(path: &Path) -> Result<(), HaproxyError> {
+    let err = |source| HaproxyError::MapFile {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        return Err(err(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "its folder does not exist",
+        )));
+    }
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
 /// Points `key` at `value` in the map `map` (its name in the HAProxy config, the file's
 /// path) of the HAProxy at `addr`: `set map` changes an entry, `add map` makes a missing one.
 pub fn set_map(addr: &str, map: &str, key: &str, value: &str) -> Result<(), HaproxyError> {

@@ -59,6 +59,12 @@ pub enum MoveError {
     Haproxy(#[from] haproxy::HaproxyError),
     #[error("{0}")]
     Abort(String),
+    #[error("the shard at {shard} still takes {tenant}'s writes (it is {placement} there): start the move there with planfiles tenant move")]
+    SourceWritable {
+        shard: ShardUrl,
+        tenant: TenantId,
+        placement: String,
+    },
 }
 
 /// What a move did, for its last line.
@@ -173,15 +179,14 @@ impl Move {
         if let Some(p) = placement.as_ref().filter(|p| p.to() != &self.to) {
             return Err(StorageError::MoveConflict {
                 tenant: self.tenant.clone(),
-                reason: format!(
-                    "it is {} the shard at {}: finish that move, or abort it (--to {} --abort)",
-                    match p {
-                        Placement::Moving { .. } => "moving to",
-                        Placement::Moved { .. } => "moved to",
-                    },
-                    p.to(),
-                    p.to()
-                ),
+                reason: match p {
+                    Placement::Moving { to, .. } => format!(
+                        "it is moving to the shard at {to}: finish that move, or abort it (--to {to} --abort)"
+                    ),
+                    Placement::Moved { to, .. } => format!(
+                        "it moved to the shard at {to}: to move it on, run the move there"
+                    ),
+                },
             }
             .into());
         }
@@ -194,65 +199,18 @@ impl Move {
         head: Option<(&str, bool)>,
         dry_run: bool,
     ) -> Result<TargetAnswer, MoveError> {
-        let url = format!(
-            "{}/admin/tenants/{}/import{}",
-            self.to,
+        let path = format!(
+            "/admin/tenants/{}/import{}",
             self.tenant,
             if dry_run { "?dry_run=true" } else { "" }
         );
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(if dry_run { 30 } else { 3600 })))
-            .build()
-            .into();
         let body = serde_json::json!({
             "from": self.from.as_str(),
             "head": head.map(|(h, _)| h),
             "source_hosting": head.is_some_and(|(_, on)| on),
         });
-        let mut res = agent
-            .post(&url)
-            .header("Authorization", &format!("Bearer {}", self.token))
-            .send_json(&body)
-            .map_err(|e| MoveError::Unreachable {
-                to: self.to.clone(),
-                reason: e.to_string(),
-            })?;
-        let status = res.status().as_u16();
-        let text = res
-            .body_mut()
-            .with_config()
-            .limit(64 * 1024)
-            .read_to_string()
-            .unwrap_or_default();
-        if status != 200 {
-            let problem: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-            let mut detail = problem["detail"]
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| {
-                    format!(
-                        "not a planfiles answer: {}",
-                        text.chars().take(120).collect::<String>()
-                    )
-                });
-            if status == 401 {
-                detail.push_str(" (the shards must share auth.secret, or the same public key)");
-            }
-            return Err(MoveError::Target {
-                to: self.to.clone(),
-                status,
-                detail,
-            });
-        }
-        serde_json::from_str(&text).map_err(|e| MoveError::Target {
-            to: self.to.clone(),
-            status,
-            detail: format!(
-                "not an import answer ({e}): is {} a planfiles shard?",
-                self.to
-            ),
-        })
+        let timeout = Duration::from_secs(if dry_run { 30 } else { 3600 });
+        super::peer::call(&self.to, &path, &self.token, Some(&body), timeout)
     }
 
     /// Before any write is refused: the router is named (or `--no-router`), and each HAProxy
@@ -278,6 +236,12 @@ impl Move {
                     "the HAProxy at {addr} has no backend {backend}"
                 )));
             }
+            if let Some(map) = &r.map {
+                haproxy::check_map(addr, map)?;
+            }
+        }
+        if let Some(file) = &r.map_file {
+            haproxy::check_map_file(file)?;
         }
         Ok(())
     }

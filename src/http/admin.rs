@@ -1,4 +1,4 @@
-//! `POST /admin/tenants/{tenant}/import`: this shard fetches a tenant from a peer shard (step 2 of `planfiles tenant move`, called by the source).
+//! `POST /admin/tenants/{tenant}/import`: this shard fetches a tenant from a peer shard (step 2 of `planfiles tenant move`, called by the source); `GET /admin/tenants/{tenant}/placement`: where the tenant is here (an importer checks that its source refuses writes).
 use super::body::read_limited;
 use super::common::{blocking, json, Reply};
 use super::problem::{ApiError, Problem};
@@ -6,7 +6,7 @@ use super::schema::CommonProblems;
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{CommitId, ObjectId, PlanFile, ShardUrl, TenantId};
-use crate::storage::{ImportPlan, ImportSource};
+use crate::storage::{ImportPlan, ImportSource, Placement};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest};
 use serde::{Deserialize, Serialize};
@@ -62,7 +62,7 @@ pub struct ImportAnswer {
         (status = 400, description = "invalid_json or invalid_body: not an import request, from not a shard URL, head not a commit id; invalid_query: dry_run not true or false", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "insufficient_scope (planfiles.repos.import), wrong_tenant, or peer_not_allowed: from is not in cluster.peers", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not_found: not a tenant id", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "move_conflict: the tenant is served here with another history, or is moving away from here", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "move_conflict: the tenant is served here with another history, or is moving away from here, or the source still takes its writes (it is not moving)", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "payload_too_large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported_media_type: not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "import_failed: the fetch, git fsck or the head check failed", body = Problem, content_type = "application/problem+json"),
@@ -125,6 +125,18 @@ pub async fn import(
             let plan = storage.import_plan(&id, head)?;
             if dry_run {
                 return Ok((plan, None));
+            }
+            // A fetch only from a source that refuses the tenant's writes: never a second
+            // writable copy.
+            if let (ImportPlan::Fresh | ImportPlan::ComeBack, ImportSource::Shard { url, token }) =
+                (&plan, &source)
+            {
+                crate::cluster::source_refuses_writes(url, &id, token).map_err(|e| {
+                    crate::storage::StorageError::MoveConflict {
+                        tenant: id.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
             }
             let done = storage.import_tenant(&id, &source, head, body.source_hosting)?;
             Ok((plan, Some(done)))
@@ -193,4 +205,65 @@ fn bearer(req: &HttpRequest) -> Option<String> {
     scheme
         .eq_ignore_ascii_case("bearer")
         .then(|| token.trim().to_owned())
+}
+
+/// Where a tenant is on this shard.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct PlacementAnswer {
+    pub tenant: String,
+    /// `served` (it takes writes here), `moving` (its writes are refused: a move is under way)
+    /// or `moved` (it answers 421 here).
+    pub placement: &'static str,
+    /// The shard it is moving or moved to.
+    pub to: Option<String>,
+    pub source_hosting: bool,
+}
+
+#[utoipa::path(
+    get,
+    path = "/admin/tenants/{tenant}/placement",
+    tag = "cluster",
+    description = "Where the tenant is on this shard. A shard asked to import the tenant from here checks that it is moving, so that an import never leaves it writable on two shards.",
+    params(("tenant" = String, Path, description = "The token's own tenant")),
+    responses(
+        (status = 200, description = "The tenant's placement", body = PlacementAnswer),
+        (status = 403, description = "insufficient_scope (planfiles.repos.import) or wrong_tenant", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "not_found: not a tenant id; tenant_not_found", body = Problem, content_type = "application/problem+json"),
+        (status = 421, description = "tenant_moved: it was archived here after its move", body = Problem, content_type = "application/problem+json"),
+        CommonProblems,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn placement(
+    state: web::Data<AppState>,
+    who: Result<Principal, ApiError>,
+    req: HttpRequest,
+    tenant: web::Path<String>,
+) -> Reply {
+    let tenant = TenantId::parse(&tenant).map_err(|_| ApiError::NotFound(req.path().to_owned()))?;
+    let who = who?;
+    if &tenant != who.tenant() {
+        return Err(ApiError::WrongTenant);
+    }
+    if !who.has(REPOS_IMPORT) {
+        return Err(ApiError::Forbidden(REPOS_IMPORT));
+    }
+    let storage = state.storage.clone();
+    let id = tenant.clone();
+    let (placement, info) = blocking(
+        move || Ok((storage.placement(&id)?, storage.tenant(&id)?)),
+        PlanFile::Integration,
+    )
+    .await?;
+    let (word, to) = match placement {
+        None => ("served", None),
+        Some(Placement::Moving { to, .. }) => ("moving", Some(to.to_string())),
+        Some(Placement::Moved { to, .. }) => ("moved", Some(to.to_string())),
+    };
+    Ok(json(&PlacementAnswer {
+        tenant: tenant.to_string(),
+        placement: word,
+        to,
+        source_hosting: info.source_hosting,
+    }))
 }

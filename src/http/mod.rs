@@ -252,6 +252,12 @@ pub fn routes(cfg: &mut web::ServiceConfig) {
             .name("/admin/tenants/{tenant}/import")
             .route(web::post().to(admin::import))
             .default_service(web::to(common::post_only)),
+    )
+    .service(
+        web::resource("/admin/tenants/{tenant}/placement")
+            .name("/admin/tenants/{tenant}/placement")
+            .route(web::get().to(admin::placement))
+            .default_service(web::to(common::get_only)),
     );
     cfg.service(
         web::resource("/plans/events")

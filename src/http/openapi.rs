@@ -1,5 +1,5 @@
 //! The OpenAPI 3.1 document, generated from the handlers' annotations and the body types (utoipa).
-use super::admin::{ImportAnswer, ImportRequest};
+use super::admin::{ImportAnswer, ImportRequest, PlacementAnswer};
 use super::problem::Problem;
 use super::schema::{
     Author, CommitsAnswer, ConfigurationContent, ConfigurationFile, DiffSide, FileDiff, FileEvent,
@@ -37,6 +37,7 @@ use utoipa::{Modify, OpenApi};
         git::upload_pack,
         git::refuse_push,
         admin::import,
+        admin::placement,
         ops::healthz,
         ops::readyz,
         ops::metrics,
@@ -47,7 +48,7 @@ use utoipa::{Modify, OpenApi};
         ConfigurationContent, Folder, FileStatus, Problem, Health, HistoryPage, HistoryEntry,
         Author, GitBytes, HeadEvent, FileEvent, Ticket,
         Author, GitBytes, PostCommits, PutIntegrationPart, PutConfigurationPart, CommitsAnswer,
-        RestoreFile, FileDiff, DiffSide, PatchOp, ImportRequest, ImportAnswer
+        RestoreFile, FileDiff, DiffSide, PatchOp, ImportRequest, ImportAnswer, PlacementAnswer
     )),
     modifiers(&BearerJwt),
 )]

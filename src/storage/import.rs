@@ -189,11 +189,13 @@ fn fetch_and_check(
         reason: "the source has no main".into(),
     })?;
     if let Some(head) = head.filter(|h| *h != fetched) {
+        let why = match source {
+            ImportSource::Shard { .. } => ": it still takes writes",
+            ImportSource::Path(_) => "",
+        };
         return Err(StorageError::Import {
             tenant: tenant.clone(),
-            reason: format!(
-                "the source's main is at {fetched}, not at {head}: it still takes writes"
-            ),
+            reason: format!("the source's main is at {fetched}, not at {head}{why}"),
         });
     }
     run(

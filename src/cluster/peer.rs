@@ -1,0 +1,108 @@
+//! Calls from one shard (or `tenant move`/`tenant import`) to another over HTTP: a JSON request with the tenant's import token, and the peer's answer or problem as a `MoveError` that names the peer.
+use super::MoveError;
+use crate::domain::{ShardUrl, TenantId};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use std::time::Duration;
+
+/// Sends `GET` (no body) or `POST` (`body`) to `path` on `peer` with `token`, and reads the
+/// JSON answer; a status other than 200 is the peer's problem detail.
+pub(super) fn call<T: DeserializeOwned>(
+    peer: &ShardUrl,
+    path: &str,
+    token: &str,
+    body: Option<&serde_json::Value>,
+    timeout: Duration,
+) -> Result<T, MoveError> {
+    let url = format!("{peer}{path}");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(timeout))
+        .build()
+        .into();
+    let auth = format!("Bearer {token}");
+    let sent = match body {
+        Some(body) => agent
+            .post(&url)
+            .header("Authorization", &auth)
+            .send_json(body),
+        None => agent.get(&url).header("Authorization", &auth).call(),
+    };
+    let mut res = sent.map_err(|e| MoveError::Unreachable {
+        to: peer.clone(),
+        reason: e.to_string(),
+    })?;
+    let status = res.status().as_u16();
+    let text = res
+        .body_mut()
+        .with_config()
+        .limit(64 * 1024)
+        .read_to_string()
+        .unwrap_or_default();
+    if status != 200 {
+        let problem: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        let mut detail = problem["detail"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                format!(
+                    "not a planfiles answer: {}",
+                    text.chars().take(120).collect::<String>()
+                )
+            });
+        if status == 401 {
+            detail.push_str(" (the shards must share auth.secret, or the same public key)");
+        }
+        return Err(MoveError::Target {
+            to: peer.clone(),
+            status,
+            detail,
+        });
+    }
+    serde_json::from_str(&text).map_err(|e| MoveError::Target {
+        to: peer.clone(),
+        status,
+        detail: format!("not the answer expected ({e}): is {peer} a planfiles shard?"),
+    })
+}
+
+/// Where a tenant is on a shard, as `GET /admin/tenants/<id>/placement` says.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PeerPlacement {
+    /// `served`, `moving` or `moved`.
+    pub placement: String,
+    pub source_hosting: bool,
+}
+
+/// Asks the shard `source` where `tenant` is there.
+pub fn placement_at(
+    source: &ShardUrl,
+    tenant: &TenantId,
+    token: &str,
+) -> Result<PeerPlacement, MoveError> {
+    call(
+        source,
+        &format!("/admin/tenants/{tenant}/placement"),
+        token,
+        None,
+        Duration::from_secs(30),
+    )
+}
+
+/// Checks that the shard `source` refuses `tenant`'s writes (it is moving away), so that an
+/// import from it can never leave the tenant writable on two shards.
+pub fn source_refuses_writes(
+    source: &ShardUrl,
+    tenant: &TenantId,
+    token: &str,
+) -> Result<PeerPlacement, MoveError> {
+    let placement = placement_at(source, tenant, token)?;
+    if placement.placement != "moving" {
+        return Err(MoveError::SourceWritable {
+            shard: source.clone(),
+            tenant: tenant.clone(),
+            placement: placement.placement,
+        });
+    }
+    Ok(placement)
+}
