@@ -146,10 +146,13 @@ impl ChangeFeed {
     /// A subscription to `tenant`'s changes; its first value is the head now.
     /// `TenantNotFound` when the tenant has no repository.
     pub async fn subscribe(&self, tenant: &TenantId) -> Result<Subscription, StorageError> {
+        // A channel that said the tenant is moving serves no new waiter: the thread registers
+        // it again (refused while it moves; a fresh channel once it came back).
         let existing = self
             .shared
             .tenants()
             .get(tenant)
+            .filter(|tx| !tx.borrow().moving)
             .map(watch::Sender::subscribe);
         if let Some(rx) = existing {
             return Ok(Subscription {
@@ -262,10 +265,12 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_leaves_before_its_answer_leaves_nothing_registered() {
         let (feed, tenant, _dir) = feed();
-        for _ in 0..20 {
+        for i in 0..20 {
             let mut asking = Box::pin(feed.subscribe(&tenant));
-            // Polled once: the request is queued; then the waiter goes.
-            assert!((&mut asking).now_or_never().is_none());
+            // Polled once: the request is queued; then the waiter goes. (Later rounds may find
+            // the tenant still registered by an earlier request and be answered at once.)
+            let answered = (&mut asking).now_or_never().is_some();
+            assert!(i > 0 || !answered, "the first request goes to the thread");
             drop(asking);
         }
         eventually("no tenant stays registered", || feed.watched_tenants() == 0).await;
@@ -276,6 +281,28 @@ mod tests {
             feed.watched_tenants() == 0
         })
         .await;
+    }
+
+    #[tokio::test]
+    async fn a_moving_tenant_ends_its_waiters_and_takes_no_new_one() {
+        let (dir, storage, tenant) = crate::storage::test_storage();
+        let feed = ChangeFeed::start(storage.clone(), Duration::from_millis(50)).unwrap();
+        let mut first = feed.subscribe(&tenant).await.unwrap();
+        let to = crate::domain::ShardUrl::parse("http://b:8080").unwrap();
+        storage.begin_move(&tenant, &to).unwrap();
+        let update = tokio::time::timeout(Duration::from_secs(5), first.changed())
+            .await
+            .expect("the waiter is told")
+            .expect("the feed runs");
+        assert!(update.moving);
+        // The tenant's channel is still registered (its waiter has not gone), yet a new
+        // waiter is refused rather than handed a channel that will say nothing more.
+        assert_eq!(feed.watched_tenants(), 1);
+        assert!(matches!(
+            feed.subscribe(&tenant).await,
+            Err(StorageError::TenantMoving { .. })
+        ));
+        drop((first, dir));
     }
 
     #[tokio::test]
