@@ -233,6 +233,14 @@ fn a_mistaken_move_refuses_no_write_and_a_started_one_can_be_aborted() {
     let all = tenants(2);
     let cluster = Cluster::start(&all, 3600, 2);
     let (t, b) = (&all[0], &cluster.shards[1]);
+    let ticket: Value = reqwest::blocking::Client::new()
+        .post(format!("{}/plans/events/tickets", cluster.shards[0].url))
+        .bearer_auth(token(t, WRITE))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let ticket = ticket["ticket"].as_str().expect("a ticket").to_owned();
     let sock = cluster.socket().display().to_string();
     let map = cluster.map().display().to_string();
     let nowhere = format!("http://127.0.0.1:{}", cluster::free_port());
@@ -358,4 +366,10 @@ fn a_mistaken_move_refuses_no_write_and_a_started_one_can_be_aborted() {
     assert_eq!(cluster.home(t), 1);
     assert_eq!(put_through(&cluster, t), 200);
     cluster.check(&all, &[]);
+    // Stream tickets are per shard: one made by the tenant's old shard is 401 on its new one.
+    let res = reqwest::blocking::Client::new()
+        .get(format!("{}/plans/events?ticket={ticket}", b.url))
+        .send()
+        .unwrap();
+    assert_eq!(res.status(), 401);
 }
