@@ -98,7 +98,10 @@ impl Application {
         )
         .metrics_require_token(config.metrics.require_token)
         .events_config(events_limits(&config.events))
-        .cluster_peers(config.cluster.peer_urls().map_err(StartupError::Cluster)?);
+        .cluster(
+            config.cluster.peer_urls().map_err(StartupError::Cluster)?,
+            config.cluster.self_url().map_err(StartupError::Cluster)?,
+        );
         let listener =
             TcpListener::bind(&config.server.bind).map_err(|source| StartupError::Bind {
                 bind: config.server.bind.clone(),

@@ -366,6 +366,57 @@ fn a_mistaken_move_refuses_no_write_and_a_started_one_can_be_aborted() {
     assert_eq!(cluster.home(t), 1);
     assert_eq!(put_through(&cluster, t), 200);
     cluster.check(&all, &[]);
+    // An import takes a tenant only from a source that is moving it to this shard.
+    let u = &all[1];
+    let u_id = planfiles::domain::TenantId::parse(u).unwrap();
+    let b_storage = planfiles::storage::Storage::open(
+        &b.dir.join("data"),
+        planfiles::domain::Identity::new("t", "t@localhost", "localhost"),
+        planfiles::storage::Durability::Fsync,
+    )
+    .unwrap();
+    let elsewhere = planfiles::domain::ShardUrl::parse(&nowhere).unwrap();
+    b_storage.begin_move(&u_id, &elsewhere).unwrap();
+    let out = cluster.shards[0]
+        .cli()
+        .args(["tenant", "import", u, "--from", &b.url])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("not to this shard"),
+        "{err}"
+    );
+    assert!(!cluster.shards[0].repo(u).exists());
+    // That move's target is gone for good: --abort needs --force, then writes go on.
+    let (ok, err) = move_with(&cluster, 1, u, &["--to", &nowhere, "--abort"]);
+    assert!(!ok && err.contains("--force"), "{err}");
+    let (ok, err) = move_with(&cluster, 1, u, &["--to", &nowhere, "--abort", "--force"]);
+    assert!(ok, "{err}");
+    assert_eq!(put_through(&cluster, u), 200);
+
+    // --no-router stops after step 2; --routed, once the routing is switched, finishes.
+    let a_url = cluster.shards[0].url.clone();
+    let (ok, err) = move_with(&cluster, 1, u, &["--to", &a_url, "--no-router"]);
+    assert!(!ok && err.contains("--routed"), "{err}");
+    assert_eq!(
+        put_through(&cluster, u),
+        503,
+        "refused on b, still routed there"
+    );
+    let sock = cluster.socket().display().to_string();
+    planfiles::cluster::haproxy::set_map(&sock, &map, u, "shard_a").unwrap();
+    planfiles::cluster::haproxy::write_map_file(&cluster.map(), u, "shard_a").unwrap();
+    assert_eq!(
+        put_through(&cluster, u),
+        200,
+        "routed to a, where it was imported"
+    );
+    let (ok, err) = move_with(&cluster, 1, u, &["--to", &a_url, "--no-router", "--routed"]);
+    assert!(ok, "{err}");
+    assert_eq!(cluster.home(u), 0);
+    cluster.check(&all, &[]);
+
     // Stream tickets are per shard: one made by the tenant's old shard is 401 on its new one.
     let res = reqwest::blocking::Client::new()
         .get(format!("{}/plans/events?ticket={ticket}", b.url))

@@ -32,9 +32,13 @@ pub struct MoveArgs {
     /// The target's HAProxy backend (the map's value).
     #[arg(long)]
     pub backend: Option<String>,
-    /// Switch the routing yourself: step 3 changes no map.
+    /// Switch the routing yourself: the move stops after step 2; run it again with --routed
+    /// once the routing sends the tenant to the target.
     #[arg(long, conflicts_with_all = ["haproxy", "map", "map_file", "backend"])]
     pub no_router: bool,
+    /// With --no-router: the routing sends the tenant to the target now; finish the move.
+    #[arg(long, requires = "no_router")]
+    pub routed: bool,
     /// Undo a move that has not reached the target: writes are taken here again.
     #[arg(long)]
     pub abort: bool,
@@ -77,6 +81,7 @@ pub(super) fn move_tenant(
         map_file,
         backend,
         no_router,
+        routed,
         abort,
         force,
     } = args;
@@ -107,6 +112,7 @@ pub(super) fn move_tenant(
             map_file,
             backend,
             by_hand: no_router,
+            routed,
         },
         grace: std::time::Duration::from_secs(config.cluster.moved_grace_secs),
     };
@@ -166,19 +172,30 @@ pub(super) fn import_tenant(
                 .map_err(|e| CliError::Usage(format!("--head {e}")))?,
         )),
     };
-    // From a shard: only while it refuses the tenant's writes (a move under way there), and
-    // with the flag it has there.
+    // From a shard: only while it is moving the tenant here (asked before the fetch and
+    // again just before the tenant becomes writable here), with the flag it has there.
+    let me = config.cluster.self_url().map_err(CliError::Usage)?;
+    let handed_over = || match &source {
+        ImportSource::Shard { url, token } => {
+            crate::cluster::source_refuses_writes(url, &tenant, token, me.as_ref())
+                .map(|there| there.source_hosting)
+                .map_err(|e| crate::storage::StorageError::MoveConflict {
+                    tenant: tenant.clone(),
+                    reason: e.to_string(),
+                })
+        }
+        ImportSource::Path(_) => Ok(false),
+    };
     let mut source_hosting = source_hosting;
     let plan = storage.import_plan(&tenant, head)?;
-    if let (
-        crate::storage::ImportPlan::Fresh | crate::storage::ImportPlan::ComeBack,
-        ImportSource::Shard { url, token },
-    ) = (&plan, &source)
-    {
-        let there = crate::cluster::source_refuses_writes(url, &tenant, token)?;
-        source_hosting |= there.source_hosting;
+    if matches!(
+        plan,
+        crate::storage::ImportPlan::Fresh | crate::storage::ImportPlan::ComeBack
+    ) {
+        source_hosting |= handed_over()?;
     }
-    let done = storage.import_tenant(&tenant, &source, head, source_hosting)?;
+    let confirm = || handed_over().map(|_| ());
+    let done = storage.import_tenant(&tenant, &source, head, source_hosting, &confirm)?;
     println!(
         "{} {tenant} at {} ({} ms); source hosting {}",
         if done.already {

@@ -170,6 +170,12 @@ pub fn write_map_file(path: &Path, key: &str, value: &str) -> Result<(), Haproxy
         .tempfile_in(dir)
         .map_err(err)?;
     tmp.write_all(text.as_bytes()).map_err(err)?;
+    // As readable as a map file is (a temporary file is made 0600).
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .map_err(err)?;
     tmp.as_file().sync_all().map_err(err)?;
     tmp.persist(path).map_err(|e| err(e.error))?;
     std::fs::File::open(dir)

@@ -18,8 +18,11 @@ pub struct Router {
     pub map_file: Option<PathBuf>,
     /// The map's value for the target: its HAProxy backend.
     pub backend: Option<String>,
-    /// The operator switches the routing by other means (`--no-router`).
+    /// The operator switches the routing by other means (`--no-router`): the move stops
+    /// after step 2 until it is run again with `routed`.
     pub by_hand: bool,
+    /// With `by_hand`: the routing now sends the tenant to the target (`--routed`).
+    pub routed: bool,
 }
 
 /// A move of `tenant` from this shard (`from`, as the target reaches it) to `to`.
@@ -64,6 +67,12 @@ pub enum MoveError {
         shard: ShardUrl,
         tenant: TenantId,
         placement: String,
+    },
+    #[error("the shard at {shard} is moving {tenant} to {to}, not to this shard")]
+    MovingElsewhere {
+        shard: ShardUrl,
+        tenant: TenantId,
+        to: ShardUrl,
     },
 }
 
@@ -129,6 +138,11 @@ impl Move {
                 return Err(MoveError::HeadMismatch { want: head, got });
             }
             import_millis = done.millis;
+        }
+        if self.router.by_hand && !self.router.routed {
+            return Err(MoveError::Router(format!(
+                "{t} is on the target now and its writes are refused here: switch the routing to the target, then run the same command with --routed to finish"
+            )));
         }
         progress("step 3/4: switching the router to the target");
         self.switch_router()?;

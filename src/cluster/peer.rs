@@ -71,6 +71,8 @@ pub(super) fn call<T: DeserializeOwned>(
 pub struct PeerPlacement {
     /// `served`, `moving` or `moved`.
     pub placement: String,
+    /// The shard it is moving or moved to.
+    pub to: Option<String>,
     pub source_hosting: bool,
 }
 
@@ -89,12 +91,14 @@ pub fn placement_at(
     )
 }
 
-/// Checks that the shard `source` refuses `tenant`'s writes (it is moving away), so that an
-/// import from it can never leave the tenant writable on two shards.
+/// Checks that the shard `source` refuses `tenant`'s writes because it is moving it to this
+/// shard (`me`, this shard's `cluster.self_url`, when it is set), so that an import from it
+/// can never leave the tenant writable on two shards.
 pub fn source_refuses_writes(
     source: &ShardUrl,
     tenant: &TenantId,
     token: &str,
+    me: Option<&ShardUrl>,
 ) -> Result<PeerPlacement, MoveError> {
     let placement = placement_at(source, tenant, token)?;
     if placement.placement != "moving" {
@@ -103,6 +107,19 @@ pub fn source_refuses_writes(
             tenant: tenant.clone(),
             placement: placement.placement,
         });
+    }
+    let to = placement
+        .to
+        .as_deref()
+        .and_then(|t| ShardUrl::parse(t).ok());
+    if let (Some(me), Some(to)) = (me, &to) {
+        if me != to {
+            return Err(MoveError::MovingElsewhere {
+                shard: source.clone(),
+                tenant: tenant.clone(),
+                to: to.clone(),
+            });
+        }
     }
     Ok(placement)
 }

@@ -118,7 +118,7 @@ pub async fn import(
         )
     })?;
     let storage = state.storage.clone();
-    let source = ImportSource::Shard { url: from, token };
+    let me = state.cluster.me.clone();
     let id = tenant.clone();
     let (plan, done) = blocking(
         move || {
@@ -126,19 +126,26 @@ pub async fn import(
             if dry_run {
                 return Ok((plan, None));
             }
-            // A fetch only from a source that refuses the tenant's writes: never a second
+            // A fetch only from a source that is moving the tenant here, asked before the
+            // fetch and again just before the tenant becomes writable here: never a second
             // writable copy.
-            if let (ImportPlan::Fresh | ImportPlan::ComeBack, ImportSource::Shard { url, token }) =
-                (&plan, &source)
-            {
-                crate::cluster::source_refuses_writes(url, &id, token).map_err(|e| {
-                    crate::storage::StorageError::MoveConflict {
+            let handed_over = || {
+                crate::cluster::source_refuses_writes(&from, &id, &token, me.as_ref())
+                    .map(|_| ())
+                    .map_err(|e| crate::storage::StorageError::MoveConflict {
                         tenant: id.clone(),
                         reason: e.to_string(),
-                    }
-                })?;
+                    })
+            };
+            if matches!(plan, ImportPlan::Fresh | ImportPlan::ComeBack) {
+                handed_over()?;
             }
-            let done = storage.import_tenant(&id, &source, head, body.source_hosting)?;
+            let source = ImportSource::Shard {
+                url: from.clone(),
+                token: token.clone(),
+            };
+            let done =
+                storage.import_tenant(&id, &source, head, body.source_hosting, &handed_over)?;
             Ok((plan, Some(done)))
         },
         PlanFile::Integration,

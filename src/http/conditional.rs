@@ -61,7 +61,12 @@ impl AppState {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(secs).min(left);
         let shutdown = self.events.shutting_down();
         tokio::pin!(shutdown);
-        let mut head = subscription.current().head.clone();
+        let current = subscription.current();
+        if current.moving {
+            // The tenant began to move after the read: answer now.
+            return Ok(applied(not_modified(&res)));
+        }
+        let mut head = current.head.clone();
         loop {
             // Subscribed after the first read: a change in between shows here.
             if !tags.iter().any(|t| t == &head.blob(file).to_string()) {

@@ -74,14 +74,22 @@ pub struct AppState {
 pub struct ClusterState {
     /// The shards imports may fetch from (`cluster.peers`); none: imports are refused.
     pub peers: Vec<crate::domain::ShardUrl>,
+    /// This shard's URL (`cluster.self_url`): an import takes a tenant only from a source
+    /// that is moving it here.
+    pub me: Option<crate::domain::ShardUrl>,
     /// Imports running at once: 2 in all, 1 per tenant.
     pub imports: crate::gates::Turns,
 }
 
 impl ClusterState {
-    fn new(peers: Vec<crate::domain::ShardUrl>, wait: Duration) -> Self {
+    fn new(
+        peers: Vec<crate::domain::ShardUrl>,
+        me: Option<crate::domain::ShardUrl>,
+        wait: Duration,
+    ) -> Self {
         Self {
             peers,
+            me,
             imports: crate::gates::Turns::new(2, 1, wait),
         }
     }
@@ -163,13 +171,18 @@ impl AppState {
             ),
             renders: crate::gates::Turns::new(RENDERS, RENDERS_PER_TENANT, limits.queue_timeout),
             events,
-            cluster: ClusterState::new(Vec::new(), limits.queue_timeout),
+            cluster: ClusterState::new(Vec::new(), None, limits.queue_timeout),
         }
     }
 
-    /// The shards this one may import tenants from (`cluster.peers`).
-    pub fn cluster_peers(mut self, peers: Vec<crate::domain::ShardUrl>) -> Self {
-        self.cluster = ClusterState::new(peers, self.cluster.imports.wait());
+    /// The shards this one may import tenants from (`cluster.peers`), and this shard's own
+    /// URL (`cluster.self_url`).
+    pub fn cluster(
+        mut self,
+        peers: Vec<crate::domain::ShardUrl>,
+        me: Option<crate::domain::ShardUrl>,
+    ) -> Self {
+        self.cluster = ClusterState::new(peers, me, self.cluster.imports.wait());
         self
     }
 

@@ -190,6 +190,11 @@ impl Task {
             return end;
         }
         let first = self.subscription.current();
+        // The move began between the subscription and now: it was marked seen, so end here.
+        if first.moving {
+            let mut at = first.head.commit;
+            return self.end_for_move(&mut at, &first).await;
+        }
         let (mut at, head) = match start {
             Start::Head => (first.head.commit, first.head.clone()),
             Start::After { head, plan } => {

@@ -18,7 +18,9 @@ const TEMP_PREFIX: &str = ".import-";
 
 impl Storage {
     /// Imports `tenant` from `source`, which must be at `head` when given (the head the
-    /// source handed over after refusing writes). The tenant is writable here when this
+    /// source handed over after refusing writes). `confirm` is asked last, under the turn that
+    /// creations, imports and archives take, just before the tenant becomes writable here:
+    /// an error there (the source takes writes again) leaves nothing writable here. The tenant is writable here when this
     /// returns. Safe to run again: a tenant that is here and writable at `head` or after it
     /// is `already` imported; one that moved away from here and comes back is fetched into
     /// its old repository, which becomes writable again.
@@ -28,6 +30,7 @@ impl Storage {
         source: &ImportSource,
         head: Option<CommitId>,
         source_hosting: bool,
+        confirm: &dyn Fn() -> Result<(), StorageError>,
     ) -> Result<Imported, StorageError> {
         let started = Instant::now();
         let path = self.repo_path(tenant);
@@ -57,6 +60,17 @@ impl Storage {
                 // the placement record refuses them).
                 let fetched = fetch_and_check(tenant, &path, source, head, source_hosting)?;
                 sync_tree(&path)?;
+                // Under the creation turn, which the archive sweep takes too: the repository
+                // is still here and still moved away, and the source still hands it over.
+                let _turn = repo::creation_turn(&self.tenants_dir)?;
+                if !path.is_dir()
+                    || !matches!(placement::read(&path)?, Some(Placement::Moved { .. }))
+                {
+                    return Err(conflict(
+                        "it was archived or changed here while it was imported: run the move again",
+                    ));
+                }
+                confirm()?;
                 placement::clear(&path)?;
                 return Ok(Imported {
                     head: fetched,
@@ -87,6 +101,8 @@ impl Storage {
         if path.exists() {
             return Err(conflict("it was created here while it was imported"));
         }
+        // The source still hands it over (a move aborted meanwhile does not).
+        confirm()?;
         let tmp_path = tmp.keep();
         std::fs::rename(&tmp_path, &path).map_err(|e| {
             let _ = std::fs::remove_dir_all(&tmp_path);

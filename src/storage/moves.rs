@@ -6,9 +6,6 @@ use crate::domain::{ShardUrl, TenantId};
 use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
 
-/// The refs a planfiles write moves (`main`, and the no-op records of idempotency keys).
-const WRITTEN_REFS: [&str; 2] = ["refs/heads/main", "refs/planfiles/no-ops"];
-
 impl Storage {
     /// Where the tenant is, when it is leaving or has left this shard.
     pub fn placement(&self, tenant: &TenantId) -> Result<Option<Placement>, StorageError> {
@@ -27,7 +24,7 @@ impl Storage {
     pub fn begin_move(&self, tenant: &TenantId, to: &ShardUrl) -> Result<MoveStart, StorageError> {
         let path = self.repo_path(tenant);
         let repo = TenantRepo::open_any(tenant, &path)?;
-        let (moved, since) = match placement::read(&path)? {
+        let (moved, since) = repo.fence(|| match placement::read(&path)? {
             None => {
                 let since = placement::now();
                 placement::write(
@@ -37,25 +34,22 @@ impl Storage {
                         since,
                     },
                 )?;
-                (false, since)
+                Ok((false, since))
             }
-            Some(p) if p.to() != to => {
-                return Err(StorageError::MoveConflict {
-                    tenant: tenant.clone(),
-                    reason: format!(
-                        "it is {} the shard at {}; finish that move first",
-                        match p {
-                            Placement::Moving { .. } => "moving to",
-                            Placement::Moved { .. } => "moved to",
-                        },
-                        p.to()
-                    ),
-                })
-            }
-            Some(Placement::Moving { since, .. }) => (false, since),
-            Some(Placement::Moved { at, .. }) => (true, at),
-        };
-        repo::fence(&path, &WRITTEN_REFS)?;
+            Some(p) if p.to() != to => Err(StorageError::MoveConflict {
+                tenant: tenant.clone(),
+                reason: format!(
+                    "it is {} the shard at {}; finish that move first",
+                    match p {
+                        Placement::Moving { .. } => "moving to",
+                        Placement::Moved { .. } => "moved to",
+                    },
+                    p.to()
+                ),
+            }),
+            Some(Placement::Moving { since, .. }) => Ok((false, since)),
+            Some(Placement::Moved { at, .. }) => Ok((true, at)),
+        })?;
         let head = repo::file_head(&path).ok_or_else(|| StorageError::MoveConflict {
             tenant: tenant.clone(),
             reason: "its main has no commit".into(),
@@ -120,12 +114,23 @@ impl Storage {
         grace: Duration,
     ) -> Result<Option<PathBuf>, StorageError> {
         let path = self.repo_path(tenant);
-        let Some(Placement::Moved { to, at }) = placement::read(&path)? else {
-            return Ok(None);
+        let due = |path: &std::path::Path| -> Result<Option<ShardUrl>, StorageError> {
+            Ok(match placement::read(path)? {
+                Some(Placement::Moved { to, at }) if at.elapsed().unwrap_or_default() >= grace => {
+                    Some(to)
+                }
+                _ => None,
+            })
         };
-        if at.elapsed().unwrap_or_default() < grace {
+        if due(&path)?.is_none() {
             return Ok(None);
         }
+        // Under the turn that imports take to make a tenant writable here: a tenant that came
+        // back meanwhile is not archived.
+        let _turn = repo::creation_turn(&self.tenants_dir)?;
+        let Some(to) = due(&path)? else {
+            return Ok(None);
+        };
         let archive = self.tenants_dir.with_file_name("archive");
         super::disk::create_dir_all_synced(&archive)?;
         let secs = placement::now()

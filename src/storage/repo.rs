@@ -25,7 +25,7 @@ mod source_hosting;
 mod write_tests;
 
 pub(super) use create::{create, creation_turn};
-pub(super) use refs::{fence, file_head};
+pub(super) use refs::file_head;
 pub(super) use source_hosting::source_hosting_flag;
 
 const MAIN: &str = "refs/heads/main";

@@ -312,7 +312,8 @@ impl Thread {
             return;
         }
         let path = self.storage.repo_path(tenant);
-        if matches!(placement::read(&path), Ok(Some(_))) {
+        // Moving, moved, or already archived (the folder gone): the streams end.
+        if !path.is_dir() || matches!(placement::read(&path), Ok(Some(_))) {
             // What landed before the move began is published with it.
             let head = self.storage.head_state_any(tenant).ok();
             let replay = head.as_ref().filter(|h| h.commit != last).and_then(|h| {

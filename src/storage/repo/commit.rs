@@ -44,6 +44,20 @@ impl TenantRepo {
                 Err(e) => return fail_all(reqs.len(), e),
             }
         };
+        // Under the write lock, which a move takes to write its record (`refs.rs`: `fence`):
+        // a tenant that began to move takes no write of this batch, not even a no-op record.
+        if _write_lock.is_some() {
+            match crate::storage::placement::read(&self.path) {
+                Ok(None) => {}
+                Ok(Some(p)) => {
+                    return fail_all(
+                        reqs.len(),
+                        crate::storage::placement::refusal(&self.tenant, &p),
+                    )
+                }
+                Err(e) => return fail_all(reqs.len(), e),
+            }
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;

@@ -1,4 +1,4 @@
-//! A ref read and moved the way git itself does it: the loose file (else its line in `packed-refs`), and a compare-and-swap through `<ref>.lock` (created exclusively, the value checked, written, renamed over the ref), without libgit2's extra reads; and the fence of a tenant move, which waits out the writes under way through the same locks.
+//! A ref read and moved the way git itself does it: the loose file (else its line in `packed-refs`), and a compare-and-swap through `<ref>.lock` (created exclusively, the value checked, written, renamed over the ref), without libgit2's extra reads; and the fence of a tenant move, which takes the tenant's write lock and waits out the ref locks.
 use super::TenantRepo;
 use crate::domain::CommitId;
 use crate::storage::disk::sync_dir;
@@ -119,51 +119,60 @@ impl TenantRepo {
     }
 }
 
-/// How long the fence waits for a ref lock held by a write before it gives up.
+/// How long the fence waits for the tenant's write lock, and for a ref lock held by a git
+/// command, before it gives up.
 const FENCE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Waits until no write holds the lock of any ref in `refs`, by taking each lock and
-/// dropping it: a write that took a lock before the record was written has then renamed its
-/// ref, and every later one reads the record under the lock and is refused. A lock that
-/// stays held past its stale age (its writer died) is removed as the writers remove it.
-pub(in crate::storage) fn fence(repo: &Path, refs: &[&str]) -> Result<(), StorageError> {
-    for name in refs {
-        let lock = repo.join(format!("{name}.lock"));
-        let started = std::time::Instant::now();
-        loop {
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&lock)
-            {
-                Ok(_) => {
-                    std::fs::remove_file(&lock)
-                        .map_err(|e| StorageError::io("drop a ref lock", &lock, e))?;
-                    break;
-                }
-                // No such ref folder: no write of that ref can be under way.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    if super::remove_if_stale(&lock).is_some() {
-                        continue;
+impl TenantRepo {
+    /// Runs `mark` (the placement record of a move) under the tenant's write lock, which
+    /// every planfiles batch holds from before its first check to after its last ref move,
+    /// in any process: a batch that began before `mark` has finished, and every later one
+    /// finds the record first. Then waits until no ref planfiles writes is locked by anyone
+    /// else (plain git), removing a stale lock as writers do under the same lock.
+    pub(in crate::storage) fn fence<T>(
+        &self,
+        mark: impl FnOnce() -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
+        let _turn = self.lock_for_write(std::time::Instant::now() + FENCE_WAIT, "")?;
+        let marked = mark()?;
+        for name in [super::MAIN, super::idempotency::NO_OPS] {
+            let lock = self.path.join(format!("{name}.lock"));
+            let started = std::time::Instant::now();
+            loop {
+                match std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&lock)
+                {
+                    Ok(_) => {
+                        std::fs::remove_file(&lock)
+                            .map_err(|e| StorageError::io("drop a ref lock", &lock, e))?;
+                        break;
                     }
-                    if started.elapsed() > FENCE_WAIT {
-                        return Err(StorageError::io(
-                            "wait for the writes under way",
-                            &lock,
-                            std::io::Error::new(
-                                std::io::ErrorKind::TimedOut,
-                                "the ref lock stayed held",
-                            ),
-                        ));
+                    // No such ref folder: no write of that ref can be under way.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        if super::remove_if_stale(&lock).is_some() {
+                            continue;
+                        }
+                        if started.elapsed() > FENCE_WAIT {
+                            return Err(StorageError::io(
+                                "wait for a git command that holds the ref",
+                                &lock,
+                                std::io::Error::new(
+                                    std::io::ErrorKind::TimedOut,
+                                    "the ref lock stayed held",
+                                ),
+                            ));
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(2));
                     }
-                    std::thread::sleep(std::time::Duration::from_millis(2));
+                    Err(e) => return Err(StorageError::io("take a ref lock", &lock, e)),
                 }
-                Err(e) => return Err(StorageError::io("take a ref lock", &lock, e)),
             }
         }
+        Ok(marked)
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -183,20 +192,21 @@ mod tests {
     }
 
     #[test]
-    fn the_fence_waits_for_a_held_lock() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("refs/heads")).unwrap();
-        let lock = dir.path().join("refs/heads/main.lock");
+    fn the_fence_waits_for_a_ref_lock_that_a_git_command_holds() {
+        let (_dir, storage, tenant) = crate::storage::test_storage();
+        let path = storage.repo_path(&tenant);
+        let repo = super::TenantRepo::open(&tenant, &path).unwrap();
+        let lock = path.join("refs/heads/main.lock");
         std::fs::write(&lock, "x").unwrap();
         let held = lock.clone();
-        let writer = std::thread::spawn(move || {
+        let git = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(150));
             std::fs::remove_file(held).unwrap();
         });
         let started = std::time::Instant::now();
-        super::fence(dir.path(), &["refs/heads/main", "refs/planfiles/no-ops"]).unwrap();
+        assert_eq!(repo.fence(|| Ok(7)).unwrap(), 7);
         assert!(started.elapsed() >= std::time::Duration::from_millis(140));
         assert!(!lock.exists());
-        writer.join().unwrap();
+        git.join().unwrap();
     }
 }
