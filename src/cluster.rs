@@ -4,7 +4,7 @@ mod moving;
 mod peer;
 
 pub use moving::{Move, MoveError, MoveReport, Router};
-pub use peer::{placement_at, source_refuses_writes, PeerPlacement};
+pub use peer::{handed_over, placement_at, PeerPlacement};
 
 use crate::domain::TenantId;
 use crate::storage::{Storage, StorageError};

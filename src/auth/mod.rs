@@ -103,15 +103,9 @@ impl Verifier {
 
     /// Verifies an `Authorization` header value and returns who is calling.
     pub fn verify_header(&self, header: Option<&[u8]>) -> Result<Principal, AuthError> {
-        let header = header.ok_or(AuthError::Missing)?.trim_ascii();
-        let space = header
-            .iter()
-            .position(|&b| b == b' ')
-            .ok_or(AuthError::Missing)?;
-        if !header[..space].eq_ignore_ascii_case(b"bearer") {
-            return Err(AuthError::Missing);
-        }
-        self.verify_bytes(header[space + 1..].trim_ascii())
+        self.verify_bytes(
+            bearer_token(header.ok_or(AuthError::Missing)?).ok_or(AuthError::Missing)?,
+        )
     }
 
     /// Verifies a token: signature with the configured algorithm, `exp`, `nbf`, `iat`,
@@ -150,6 +144,16 @@ fn now() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
+}
+
+/// The token of an `Authorization: Bearer <token>` header value (the scheme in any case),
+/// or `None` for another scheme or no token.
+pub fn bearer_token(header: &[u8]) -> Option<&[u8]> {
+    let header = header.trim_ascii();
+    let space = header.iter().position(|&b| b == b' ')?;
+    header[..space]
+        .eq_ignore_ascii_case(b"bearer")
+        .then(|| header[space + 1..].trim_ascii())
 }
 
 /// What `planfiles token` puts in a token.

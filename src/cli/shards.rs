@@ -172,29 +172,23 @@ pub(super) fn import_tenant(
                 .map_err(|e| CliError::Usage(format!("--head {e}")))?,
         )),
     };
-    // From a shard: only while it is moving the tenant here (asked before the fetch and
-    // again just before the tenant becomes writable here), with the flag it has there.
+    // From a shard: only while it is moving the tenant here (`import_tenant` asks before the
+    // fetch and again just before the tenant becomes writable here), with the flag it has
+    // there.
     let me = config.cluster.self_url().map_err(CliError::Usage)?;
-    let handed_over = || match &source {
+    let confirm = || match &source {
         ImportSource::Shard { url, token } => {
-            crate::cluster::source_refuses_writes(url, &tenant, token, me.as_ref())
-                .map(|there| there.source_hosting)
-                .map_err(|e| crate::storage::StorageError::MoveConflict {
-                    tenant: tenant.clone(),
-                    reason: e.to_string(),
-                })
+            crate::cluster::handed_over(url, &tenant, token, me.as_ref())
         }
-        ImportSource::Path(_) => Ok(false),
+        ImportSource::Path(_) => Ok(()),
     };
-    let mut source_hosting = source_hosting;
-    let plan = storage.import_plan(&tenant, head)?;
-    if matches!(
-        plan,
-        crate::storage::ImportPlan::Fresh | crate::storage::ImportPlan::ComeBack
-    ) {
-        source_hosting |= handed_over()?;
-    }
-    let confirm = || handed_over().map(|_| ());
+    let source_hosting = source_hosting
+        || match &source {
+            ImportSource::Shard { url, token } => {
+                crate::cluster::placement_at(url, &tenant, token).is_ok_and(|p| p.source_hosting)
+            }
+            ImportSource::Path(_) => false,
+        };
     let done = storage.import_tenant(&tenant, &source, head, source_hosting, &confirm)?;
     println!(
         "{} {tenant} at {} ({} ms); source hosting {}",

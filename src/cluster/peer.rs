@@ -94,7 +94,7 @@ pub fn placement_at(
 /// Checks that the shard `source` refuses `tenant`'s writes because it is moving it to this
 /// shard (`me`, this shard's `cluster.self_url`, when it is set), so that an import from it
 /// can never leave the tenant writable on two shards.
-pub fn source_refuses_writes(
+fn source_refuses_writes(
     source: &ShardUrl,
     tenant: &TenantId,
     token: &str,
@@ -122,4 +122,20 @@ pub fn source_refuses_writes(
         }
     }
     Ok(placement)
+}
+
+/// [`source_refuses_writes`] as an import's `confirm` (see
+/// [`crate::storage::Storage::import_tenant`]): a refusal is a `move_conflict` naming why.
+pub fn handed_over(
+    source: &ShardUrl,
+    tenant: &TenantId,
+    token: &str,
+    me: Option<&ShardUrl>,
+) -> Result<(), crate::storage::StorageError> {
+    source_refuses_writes(source, tenant, token, me)
+        .map(|_| ())
+        .map_err(|e| crate::storage::StorageError::MoveConflict {
+            tenant: tenant.clone(),
+            reason: e.to_string(),
+        })
 }

@@ -80,19 +80,14 @@ pub async fn import(
 ) -> Reply {
     let tenant = TenantId::parse(&tenant).map_err(|_| ApiError::NotFound(req.path().to_owned()))?;
     let who = who?;
-    let dry_run = dry_run(req.query_string())?;
+    let dry_run = super::query::dry_run(req.query_string())?;
     if &tenant != who.tenant() {
         return Err(ApiError::WrongTenant);
     }
     if !who.has(REPOS_IMPORT) {
         return Err(ApiError::Forbidden(REPOS_IMPORT));
     }
-    let json_sent = req
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(';').next().unwrap_or("").trim() == "application/json");
-    if !json_sent {
+    if !super::body::is_json(&req) {
         return Err(ApiError::UnsupportedMediaType);
     }
     let bytes = read_limited(&req, payload, BODY_LIMIT, state.body_pace).await?;
@@ -120,98 +115,56 @@ pub async fn import(
     let storage = state.storage.clone();
     let me = state.cluster.me.clone();
     let id = tenant.clone();
-    let (plan, done) = blocking(
+    let (found, done) = blocking(
         move || {
-            let plan = storage.import_plan(&id, head)?;
             if dry_run {
-                return Ok((plan, None));
+                return Ok((storage.import_plan(&id, head)?, None));
             }
-            // A fetch only from a source that is moving the tenant here, asked before the
-            // fetch and again just before the tenant becomes writable here: never a second
-            // writable copy.
-            let handed_over = || {
-                crate::cluster::source_refuses_writes(&from, &id, &token, me.as_ref())
-                    .map(|_| ())
-                    .map_err(|e| crate::storage::StorageError::MoveConflict {
-                        tenant: id.clone(),
-                        reason: e.to_string(),
-                    })
-            };
-            if matches!(plan, ImportPlan::Fresh | ImportPlan::ComeBack) {
-                handed_over()?;
-            }
+            // A fetch only from a source that is moving the tenant here (`import_tenant` asks
+            // before the fetch and again just before the tenant becomes writable here): never
+            // a second writable copy.
+            let handed_over = || crate::cluster::handed_over(&from, &id, &token, me.as_ref());
             let source = ImportSource::Shard {
                 url: from.clone(),
                 token: token.clone(),
             };
             let done =
                 storage.import_tenant(&id, &source, head, body.source_hosting, &handed_over)?;
-            Ok((plan, Some(done)))
+            Ok((done.found.clone(), Some(done)))
         },
         PlanFile::Integration,
     )
     .await?;
-    let found = match plan {
-        ImportPlan::Fresh => "fresh",
-        ImportPlan::ComeBack => "comes_back",
-        ImportPlan::Served { .. } => "served",
-    };
-    let answer = match (done, plan) {
+    // What the import did, or on a dry run what it would find.
+    let (head, already, millis) = match (&done, &found) {
         (Some(done), _) => {
             tracing::info!(%tenant, head = %done.head, already = done.already, millis = done.millis, "tenant imported");
-            ImportAnswer {
-                tenant: tenant.to_string(),
-                found,
-                head: Some(done.head.to_string()),
-                already: done.already,
-                dry_run,
-                millis: done.millis,
-            }
+            (Some(done.head), done.already, done.millis)
         }
-        (None, ImportPlan::Served { head, holds_head }) => ImportAnswer {
-            tenant: tenant.to_string(),
-            found,
-            head: Some(head.to_string()),
-            already: holds_head == Some(true),
-            dry_run,
-            millis: 0,
-        },
-        (None, _) => ImportAnswer {
-            tenant: tenant.to_string(),
-            found,
-            head: None,
-            already: false,
-            dry_run,
-            millis: 0,
-        },
+        (None, ImportPlan::Served { head, holds_head }) => {
+            (Some(*head), *holds_head == Some(true), 0)
+        }
+        (None, _) => (None, false, 0),
     };
-    Ok(json(&answer))
-}
-
-/// `?dry_run=true|false` (absent: false); anything else in the query is ignored.
-fn dry_run(query: &str) -> Result<bool, ApiError> {
-    let pairs = web::Query::<Vec<(String, String)>>::from_query(query)
-        .map_err(|e| ApiError::InvalidQuery(e.to_string()))?;
-    match pairs
-        .iter()
-        .find(|(k, _)| k == "dry_run")
-        .map(|(_, v)| v.as_str())
-    {
-        None | Some("false") => Ok(false),
-        Some("true") => Ok(true),
-        Some(other) => Err(ApiError::InvalidQuery(format!(
-            "dry_run must be true or false, not {other:?}"
-        ))),
-    }
+    Ok(json(&ImportAnswer {
+        tenant: tenant.to_string(),
+        found: match found {
+            ImportPlan::Fresh => "fresh",
+            ImportPlan::ComeBack => "comes_back",
+            ImportPlan::Served { .. } => "served",
+        },
+        head: head.map(|h| h.to_string()),
+        already,
+        dry_run,
+        millis,
+    }))
 }
 
 /// The bearer token of the request, as sent.
 fn bearer(req: &HttpRequest) -> Option<String> {
-    let value = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim().to_owned())
+    let value = req.headers().get(header::AUTHORIZATION)?.as_bytes();
+    let token = crate::auth::bearer_token(value)?;
+    String::from_utf8(token.to_vec()).ok()
 }
 
 /// Where a tenant is on this shard.

@@ -196,7 +196,8 @@ fn guard_error(e: json_guard::GuardError) -> ApiError {
     ApiError::InvalidContent(ContentError::new("", e.to_string()))
 }
 
-fn is_json(req: &HttpRequest) -> bool {
+/// Whether the request's `Content-Type` is `application/json` (any parameters, any case).
+pub(super) fn is_json(req: &HttpRequest) -> bool {
     let Some(ct) = req
         .headers()
         .get(header::CONTENT_TYPE)

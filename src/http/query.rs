@@ -95,6 +95,18 @@ pub fn single_param(query: &str, name: &str) -> Result<Option<String>, ApiError>
     Ok(single(&pairs, name)?.map(str::to_owned))
 }
 
+/// `?dry_run=true|false`, absent: false (400 `invalid_query` otherwise; other parameters are
+/// ignored).
+pub fn dry_run(query: &str) -> Result<bool, ApiError> {
+    match single_param(query, "dry_run")?.as_deref() {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(_) => Err(ApiError::InvalidQuery(
+            "dry_run must be true or false".into(),
+        )),
+    }
+}
+
 /// The query of a diff: `from` (required) and `to` (default: `main`), commit ids.
 pub fn diff_query(query: &str) -> Result<(CommitId, Option<CommitId>), ApiError> {
     let pairs = pairs(query)?;

@@ -65,6 +65,35 @@ pub(super) fn create_dir_all_synced(dir: &Path) -> Result<(), StorageError> {
     Ok(())
 }
 
+/// Replaces the file at `path` with `bytes`, all or nothing: written aside in its folder,
+/// synced, renamed over it, and the folder synced. `op` names the operation in errors.
+pub(super) fn replace_synced(
+    path: &Path,
+    bytes: &[u8],
+    op: &'static str,
+) -> Result<(), StorageError> {
+    let dir = parent(path);
+    let err = |e| StorageError::io(op, path, e);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".planfiles-")
+        .tempfile_in(dir)
+        .map_err(err)?;
+    io::Write::write_all(&mut tmp, bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(err)?;
+    tmp.persist(path).map_err(|e| err(e.error))?;
+    sync_dir(dir)
+}
+
+/// Removes the file at `path` and syncs its folder; a file already gone is left so.
+pub(super) fn remove_synced(path: &Path, op: &'static str) -> Result<(), StorageError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => sync_dir(parent(path)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(StorageError::io(op, path, e)),
+    }
+}
+
 /// Creates the folder `dir` (not its parents), synced into its parent; an existing folder is
 /// left as it is. A missing parent is `NotFound`: nothing is made where a folder went away
 /// (a repository archived meanwhile must not come back as an empty skeleton).

@@ -18,10 +18,11 @@ const TEMP_PREFIX: &str = ".import-";
 
 impl Storage {
     /// Imports `tenant` from `source`, which must be at `head` when given (the head the
-    /// source handed over after refusing writes). `confirm` is asked last, under the turn that
-    /// creations, imports and archives take, just before the tenant becomes writable here:
-    /// an error there (the source takes writes again) leaves nothing writable here. The tenant is writable here when this
-    /// returns. Safe to run again: a tenant that is here and writable at `head` or after it
+    /// source handed over after refusing writes). `confirm` says whether the source hands the
+    /// tenant over (it refuses the tenant's writes). It is asked before the fetch, and again
+    /// under the turn that creations, imports and archives take, just before the tenant
+    /// becomes writable here: an error leaves nothing writable here. The tenant is writable
+    /// here when this returns. Safe to run again: a tenant that is here and writable at `head` or after it
     /// is `already` imported; one that moved away from here and comes back is fetched into
     /// its old repository, which becomes writable again.
     pub fn import_tenant(
@@ -38,12 +39,14 @@ impl Storage {
             tenant: tenant.clone(),
             reason: reason.to_owned(),
         };
-        match self.import_plan(tenant, head)? {
+        let found = self.import_plan(tenant, head)?;
+        match found {
             ImportPlan::Served {
                 head,
                 holds_head: Some(true),
             } => {
                 return Ok(Imported {
+                    found,
                     head,
                     already: true,
                     millis: elapsed_ms(started),
@@ -58,6 +61,7 @@ impl Storage {
             ImportPlan::ComeBack => {
                 // Its old repository takes the newer history (no write lands here meanwhile:
                 // the placement record refuses them).
+                confirm()?;
                 let fetched = fetch_and_check(tenant, &path, source, head, source_hosting)?;
                 sync_tree(&path)?;
                 // Under the creation turn, which the archive sweep takes too: the repository
@@ -73,6 +77,7 @@ impl Storage {
                 confirm()?;
                 placement::clear(&path)?;
                 return Ok(Imported {
+                    found,
                     head: fetched,
                     already: false,
                     millis: elapsed_ms(started),
@@ -80,6 +85,7 @@ impl Storage {
             }
             ImportPlan::Fresh => {}
         }
+        confirm()?;
         remove_stale_imports(&self.tenants_dir, tenant);
         let tmp = tempfile::Builder::new()
             .prefix(&format!("{TEMP_PREFIX}{tenant}+"))
@@ -111,6 +117,7 @@ impl Storage {
         sync_dir(&self.tenants_dir)?;
         placement::clear_tombstone(&self.tenants_dir, tenant)?;
         Ok(Imported {
+            found,
             head: fetched,
             already: false,
             millis: elapsed_ms(started),
@@ -295,5 +302,51 @@ fn remove_stale_imports(tenants_dir: &Path, tenant: &TenantId) {
         if entry.file_name().to_string_lossy().starts_with(&prefix) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    #[test]
+    fn the_source_is_asked_before_the_fetch_and_again_before_the_tenant_is_writable() {
+        let (_a, source, tenant) = crate::storage::test_storage();
+        let (_b, target, _) = crate::storage::test_storage();
+        let other = TenantId::parse("initech").unwrap();
+        let from = ImportSource::Path(source.repo_path(&tenant));
+        // The source stops handing the tenant over while it is fetched: nothing is writable
+        // here, and nothing is left behind.
+        let asked = Cell::new(0);
+        let once = || {
+            asked.set(asked.get() + 1);
+            match asked.get() {
+                1 => Ok(()),
+                _ => Err(StorageError::MoveConflict {
+                    tenant: other.clone(),
+                    reason: "the move was aborted".into(),
+                }),
+            }
+        };
+        assert!(matches!(
+            target.import_tenant(&other, &from, None, false, &once),
+            Err(StorageError::MoveConflict { .. })
+        ));
+        assert_eq!(asked.get(), 2);
+        assert!(!target.repo_path(&other).exists());
+        // Handed over both times: imported, at the source's head.
+        let asked = Cell::new(0);
+        let always = || {
+            asked.set(asked.get() + 1);
+            Ok(())
+        };
+        let done = target
+            .import_tenant(&other, &from, None, false, &always)
+            .unwrap();
+        assert_eq!(asked.get(), 2);
+        assert_eq!(done.found, ImportPlan::Fresh);
+        assert_eq!(Some(done.head), repo::file_head(&source.repo_path(&tenant)));
+        assert!(target.placement(&other).unwrap().is_none(), "writable here");
     }
 }

@@ -81,6 +81,8 @@ pub enum ImportPlan {
 /// The result of an import.
 #[derive(Debug, Clone)]
 pub struct Imported {
+    /// What the import found here before it ran.
+    pub found: ImportPlan,
     pub head: CommitId,
     /// The tenant was here and writable already, at the head asked for or after it (a rerun).
     pub already: bool,

@@ -26,7 +26,7 @@ impl Storage {
         let repo = TenantRepo::open_any(tenant, &path)?;
         let (moved, since) = repo.fence(|| match placement::read(&path)? {
             None => {
-                let since = placement::now();
+                let since = std::time::SystemTime::now();
                 placement::write(
                     &path,
                     &Placement::Moving {
@@ -95,7 +95,7 @@ impl Storage {
                 &path,
                 &Placement::Moved {
                     to: to.clone(),
-                    at: placement::now(),
+                    at: std::time::SystemTime::now(),
                 },
             ),
             _ => Err(StorageError::MoveConflict {
@@ -133,7 +133,7 @@ impl Storage {
         };
         let archive = self.tenants_dir.with_file_name("archive");
         super::disk::create_dir_all_synced(&archive)?;
-        let secs = placement::now()
+        let secs = std::time::SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_secs();

@@ -4,12 +4,12 @@
 //! its own process stops the writes of a running service: the ref compare-and-swap reads the
 //! record under the ref's lock, and the move takes and drops that lock after writing the
 //! record (`repo/refs.rs`: `fence`), so no write that began before it can land after it.
-use super::disk::sync_dir;
+use super::disk::{remove_synced, replace_synced};
 use super::{Placement, StorageError};
 use crate::domain::{ShardUrl, TenantId};
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// The record's name in the repository folder (the inotify watches of `watch.rs` and the
 /// change feed treat it like a move of `main`).
@@ -61,28 +61,16 @@ fn format(placement: &Placement) -> String {
 
 /// Writes the record durably: aside, synced, renamed over the old one, the folder synced.
 pub(super) fn write(repo: &Path, placement: &Placement) -> Result<(), StorageError> {
-    let path = repo.join(FILE);
-    let io = |op, e| StorageError::io(op, &path, e);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".placement-")
-        .tempfile_in(repo)
-        .map_err(|e| io("write the placement record", e))?;
-    tmp.write_all(format(placement).as_bytes())
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| io("write the placement record", e))?;
-    tmp.persist(&path)
-        .map_err(|e| io("write the placement record", e.error))?;
-    sync_dir(repo)
+    replace_synced(
+        &repo.join(FILE),
+        format(placement).as_bytes(),
+        "write the placement record",
+    )
 }
 
 /// Removes the record (the tenant is writable here again), durably.
 pub(super) fn clear(repo: &Path) -> Result<(), StorageError> {
-    let path = repo.join(FILE);
-    match std::fs::remove_file(&path) {
-        Ok(()) => sync_dir(repo),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(StorageError::io("remove the placement record", &path, e)),
-    }
+    remove_synced(&repo.join(FILE), "remove the placement record")
 }
 
 /// The refusal a write meets under `placement`.
@@ -128,32 +116,16 @@ pub(super) fn write_tombstone(
     tenant: &TenantId,
     to: &ShardUrl,
 ) -> Result<(), StorageError> {
-    let path = tombstone_path(tenants_dir, tenant);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".tombstone-")
-        .tempfile_in(tenants_dir)
-        .map_err(|e| StorageError::io("write a tombstone", &path, e))?;
-    tmp.write_all(format!("{to}\n").as_bytes())
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| StorageError::io("write a tombstone", &path, e))?;
-    tmp.persist(&path)
-        .map_err(|e| StorageError::io("write a tombstone", &path, e.error))?;
-    sync_dir(tenants_dir)
+    replace_synced(
+        &tombstone_path(tenants_dir, tenant),
+        format!("{to}\n").as_bytes(),
+        "write a tombstone",
+    )
 }
 
 /// Removes the tombstone (the tenant came back), durably.
 pub(super) fn clear_tombstone(tenants_dir: &Path, tenant: &TenantId) -> Result<(), StorageError> {
-    let path = tombstone_path(tenants_dir, tenant);
-    match std::fs::remove_file(&path) {
-        Ok(()) => sync_dir(tenants_dir),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(StorageError::io("remove a tombstone", &path, e)),
-    }
-}
-
-/// Now, as the records store it.
-pub(super) fn now() -> SystemTime {
-    SystemTime::now()
+    remove_synced(&tombstone_path(tenants_dir, tenant), "remove a tombstone")
 }
 
 #[cfg(test)]

@@ -23,16 +23,7 @@ impl WriteOptions {
     /// `?dry_run=true|false` (400 `invalid_query` otherwise; other parameters are ignored)
     /// and the `Idempotency-Key` header (400 `invalid_idempotency_key`).
     pub fn from_request(req: &HttpRequest) -> Result<Self, ApiError> {
-        let dry_run = match crate::http::query::single_param(req.query_string(), "dry_run")? {
-            None => false,
-            Some(v) if v == "true" => true,
-            Some(v) if v == "false" => false,
-            Some(_) => {
-                return Err(ApiError::InvalidQuery(
-                    "dry_run must be true or false".into(),
-                ))
-            }
-        };
+        let dry_run = crate::http::query::dry_run(req.query_string())?;
         let mut keys = req.headers().get_all(&IDEMPOTENCY_KEY);
         let key = match (keys.next(), keys.next()) {
             (None, _) => None,

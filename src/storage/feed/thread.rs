@@ -312,55 +312,42 @@ impl Thread {
             return;
         }
         let path = self.storage.repo_path(tenant);
-        // Moving, moved, or already archived (the folder gone): the streams end.
-        if !path.is_dir() || matches!(placement::read(&path), Ok(Some(_))) {
-            // What landed before the move began is published with it.
-            let head = self.storage.head_state_any(tenant).ok();
-            let replay = head.as_ref().filter(|h| h.commit != last).and_then(|h| {
-                self.storage
-                    .replay(tenant, last, h.commit, FEED_REPLAY_COMMITS)
-                    .ok()
-                    .map(Arc::new)
-            });
-            let current = tx.borrow().head.clone();
-            tx.send_replace(Arc::new(Update {
-                head: head.unwrap_or(current),
-                since: Some(last),
-                replay,
-                moving: true,
-            }));
-            return;
-        }
+        // Moving, moved, or already archived (the folder gone): the streams end, with what
+        // landed before the move began.
+        let moving = !path.is_dir() || matches!(placement::read(&path), Ok(Some(_)));
         // The ref file alone first: most events (a lock file made, a write refused) leave
         // `main` where it was.
-        if repo::file_head(&path) == Some(last) {
+        if !moving && repo::file_head(&path) == Some(last) {
             return;
         }
-        let head = match self.storage.head_state(tenant) {
-            Ok(head) => head,
+        let head = match self.storage.head_state_any(tenant) {
+            Ok(head) if !moving && head.commit == last => return,
+            Ok(head) => Some(head),
+            // Archived: there is nothing more to read.
+            Err(_) if moving => None,
             Err(e) => {
                 tracing::warn!(%tenant, error = %e, "the change feed cannot read a tenant's head");
                 return;
             }
         };
-        if head.commit == last {
-            return;
-        }
-        let replay = match self
-            .storage
-            .replay(tenant, last, head.commit, FEED_REPLAY_COMMITS)
-        {
-            Ok(replay) => Some(Arc::new(replay)),
-            Err(e) => {
-                tracing::warn!(%tenant, error = %e, "the change feed cannot read what changed; each waiter reads it");
-                None
+        let replay = head.as_ref().filter(|h| h.commit != last).and_then(|h| {
+            match self
+                .storage
+                .replay(tenant, last, h.commit, FEED_REPLAY_COMMITS)
+            {
+                Ok(replay) => Some(Arc::new(replay)),
+                Err(e) => {
+                    tracing::warn!(%tenant, error = %e, "the change feed cannot read what changed; each waiter reads it");
+                    None
+                }
             }
-        };
+        });
+        let head = head.unwrap_or_else(|| tx.borrow().head.clone());
         tx.send_replace(Arc::new(Update {
             head,
             since: Some(last),
             replay,
-            moving: false,
+            moving,
         }));
     }
 }
