@@ -610,7 +610,7 @@ async fn a_write_syncs_objects_then_moves_main_then_syncs_it_before_answering() 
         let Some(strace) = attach_strace(
             server.pid(),
             &out,
-            "fsync,fdatasync,syncfs,rename,renameat,renameat2,write,writev,sendto,sendmsg",
+            "fsync,fdatasync,syncfs,rename,renameat,renameat2,write,writev,pwrite64,sendto,sendmsg",
         ) else {
             return;
         };
@@ -659,5 +659,54 @@ async fn a_write_syncs_objects_then_moves_main_then_syncs_it_before_answering() 
             ref_synced.is_some_and(|r| r < answered),
             "{mode}: the ref was not synced before the response was written:\n{trace}"
         );
+        no_name_before_its_bytes_are_synced(mode, &lines, &trace);
+    }
+}
+
+/// No file is renamed to the name readers use (an object from its `tmp_obj_` file, `main`
+/// from `main.lock`) before its bytes are durable: in group mode a `syncfs` that began after
+/// the last write to any of them returned before the first such rename; in fsync mode each
+/// was fsynced before its rename. A power loss after a rename then never leaves a named file
+/// empty or zeroed (ext4 can commit a rename before the data it names).
+fn no_name_before_its_bytes_are_synced(mode: &str, lines: &[&str], trace: &str) {
+    let staged = |l: &str| l.contains("tmp_obj_") || l.contains("refs/heads/main.lock");
+    let renames: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].contains("rename") && staged(lines[i]))
+        .collect();
+    assert!(
+        renames.len() >= 2,
+        "{mode}: no object or ref renamed:\n{trace}"
+    );
+    match mode {
+        "group" => {
+            let first = renames[0];
+            let last_write = (0..first)
+                .rev()
+                .find(|&i| lines[i].contains("write(") && staged(lines[i]))
+                .unwrap_or_else(|| panic!("{mode}: nothing written before the renames:\n{trace}"));
+            let synced = (last_write..first).any(|i| {
+                lines[i].contains("syncfs(")
+                    && returned(lines, i, "syncfs", |_| true).is_some_and(|r| r < first)
+            });
+            assert!(
+                synced,
+                "{mode}: a file was named before a syncfs made its bytes durable:\n{trace}"
+            );
+        }
+        _ => {
+            for &r in &renames {
+                // rename("<dir>/tmp_obj_…", "<dir>/…") or renameat(…): the source path.
+                let source = lines[r]
+                    .split('"')
+                    .nth(1)
+                    .unwrap_or_else(|| panic!("no path in {}", lines[r]));
+                let synced =
+                    (0..r).any(|i| lines[i].contains("fsync(") && lines[i].contains(source));
+                assert!(
+                    synced,
+                    "{mode}: {source} was renamed before it was fsynced:\n{trace}"
+                );
+            }
+        }
     }
 }

@@ -21,6 +21,7 @@ mod refs;
 mod repack;
 mod replay;
 mod source_hosting;
+mod staged;
 #[cfg(test)]
 mod write_tests;
 

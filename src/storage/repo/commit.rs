@@ -1,9 +1,11 @@
-//! The write path: a batch of a tenant's writes, each checked against the head the ones before it made and each its own commit, all made durable by one sync of their objects, one compare-and-swap of `main` and one sync of the ref; dry runs.
+//! The write path: a batch of a tenant's writes, each checked against the head the ones before it made and each its own commit, all made durable by one sync of their staged objects and ref locks, then named (objects, one compare-and-swap of `main`, the no-op records) and made durable by a second sync; dry runs.
 use super::objects::{Checked, Head};
 use super::refs::RefMove;
+use super::staged::Staged;
 use super::{backoff, git_err, to_id, to_oid, TenantRepo, MAIN, WRITE_DEADLINE};
 use crate::domain::yaml::splice::Made;
 use crate::domain::{BlobId, CommitId, Identity};
+use crate::storage::disk::sync_dir;
 use crate::storage::durable::SyncGroup;
 use crate::storage::recent_keys::RecentKeys;
 use crate::storage::{
@@ -82,6 +84,12 @@ impl TenantRepo {
     /// One attempt at a batch from the head on disk now; `Retry::Moved` when `main` moved
     /// (or its lock was held) at the compare-and-swap, so that the batch is checked again
     /// against the new head.
+    ///
+    /// The order (docs/ARCHITECTURE.md, "Durability order"): every object is staged in a
+    /// temporary file and the refs' locks get their new values; one sync makes all of those
+    /// bytes durable; only then are the objects named and `main` moved (then the no-op
+    /// records, which may name `main`'s new head); a second sync makes the names durable
+    /// before any 200. No name ever points at bytes a power loss can still take.
     fn try_batch(
         &self,
         reqs: &[&CommitRequest],
@@ -91,15 +99,17 @@ impl TenantRepo {
         path: &'static str,
     ) -> Result<Vec<BatchResult>, Retry> {
         let fsync = sync.is_none();
+        let failed = |e| Retry::Failed(self.explain_write_failure(e, path));
         let on_disk = self.read_head(path).map_err(Retry::Failed)?;
         let mut head = on_disk.clone();
-        let mut found = Vec::new();
-        let mut no_ops = super::idempotency::NoOps::new(self).map_err(Retry::Failed)?;
+        let mut staged = Staged::new(self, fsync);
+        let mut no_ops = super::idempotency::NoOps::new(self);
+        // The requests answered by a no-op record: they fail if the records cannot be moved.
+        let mut recorded: Vec<usize> = Vec::new();
         // A syncfs round that runs while the objects are written may flush them and fail:
         // the syncs below count every round from here on.
         let objects_mark = sync.map(SyncGroup::mark);
         let mut results: Vec<BatchResult> = Vec::with_capacity(reqs.len());
-        let mut written: Vec<usize> = Vec::new();
         for (i, req) in reqs.iter().enumerate() {
             // The key looked up on disk: the in-flight markers keep a key out of the batch
             // while a request with it is in it, so the batch itself cannot hold it.
@@ -123,7 +133,7 @@ impl TenantRepo {
                     }
                 }
             }
-            let checked = match self.check_all(&head, req) {
+            let checked = match self.check_all(&staged, on_disk.commit, &head, req) {
                 Ok(checked) => checked,
                 Err(e) => {
                     results.push(Some(Err(e)));
@@ -132,7 +142,8 @@ impl TenantRepo {
             };
             if req.dry_run {
                 results.push(Some(
-                    self.dry_outcome(req, &checked).map(Committed::Written),
+                    self.dry_outcome(&staged, req, &checked)
+                        .map(Committed::Written),
                 ));
                 continue;
             }
@@ -140,18 +151,18 @@ impl TenantRepo {
                 // Nothing to commit; a key is still recorded (durably, with the batch), so
                 // that its retry answers this, whatever is written in between.
                 if let Some(record) = &req.idempotency {
-                    if let Err(e) = no_ops.record(self, record, head.commit, committer, fsync) {
+                    if let Err(e) = no_ops.record(self, &mut staged, record, head.commit, committer)
+                    {
                         results.push(Some(Err(self.explain_write_failure(e, path))));
                         break;
                     }
+                    recorded.push(i);
                 }
                 head.commit
             } else {
-                match self.commit_changes(&head, req, &checked, committer, fsync) {
+                match self.commit_changes(&mut staged, &head, req, &checked, committer) {
                     Ok(new) => {
-                        found.extend(new.found);
-                        head = new.head;
-                        written.push(i);
+                        head = new;
                         head.commit
                     }
                     Err(e) => {
@@ -169,26 +180,16 @@ impl TenantRepo {
         if !moved && no_ops.is_empty() {
             return Ok(results);
         }
-        // The objects are on disk before a ref points at them.
-        let synced = match sync {
-            Some(_) => self.group_sync_since(sync, objects_mark, path),
-            None => self.sync_objects(&found, path),
-        };
-        if let Err(e) = synced {
-            return Err(Retry::Failed(self.explain_write_failure(e, path)));
-        }
-        let ref_mark = sync.map(SyncGroup::mark);
-        // The no-op records first: should main then have moved, the batch is checked again,
-        // and a recorded key answers its replay.
-        if let Err(e) = no_ops.publish(self, fsync) {
-            return Err(Retry::Failed(self.explain_write_failure(e, path)));
-        }
         if moved {
             if let Some(hook) = &self.before_ref_update {
                 (hook.0)(&self.tenant, &self.path);
             }
-            match self.move_ref(MAIN, Some(on_disk.commit), head.commit, fsync) {
-                Ok(()) => {}
+        }
+        // The refs' locks, their new values written: main's checked against the head the
+        // batch was built on.
+        let main_lock = if moved {
+            match self.lock_ref(MAIN, Some(on_disk.commit), head.commit, fsync) {
+                Ok(lock) => Some(lock),
                 // Someone outside planfiles moved main or holds its lock (planfiles writers
                 // take turns on the write lock): check the batch again on the new head.
                 Err(RefMove::Moved) => return Err(Retry::Moved),
@@ -196,24 +197,77 @@ impl TenantRepo {
                     self.remove_stale_ref_lock();
                     return Err(Retry::Moved);
                 }
-                Err(RefMove::Failed(e)) => {
-                    return Err(Retry::Failed(self.explain_write_failure(e, path)))
+                Err(RefMove::Failed(e)) => return Err(failed(e)),
+            }
+        } else {
+            None
+        };
+        let no_ops_lock = no_ops.lock(self, fsync).map_err(failed)?;
+        // 1. The bytes are durable: every staged object and both locks' values (group: one
+        // shared syncfs; fsync mode: each was synced as written, and the objects found there
+        // are synced now).
+        match sync {
+            Some(_) => self.group_sync_since(sync, objects_mark, path),
+            None => self.sync_objects(&staged.found, path),
+        }
+        .map_err(failed)?;
+        // 2. The names: the objects, then main, then the no-op records (which may name
+        // main's new head, so never before it).
+        staged.publish().map_err(failed)?;
+        let ref_mark = sync.map(SyncGroup::mark);
+        let mut folders = Vec::new();
+        if let Some(lock) = main_lock {
+            folders.push(lock.folder().to_owned());
+            lock.commit().map_err(failed)?;
+        }
+        let mut records_failed = None;
+        let records_moved = match no_ops_lock {
+            Some(lock) => {
+                let folder = lock.folder().to_owned();
+                match lock.commit() {
+                    Ok(()) => {
+                        folders.push(folder);
+                        true
+                    }
+                    Err(e) => {
+                        records_failed = Some(e);
+                        false
+                    }
                 }
             }
-        }
-        // And the refs are on disk before the 200. A write that fails changes nothing: when
-        // that sync fails, main goes back, unless it moved again.
-        if let Err(e) = self.group_sync_since(sync, ref_mark, path) {
+            None => false,
+        };
+        // 3. The names are durable before any 200. A write that fails changes nothing: when
+        // that sync fails, main and the records go back, unless they moved again.
+        let durable = match sync {
+            Some(_) => self.group_sync_since(sync, ref_mark, path),
+            None => folders.iter().try_for_each(|f| sync_dir(f)),
+        };
+        if let Err(e) = durable {
             if moved {
-                self.undo_unsynced(on_disk.commit, head.commit, sync, path, &e);
+                self.undo_unsynced(MAIN, on_disk.commit, head.commit, sync, path, &e);
+            }
+            if records_moved {
+                self.undo_unsynced_records(&no_ops, sync, path, &e);
             }
             return Err(Retry::Failed(e));
+        }
+        if let Some(e) = records_failed {
+            for i in recorded {
+                results[i] = Some(Err(self.explain_write_failure(e.again(), path)));
+            }
         }
         Ok(results)
     }
 
     /// Checks every change's preconditions against `head`; the first that fails names its file.
-    fn check_all(&self, head: &Head, req: &CommitRequest) -> Result<Vec<Checked>, StorageError> {
+    fn check_all(
+        &self,
+        staged: &Staged,
+        on_disk: Oid,
+        head: &Head,
+        req: &CommitRequest,
+    ) -> Result<Vec<Checked>, StorageError> {
         req.changes
             .iter()
             .map(|change| {
@@ -221,8 +275,8 @@ impl TenantRepo {
                     Some(blob) => (blob, true),
                     None => (super::empty_blob_oid(), false),
                 };
-                let forced = !self.check(head.commit, change, current)?;
-                let (bytes, made) = self.new_bytes(change, current, present)?;
+                let forced = !self.check(staged, on_disk, change, current)?;
+                let (bytes, made) = self.new_bytes(staged, change, current, present)?;
                 let new_blob = Oid::hash_object(ObjectType::Blob, &bytes).map_err(git_err(
                     &self.tenant,
                     "hash blob",
@@ -245,8 +299,15 @@ impl TenantRepo {
     }
 
     /// Whether a blob-id precondition of `change` names the current blob (`current`);
-    /// `ShaMismatch` / `PreconditionFailed` when a precondition fails.
-    fn check(&self, head: Oid, change: &Change, current: Oid) -> Result<bool, StorageError> {
+    /// `ShaMismatch` / `PreconditionFailed` when a precondition fails. A commit id is looked
+    /// for among the commits this attempt staged, then in the history of `on_disk`.
+    fn check(
+        &self,
+        staged: &Staged,
+        on_disk: Oid,
+        change: &Change,
+        current: Oid,
+    ) -> Result<bool, StorageError> {
         let current_id = BlobId(to_id(current));
         let mut blob_matched = false;
         match change.preconditions.file_sha {
@@ -257,7 +318,12 @@ impl TenantRepo {
                 blob_matched = true;
             }
             Some(ShaCheck::BlobOrCommit(id))
-                if self.in_history_since(head, to_oid(&id), change.preconditions.ancestry) => {}
+                if staged.commits.contains(&to_oid(&id))
+                    || self.in_history_since(
+                        on_disk,
+                        to_oid(&id),
+                        change.preconditions.ancestry,
+                    ) => {}
             Some(_) => {
                 return Err(StorageError::ShaMismatch {
                     tenant: self.tenant.clone(),
@@ -285,6 +351,7 @@ impl TenantRepo {
     /// What a dry run answers: the new blob ids and the bytes stored now.
     fn dry_outcome(
         &self,
+        staged: &Staged,
         req: &CommitRequest,
         checked: &[Checked],
     ) -> Result<CommitOutcome, StorageError> {
@@ -294,10 +361,7 @@ impl TenantRepo {
             .zip(checked)
             .map(|(c, k)| {
                 let before = if k.present {
-                    self.repo
-                        .find_blob(k.current)
-                        .map(|b| b.content().to_vec())
-                        .map_err(git_err(&self.tenant, "read blob", c.file.path()))?
+                    self.blob_bytes(staged, k.current, c.file.path())?.to_vec()
                 } else {
                     Vec::new()
                 };

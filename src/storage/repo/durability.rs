@@ -1,6 +1,7 @@
 //! What makes a commit durable and its writer alone: the syncs of its objects and ref (group commit or fsync), putting `main` back when the last sync fails, the tenant's write lock and stale `main.lock`s, and what a failed write is told.
+use super::idempotency::NO_OPS;
 use super::refs::RefMove;
-use super::{lock_file_until, remove_if_stale, TenantRepo, MAIN, WRITE_LOCK_FILE};
+use super::{lock_file_until, remove_if_stale, TenantRepo, WRITE_LOCK_FILE};
 use crate::storage::disk::sync_dir;
 use crate::storage::durable::{SyncGroup, SyncMark};
 use crate::storage::StorageError;
@@ -40,11 +41,11 @@ impl TenantRepo {
         }
     }
 
-    /// In fsync mode, syncs the loose files of `objects` (see [`TenantRepo::commit_changes`]),
-    /// their fan-out folders and `objects/`: libgit2 fsyncs each object it writes, but an
-    /// object that is there already (written by plain git, or by a `group` instance before its
-    /// `syncfs`) it only touches, and it does not sync `objects/` when it creates a fan-out
-    /// folder.
+    /// In fsync mode, syncs the loose files of `objects` that a commit depends on but this
+    /// attempt did not write (see [`super::staged::Staged`]), their fan-out folders and
+    /// `objects/`: an object that is there already (written by plain git, which syncs no
+    /// loose object by default, or by a `group` instance before its `syncfs`) may not be
+    /// durable yet.
     pub(super) fn sync_objects(
         &self,
         objects: &[Oid],
@@ -69,11 +70,12 @@ impl TenantRepo {
         sync_dir(&self.path.join("objects"))
     }
 
-    /// Puts `main` back from `commit` to `head` after the sync that was to make `commit`
-    /// durable failed, and syncs that. Only if `main` is still at `commit`: when it moved
-    /// again meanwhile (plain git), the new head builds on `commit`, which then stays.
+    /// Puts ref `name` back from `commit` to `head` after the sync that was to make the move
+    /// durable failed, and syncs that. Only if it is still at `commit`: when it moved again
+    /// meanwhile (plain git), the new head builds on `commit`, which then stays.
     pub(super) fn undo_unsynced(
         &self,
+        name: &'static str,
         head: Oid,
         commit: Oid,
         sync: Option<&SyncGroup>,
@@ -82,40 +84,73 @@ impl TenantRepo {
     ) {
         let tenant = self.tenant.as_str();
         let undo_mark = sync.map(SyncGroup::mark);
-        let undone = self.move_ref(MAIN, Some(commit), head, sync.is_none());
+        let undone = self.move_ref(name, Some(commit), head, sync.is_none());
         match undone {
             Ok(_) => match self.group_sync_since(sync, undo_mark, file) {
                 Ok(()) => {
                     tracing::warn!(
-                        tenant, file, %commit, %head, error = %cause,
-                        "main put back after its update could not be synced"
+                        tenant, file, reference = name, %commit, %head, error = %cause,
+                        "ref put back after its update could not be synced"
                     );
                 }
                 Err(e) => {
                     tracing::error!(
-                        tenant, file, %commit, %head, error = %cause, undo_error = %e,
-                        "main put back after its update could not be synced, but the undo \
-                         could not be synced either: after a crash main may be at either"
+                        tenant, file, reference = name, %commit, %head, error = %cause, undo_error = %e,
+                        "ref put back after its update could not be synced, but the undo \
+                         could not be synced either: after a crash it may be at either"
                     );
                 }
             },
             Err(RefMove::Moved) => {
                 tracing::error!(
-                    tenant, file, %commit, error = %cause,
-                    "main could not be put back after its update could not be synced: it moved \
+                    tenant, file, reference = name, %commit, error = %cause,
+                    "ref could not be put back after its update could not be synced: it moved \
                      again meanwhile, so the unsynced commit stays in its history"
                 );
             }
             Err(e) => {
                 let undo_error = match e {
                     RefMove::Failed(e) => e.to_string(),
-                    _ => "main.lock is held".to_owned(),
+                    _ => "its lock is held".to_owned(),
                 };
                 tracing::error!(
-                    tenant, file, %commit, %head, error = %cause, %undo_error,
-                    "main could not be put back after its update could not be synced: it \
+                    tenant, file, reference = name, %commit, %head, error = %cause, %undo_error,
+                    "ref could not be put back after its update could not be synced: it \
                      stays at the unsynced commit"
                 );
+            }
+        }
+    }
+
+    /// The no-op records' twin of [`TenantRepo::undo_unsynced`]: a record may name a head of
+    /// `main` that was just put back, and must not outlive it (its key would answer a commit
+    /// that is not there). A ref that did not exist before is removed.
+    pub(super) fn undo_unsynced_records(
+        &self,
+        records: &super::idempotency::NoOps,
+        sync: Option<&SyncGroup>,
+        file: &'static str,
+        cause: &StorageError,
+    ) {
+        let Some(tip) = records.tip else { return };
+        match records.on_disk {
+            Some(old) => self.undo_unsynced(NO_OPS, old, tip, sync, file, cause),
+            None => {
+                let path = self.path.join(NO_OPS);
+                let removed = std::fs::remove_file(&path)
+                    .map_err(|e| StorageError::io("remove the no-op records", &path, e))
+                    .and_then(|()| match sync {
+                        Some(_) => self.group_sync(sync, file),
+                        None => sync_dir(path.parent().expect("refs/planfiles")),
+                    });
+                match removed {
+                    Ok(()) => {
+                        tracing::warn!(tenant = %self.tenant, error = %cause, "new no-op records removed after their update could not be synced")
+                    }
+                    Err(e) => {
+                        tracing::error!(tenant = %self.tenant, error = %cause, undo_error = %e, "new no-op records could not be removed after their update could not be synced")
+                    }
+                }
             }
         }
     }

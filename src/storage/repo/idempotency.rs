@@ -1,6 +1,7 @@
 //! Idempotency keys: their lookup in the last commits of `main` and of the no-op records, and the durable record of a keyed write that changed nothing.
 use super::objects::commit_text;
-use super::refs::RefMove;
+use super::refs::{RefLock, RefMove};
+use super::staged::Staged;
 use super::{
     git_err, signature, to_id, to_oid, TenantRepo, FINGERPRINT_TRAILER, KEY_TRAILER, MAIN,
 };
@@ -110,40 +111,42 @@ impl TenantRepo {
 
 /// The records of a batch's keyed writes that changed nothing: commits (of the empty tree)
 /// chained on `refs/planfiles/no-ops`, each with the key, the fingerprint and `Replays:
-/// <the head it answered>`. Their objects are written with the batch's and made durable by
-/// the same sync; the ref moves with `main`, and is synced with it, before any 200.
+/// <the head it answered>`. Their objects are staged with the batch's and made durable by
+/// the same sync; the ref moves right after `main` (a record may name `main`'s new head, so
+/// it is published only by the attempt whose move of `main` succeeded), and is synced with
+/// it, before any 200.
 pub(super) struct NoOps {
     /// The ref's value on disk, and the newest record made here.
-    on_disk: Option<Oid>,
-    tip: Option<Oid>,
+    pub(super) on_disk: Option<Oid>,
+    pub(super) tip: Option<Oid>,
 }
 
 impl NoOps {
-    pub(super) fn new(repo: &TenantRepo) -> Result<Self, StorageError> {
+    pub(super) fn new(repo: &TenantRepo) -> Self {
         let on_disk = super::refs::read_ref(&repo.path, NO_OPS);
-        Ok(Self {
+        Self {
             on_disk,
             tip: on_disk,
-        })
+        }
     }
 
     pub(super) fn is_empty(&self) -> bool {
         self.tip == self.on_disk
     }
 
-    /// Writes the record of `record` for a write that changed nothing and answered `head`.
+    /// Stages the record of `record` for a write that changed nothing and answered `head`.
     pub(super) fn record(
         &mut self,
         repo: &TenantRepo,
+        staged: &mut Staged,
         record: &IdempotencyRecord,
         head: Oid,
         committer: &Identity,
-        fsync: bool,
     ) -> Result<(), StorageError> {
         let err = |op| git_err(&repo.tenant, op, "");
         // The empty tree: an object git knows without storing it, written all the same so
         // that every reader finds it.
-        let (tree, _) = repo.put_object(ObjectType::Tree, b"", fsync)?;
+        let tree = repo.stage_object(staged, ObjectType::Tree, b"")?;
         let who = signature(committer).map_err(err("committer signature"))?;
         let message = format!(
             "Idempotent write that changed nothing\n\n{KEY_TRAILER}{}\n{FINGERPRINT_TRAILER}{}\n{REPLAYS_TRAILER}{head}\n",
@@ -152,25 +155,41 @@ impl NoOps {
         );
         let parents: Vec<Oid> = self.tip.into_iter().collect();
         let text = commit_text(tree, &parents, &who, &who, &message);
-        let (id, _) = repo.put_object(ObjectType::Commit, text.as_bytes(), fsync)?;
+        let id = repo.stage_object(staged, ObjectType::Commit, text.as_bytes())?;
         self.tip = Some(id);
         Ok(())
     }
 
-    /// Moves the ref to the newest record (after the objects are durable).
-    pub(super) fn publish(&self, repo: &TenantRepo, fsync: bool) -> Result<(), StorageError> {
+    /// Takes the ref's lock with the newest record written into it, when there are records
+    /// to publish. Only planfiles writers take this lock, under the tenant's write lock, which
+    /// the caller holds: a lock found there was left by a writer that died, and is removed.
+    pub(super) fn lock(
+        &self,
+        repo: &TenantRepo,
+        fsync: bool,
+    ) -> Result<Option<RefLock>, StorageError> {
         let Some(tip) = self.tip.filter(|_| !self.is_empty()) else {
-            return Ok(());
+            return Ok(None);
         };
-        match repo.move_ref(NO_OPS, self.on_disk, tip, fsync) {
-            Ok(()) => Ok(()),
-            Err(RefMove::Failed(e)) => Err(e),
-            // Only planfiles writers move it, under the tenant's write lock.
-            Err(RefMove::Moved | RefMove::Locked) => Err(StorageError::io(
-                "move the no-op records",
-                &repo.path.join(NO_OPS),
-                std::io::Error::other("the ref moved or is locked"),
-            )),
+        let mut removed = false;
+        loop {
+            match repo.lock_ref(NO_OPS, self.on_disk, tip, fsync) {
+                Ok(lock) => return Ok(Some(lock)),
+                Err(RefMove::Failed(e)) => return Err(e),
+                Err(RefMove::Locked) if !removed => {
+                    let lock = repo.path.join(format!("{NO_OPS}.lock"));
+                    tracing::warn!(tenant = %repo.tenant, "removed a refs/planfiles/no-ops.lock left by a writer that died");
+                    let _ = std::fs::remove_file(lock);
+                    removed = true;
+                }
+                Err(RefMove::Moved | RefMove::Locked) => {
+                    return Err(StorageError::io(
+                        "move the no-op records",
+                        &repo.path.join(NO_OPS),
+                        std::io::Error::other("the ref moved or is locked"),
+                    ))
+                }
+            }
         }
     }
 }

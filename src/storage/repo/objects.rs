@@ -1,16 +1,12 @@
-//! The objects of a commit: each change's new bytes (a JSON content edited into the stored text), its blob, the head's tree with those entries replaced, the commit and its message; loose objects written here, not by libgit2.
+//! The objects of a commit: each change's new bytes (a JSON content edited into the stored text), its blob, the head's tree with those entries replaced, the commit and its message; staged as loose objects by `staged.rs`, not by libgit2.
+use super::staged::Staged;
 use super::{git_err, signature, TenantRepo, FILE_MODE, MAIN};
 use crate::domain::yaml::splice::{self, Made, Rewrite};
 use crate::domain::yaml::Mapping;
 use crate::domain::{Identity, PlanFile};
-use crate::storage::disk::sync_dir;
 use crate::storage::{Change, CommitRequest, StorageError};
-use flate2::write::ZlibEncoder;
-use flate2::Compression;
 use git2::{ObjectType, Oid, Signature};
 use std::borrow::Cow;
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
 
 /// One change checked against the head: its new bytes and blob, and what the head holds.
@@ -62,6 +58,7 @@ impl Parsed {
 impl TenantRepo {
     pub(super) fn new_bytes<'r>(
         &self,
+        staged: &Staged,
         req: &'r Change,
         current: Oid,
         present: bool,
@@ -72,13 +69,9 @@ impl TenantRepo {
         if !present {
             return Ok((Cow::Borrowed(&req.bytes), Some(Made::Emitted)));
         }
-        let blob = self.repo.find_blob(current).map_err(git_err(
-            &self.tenant,
-            "read blob",
-            req.file.path(),
-        ))?;
+        let old = self.blob_bytes(staged, current, req.file.path())?;
         let known = self.parsed.get(current);
-        let rewrite = match std::str::from_utf8(blob.content()) {
+        let rewrite = match std::str::from_utf8(&old) {
             Ok(old) => splice::rewrite_known(old, known.as_deref(), content),
             Err(_) => Rewrite::Fresh,
         };
@@ -96,130 +89,63 @@ impl TenantRepo {
         })
     }
 
-    /// Writes `data` as a loose object of `kind`, unless it is loose there already: deflated
-    /// into a new file in its fan-out folder, then renamed to its name. Nothing is linked or
-    /// unlinked (ext4 makes every new file pay for recently deleted inodes). With `fsync`
-    /// the file and its folder are synced (and `objects/` when the folder is new); otherwise
-    /// the group's `syncfs` covers them. Returns the id, and whether it was there already (an
-    /// object someone else wrote, which a writer in fsync mode syncs too: it may not be yet).
-    pub(super) fn put_object(
-        &self,
-        kind: ObjectType,
-        data: &[u8],
-        fsync: bool,
-    ) -> Result<(Oid, bool), StorageError> {
-        let id = Oid::hash_object(kind, data).map_err(git_err(&self.tenant, "hash", ""))?;
-        let path = self.loose_path(id);
-        if path.exists() {
-            return Ok((id, true));
-        }
-        let fanout = path.parent().expect("objects/xx");
-        let io = |op, p: &std::path::Path, e| StorageError::io(op, p, e);
-        let tmp = fanout.join(format!("tmp_obj_{:016x}", rand::random::<u64>()));
-        let create = || {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o444)
-                .open(&tmp)
-        };
-        // As git does: the fan-out folder is made when the file cannot be, since it may not
-        // be there yet, or no more (`git gc` and `git prune-packed` remove emptied ones at any
-        // moment, also between a check and the create).
-        let mut new_fanout = false;
-        let mut opened = create();
-        for _ in 0..3 {
-            match &opened {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                _ => break,
-            }
-            match std::fs::create_dir(fanout) {
-                Ok(()) => new_fanout = true,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(io("create an object folder", fanout, e)),
-            }
-            opened = create();
-        }
-        let mut file = opened.map_err(|e| io("create an object", &tmp, e))?;
-        let mut z = ZlibEncoder::new(Vec::with_capacity(data.len() / 2 + 64), Compression::fast());
-        let header = format!("{} {}\0", kind.str(), data.len());
-        let deflated = z
-            .write_all(header.as_bytes())
-            .and_then(|()| z.write_all(data))
-            .and_then(|()| z.finish())
-            .map_err(|e| io("deflate an object", &tmp, e))?;
-        let written =
-            file.write_all(&deflated)
-                .and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
-        drop(file);
-        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io("write an object", &path, e));
-        }
-        if fsync {
-            sync_dir(fanout)?;
-            if new_fanout {
-                sync_dir(&self.path.join("objects"))?;
-            }
-        }
-        Ok((id, false))
-    }
-
-    /// Writes the changed blobs, `head`'s tree with those entries replaced, and a commit on
-    /// top of `head`, and returns the new head. With `fsync` (fsync mode) each object is
-    /// synced as it is written, and `found` lists what the commit depends on that was not
-    /// written here: objects that were there already, and the tree's other entries.
+    /// Stages the changed blobs, `head`'s tree with those entries replaced, and a commit on
+    /// top of `head` (see [`Staged`]), and returns the new head. In fsync mode, `staged.found`
+    /// gets what the commit depends on that was not written here: objects that were there
+    /// already, and the tree's other entries.
     pub(super) fn commit_changes(
         &self,
+        staged: &mut Staged,
         head: &Head,
         req: &CommitRequest,
         checked: &[Checked],
         committer: &Identity,
-        fsync: bool,
-    ) -> Result<NewCommit, StorageError> {
+    ) -> Result<Head, StorageError> {
         let path = req.changes.first().map_or("", |c| c.file.path());
         let err = |op| git_err(&self.tenant, op, path);
-        let mut found = Vec::new();
         let mut set: Vec<(&'static str, Oid)> = Vec::new();
         for (change, k) in req.changes.iter().zip(checked) {
             if k.unchanged() {
                 continue;
             }
-            let (blob, there) = self.put_object(ObjectType::Blob, &k.bytes, fsync)?;
-            if there && fsync {
-                found.push(blob);
-            }
+            let blob = self.stage_object(staged, ObjectType::Blob, &k.bytes)?;
             set.push((change.file.path(), blob));
         }
         let entries = with_entries(&head.entries, &set);
-        let (tree, there) = self.put_object(ObjectType::Tree, &tree_bytes(&entries), fsync)?;
-        if fsync {
-            if there {
-                found.push(tree);
-            }
-            found.extend(
-                head.entries
-                    .iter()
-                    .filter(|e| !set.iter().any(|(n, _)| e.name == n.as_bytes()))
-                    .map(|e| e.id),
-            );
-        }
+        let tree = self.stage_object(staged, ObjectType::Tree, &tree_bytes(&entries))?;
+        staged.found.extend(
+            head.entries
+                .iter()
+                .filter(|e| !set.iter().any(|(n, _)| e.name == n.as_bytes()))
+                .map(|e| e.id),
+        );
         let author = signature(&req.author).map_err(err("author signature"))?;
         let committer = signature(committer).map_err(err("committer signature"))?;
         let forced = checked.iter().any(|k| !k.unchanged() && k.forced);
         let message = message(req, &set, forced);
         let text = commit_text(tree, &[head.commit], &author, &committer, &message);
-        let (id, there) = self.put_object(ObjectType::Commit, text.as_bytes(), fsync)?;
-        if there && fsync {
-            found.push(id);
-        }
-        Ok(NewCommit {
-            head: Head {
-                commit: id,
-                entries,
-            },
-            found,
+        let id = self.stage_object(staged, ObjectType::Commit, text.as_bytes())?;
+        staged.commits.push(id);
+        Ok(Head {
+            commit: id,
+            entries,
         })
+    }
+
+    /// The bytes of blob `id`: staged by this attempt, or in the object store.
+    pub(super) fn blob_bytes<'a>(
+        &'a self,
+        staged: &'a Staged,
+        id: Oid,
+        path: &'static str,
+    ) -> Result<BlobBytes<'a>, StorageError> {
+        if let Some(bytes) = staged.blob(id) {
+            return Ok(BlobBytes::Staged(bytes));
+        }
+        self.repo
+            .find_blob(id)
+            .map(BlobBytes::Stored)
+            .map_err(git_err(&self.tenant, "read blob", path))
     }
 
     /// `main` as it is on disk: its commit and its tree's entries.
@@ -243,6 +169,23 @@ impl TenantRepo {
             })
             .collect();
         Ok(Head { commit, entries })
+    }
+}
+
+/// A blob's bytes, borrowed from where they are.
+pub(super) enum BlobBytes<'a> {
+    Staged(&'a [u8]),
+    Stored(git2::Blob<'a>),
+}
+
+impl std::ops::Deref for BlobBytes<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            BlobBytes::Staged(bytes) => bytes,
+            BlobBytes::Stored(blob) => blob.content(),
+        }
     }
 }
 
@@ -270,13 +213,6 @@ pub(super) struct Entry {
     pub(super) name: Vec<u8>,
     pub(super) mode: i32,
     pub(super) id: Oid,
-}
-
-/// A commit [`TenantRepo::commit_changes`] wrote: the new head, and the objects it depends on
-/// that were not written (and, in fsync mode, synced) for it.
-pub(super) struct NewCommit {
-    pub(super) head: Head,
-    pub(super) found: Vec<Oid>,
 }
 
 /// `entries` with each blob entry of `set` replaced or added, in git's order (a folder sorts

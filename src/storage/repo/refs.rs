@@ -6,7 +6,7 @@ use crate::storage::StorageError;
 use git2::Oid;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Why a ref was not moved.
 pub(super) enum RefMove {
@@ -49,18 +49,52 @@ pub(in crate::storage) fn file_head(repo: &Path) -> Option<CommitId> {
     read_ref(repo, super::MAIN).map(|oid| CommitId(super::to_id(oid)))
 }
 
+/// A ref's lock, taken for a compare-and-swap: `<ref>.lock` created exclusively, the ref
+/// checked, the new value written into the lock (and synced in fsync mode), not yet renamed
+/// over the ref. Dropped without [`RefLock::commit`], the lock file is removed.
+pub(super) struct RefLock {
+    lock: PathBuf,
+    path: PathBuf,
+    folder: PathBuf,
+    done: bool,
+}
+
+impl RefLock {
+    /// Renames the lock over the ref. The move is durable once the ref's folder is synced
+    /// (fsync mode) or after the next `syncfs` (group commit).
+    pub(super) fn commit(mut self) -> Result<(), StorageError> {
+        std::fs::rename(&self.lock, &self.path)
+            .map_err(|e| StorageError::io("move a ref", &self.path, e))?;
+        self.done = true;
+        Ok(())
+    }
+
+    /// The ref's folder, whose sync makes the rename durable.
+    pub(super) fn folder(&self) -> &Path {
+        &self.folder
+    }
+}
+
+impl Drop for RefLock {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.lock);
+        }
+    }
+}
+
 impl TenantRepo {
-    /// Moves ref `name` from `old` (`None`: it must not exist) to `new`, as git does:
-    /// `<name>.lock` is created exclusively (a `git update-ref` at the same moment waits on
-    /// the same lock), the ref's value is checked, the new value written (and, with `fsync`,
-    /// synced) and renamed over the ref (then, with `fsync`, its folder synced).
-    pub(super) fn move_ref(
+    /// Takes ref `name`'s lock to move it from `old` (`None`: it must not exist) to `new`, as
+    /// git does: `<name>.lock` is created exclusively (a `git update-ref` at the same moment
+    /// waits on the same lock), the placement record and the ref's value are checked, and
+    /// the new value is written (and, with `fsync`, synced). [`RefLock::commit`] renames it.
+    pub(super) fn lock_ref(
         &self,
         name: &str,
         old: Option<Oid>,
         new: Oid,
         fsync: bool,
-    ) -> Result<(), RefMove> {
+    ) -> Result<RefLock, RefMove> {
         let path = self.path.join(name);
         let folder = path.parent().expect("a ref has a folder").to_owned();
         let lock = self.path.join(format!("{name}.lock"));
@@ -77,7 +111,7 @@ impl TenantRepo {
                 // A ref in a folder that does not exist yet (`refs/planfiles/`): that folder
                 // only, so that a repository archived meanwhile is not made again.
                 return match crate::storage::disk::create_dir_synced(&folder) {
-                    Ok(()) => self.move_ref(name, old, new, fsync),
+                    Ok(()) => self.lock_ref(name, old, new, fsync),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(RefMove::Failed(
                         crate::storage::placement::missing(&self.path, &self.tenant),
                     )),
@@ -86,32 +120,45 @@ impl TenantRepo {
             }
             Err(e) => return Err(io("create a ref lock", &lock, e)),
         };
-        let moved = (|| {
-            // Under the lock: a tenant that began to move takes no write (placement.rs).
-            if let Some(placement) =
-                crate::storage::placement::read(&self.path).map_err(RefMove::Failed)?
-            {
-                return Err(RefMove::Failed(crate::storage::placement::refusal(
-                    &self.tenant,
-                    &placement,
-                )));
-            }
-            if read_ref(&self.path, name) != old {
-                return Err(RefMove::Moved);
-            }
-            file.write_all(format!("{new}\n").as_bytes())
-                .map_err(|e| io("write a ref lock", &lock, e))?;
-            if fsync {
-                file.sync_all()
-                    .map_err(|e| io("sync a ref lock", &lock, e))?;
-            }
-            drop(file);
-            std::fs::rename(&lock, &path).map_err(|e| io("move a ref", &path, e))
-        })();
-        if moved.is_err() {
-            let _ = std::fs::remove_file(&lock);
-            return moved;
+        let held = RefLock {
+            lock,
+            path,
+            folder,
+            done: false,
+        };
+        // Under the lock: a tenant that began to move takes no write (placement.rs).
+        if let Some(placement) =
+            crate::storage::placement::read(&self.path).map_err(RefMove::Failed)?
+        {
+            return Err(RefMove::Failed(crate::storage::placement::refusal(
+                &self.tenant,
+                &placement,
+            )));
         }
+        if read_ref(&self.path, name) != old {
+            return Err(RefMove::Moved);
+        }
+        file.write_all(format!("{new}\n").as_bytes())
+            .map_err(|e| io("write a ref lock", &held.lock, e))?;
+        if fsync {
+            file.sync_all()
+                .map_err(|e| io("sync a ref lock", &held.lock, e))?;
+        }
+        Ok(held)
+    }
+
+    /// Moves ref `name` from `old` to `new` at once: [`TenantRepo::lock_ref`], the rename,
+    /// and with `fsync` the folder's sync.
+    pub(super) fn move_ref(
+        &self,
+        name: &str,
+        old: Option<Oid>,
+        new: Oid,
+        fsync: bool,
+    ) -> Result<(), RefMove> {
+        let lock = self.lock_ref(name, old, new, fsync)?;
+        let folder = lock.folder().to_owned();
+        lock.commit().map_err(RefMove::Failed)?;
         if fsync {
             sync_dir(&folder).map_err(RefMove::Failed)?;
         }

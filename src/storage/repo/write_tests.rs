@@ -137,7 +137,7 @@ fn a_failed_sync_after_moving_main_puts_main_back_and_syncs_that() {
     assert_logged(
         &log,
         "WARN",
-        "main put back after its update could not be synced",
+        "ref put back after its update could not be synced",
     );
     git(&path, &["fsck", "--strict"]);
 }
