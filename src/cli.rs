@@ -254,6 +254,7 @@ fn list(storage: &Storage) -> Result<(), CliError> {
         let placed = match &t.placement {
             None => String::new(),
             Some(Placement::Moving { to, .. }) => format!(" (moving to {to})"),
+            Some(Placement::Aborting { to, .. }) => format!(" (aborting its move to {to})"),
             Some(Placement::Moved { to, .. }) => format!(" (moved to {to})"),
         };
         rows.push(format!(

@@ -220,8 +220,20 @@ impl Config {
                 )));
             }
         }
-        self.cluster.peer_urls().map_err(ConfigError::Invalid)?;
-        self.cluster.self_url().map_err(ConfigError::Invalid)?;
+        let peers = self.cluster.peer_urls().map_err(ConfigError::Invalid)?;
+        if !peers.is_empty()
+            && self
+                .cluster
+                .self_url()
+                .map_err(ConfigError::Invalid)?
+                .is_none()
+        {
+            return Err(ConfigError::Invalid(
+                "cluster.peers is set but cluster.self_url is not: an import checks that its \
+                 source moves the tenant to this shard, and needs this shard's URL to do so"
+                    .into(),
+            ));
+        }
         if self.events.max_streams_per_tenant > self.events.max_streams {
             return Err(ConfigError::Invalid(
                 "events.max_streams_per_tenant must be at most events.max_streams".into(),
@@ -381,6 +393,22 @@ mod tests {
             env: env(&[("PLANFILES_JWT_SECRET", "short")]),
         };
         assert!(matches!(Config::load(&short), Err(ConfigError::Invalid(_))));
+        // Peers without this shard's own URL: an import could not check where the source
+        // moves the tenant.
+        std::fs::write(&path, "[cluster]\npeers = [\"http://a:8080\"]\n").unwrap();
+        let load = || {
+            Config::load(&Sources {
+                explicit_file: Some(path.clone()),
+                env: vec![],
+            })
+        };
+        assert!(matches!(load(), Err(ConfigError::Invalid(m)) if m.contains("self_url")));
+        std::fs::write(
+            &path,
+            "[cluster]\npeers = [\"http://a:8080\"]\nself_url = \"http://b:8080\"\n",
+        )
+        .unwrap();
+        assert!(load().is_ok());
     }
 
     /// Every number in `[server]` is refused at 0 with an error naming it, and accepted at 1,

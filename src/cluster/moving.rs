@@ -139,6 +139,19 @@ impl Move {
             }
             import_millis = done.millis;
         }
+        // An abort may have begun while the target imported the tenant: the router is
+        // switched only for a move that is still this one.
+        match self.placement(storage)? {
+            Some(Placement::Moving { .. } | Placement::Moved { .. }) => {}
+            other => {
+                return Err(MoveError::Abort(format!(
+                    "{t} is {} here now, not moving: an abort of this move ran while the target \
+                     imported it. The router was not switched. If the abort fails because the \
+                     target serves the tenant, run this move again to finish it",
+                    other.as_ref().map_or("served", Placement::word)
+                )))
+            }
+        }
         if self.router.by_hand && !self.router.routed {
             return Err(MoveError::Router(format!(
                 "{t} is on the target now and its writes are refused here: switch the routing to the target, then run the same command with --routed to finish"
@@ -159,29 +172,38 @@ impl Move {
     }
 
     /// Undoes step 1 of a move that has not reached the target: the tenant takes writes here
-    /// again. Refused when the target serves it (step 2 ran: finish the move instead), and,
-    /// unless `force`, when the target cannot say.
+    /// again. Fences first, asks second: the record becomes `aborting` (writes stay refused,
+    /// and no import can take the tenant any more: the target's last check before the
+    /// tenant becomes writable there asks this shard, which no longer says `moving`); only
+    /// then is the target asked, and the record is cleared only when it answers that it does
+    /// not serve the tenant. When it does (step 2 ran first), the move is put back and this
+    /// fails: finish the move instead. Unless `force`, a target that cannot say leaves the
+    /// tenant `aborting` (writes refused): run the abort again.
     pub fn abort(&self, storage: &Storage, force: bool) -> Result<(), MoveError> {
         self.placement(storage)?;
-        match self.ask_target(None, true) {
-            Ok(check) if check.found == "served" => {
-                return Err(MoveError::Abort(format!(
-                    "the target at {} serves {} already (step 2 ran): finish the move by running it again without --abort",
-                    self.to, self.tenant
-                )))
-            }
-            Ok(_) => {}
+        storage.begin_abort(&self.tenant, &self.to)?;
+        let taken = match self.ask_target(None, true) {
+            Ok(check) => check.found == "served",
             Err(e) if force => {
                 eprintln!("planfiles: {e}; aborting anyway (--force)");
+                false
             }
             Err(e) => {
                 return Err(MoveError::Abort(format!(
-                    "{e}. Cannot tell whether the target imported the tenant; with --force the \
-                     move is aborted anyway (only if you know it never did)"
+                    "{e}. Cannot tell whether the target imported the tenant: its writes stay \
+                     refused here; run the abort again, or with --force abort anyway (only if \
+                     you know the target never imported it)"
                 )))
             }
+        };
+        storage.end_abort(&self.tenant, &self.to, taken)?;
+        if taken {
+            return Err(MoveError::Abort(format!(
+                "the target at {} serves {} already (step 2 ran): finish the move by running it again without --abort",
+                self.to, self.tenant
+            )));
         }
-        Ok(storage.abort_move(&self.tenant, &self.to)?)
+        Ok(())
     }
 
     /// The tenant's placement here; an error when it is not here, or bound to another shard.
@@ -196,6 +218,9 @@ impl Move {
                 reason: match p {
                     Placement::Moving { to, .. } => format!(
                         "it is moving to the shard at {to}: finish that move, or abort it (--to {to} --abort)"
+                    ),
+                    Placement::Aborting { to, .. } => format!(
+                        "an abort of its move to the shard at {to} is under way: run it again (--to {to} --abort)"
                     ),
                     Placement::Moved { to, .. } => format!(
                         "it moved to the shard at {to}: to move it on, run the move there"

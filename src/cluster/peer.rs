@@ -92,14 +92,22 @@ pub fn placement_at(
 }
 
 /// Checks that the shard `source` refuses `tenant`'s writes because it is moving it to this
-/// shard (`me`, this shard's `cluster.self_url`, when it is set), so that an import from it
-/// can never leave the tenant writable on two shards.
+/// shard (`me`, this shard's `cluster.self_url`), so that an import from it can never leave
+/// the tenant writable on two shards. `aborting` is not `moving`: an abort has begun.
 fn source_refuses_writes(
     source: &ShardUrl,
     tenant: &TenantId,
     token: &str,
     me: Option<&ShardUrl>,
 ) -> Result<PeerPlacement, MoveError> {
+    let Some(me) = me else {
+        return Err(MoveError::Abort(
+            "this shard's cluster.self_url is not set, so it cannot check that the source \
+             moves the tenant here and not to another shard: set it to the URL the other \
+             shards reach this one at"
+                .into(),
+        ));
+    };
     let placement = placement_at(source, tenant, token)?;
     if placement.placement != "moving" {
         return Err(MoveError::SourceWritable {
@@ -112,16 +120,19 @@ fn source_refuses_writes(
         .to
         .as_deref()
         .and_then(|t| ShardUrl::parse(t).ok());
-    if let (Some(me), Some(to)) = (me, &to) {
-        if me != to {
-            return Err(MoveError::MovingElsewhere {
-                shard: source.clone(),
-                tenant: tenant.clone(),
-                to: to.clone(),
-            });
-        }
+    match to {
+        Some(to) if &to == me => Ok(placement),
+        Some(to) => Err(MoveError::MovingElsewhere {
+            shard: source.clone(),
+            tenant: tenant.clone(),
+            to,
+        }),
+        None => Err(MoveError::SourceWritable {
+            shard: source.clone(),
+            tenant: tenant.clone(),
+            placement: "moving to no shard it names".into(),
+        }),
     }
-    Ok(placement)
 }
 
 /// [`source_refuses_writes`] as an import's `confirm` (see

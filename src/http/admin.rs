@@ -6,7 +6,7 @@ use super::schema::CommonProblems;
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{CommitId, ObjectId, PlanFile, ShardUrl, TenantId};
-use crate::storage::{ImportPlan, ImportSource, Placement};
+use crate::storage::{ImportPlan, ImportSource};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest};
 use serde::{Deserialize, Serialize};
@@ -118,7 +118,7 @@ pub async fn import(
     let (found, done) = blocking(
         move || {
             if dry_run {
-                return Ok((storage.import_plan(&id, head)?, None));
+                return Ok((storage.import_plan_settled(&id, head)?, None));
             }
             // A fetch only from a source that is moving the tenant here (`import_tenant` asks
             // before the fetch and again just before the tenant becomes writable here): never
@@ -171,8 +171,9 @@ fn bearer(req: &HttpRequest) -> Option<String> {
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PlacementAnswer {
     pub tenant: String,
-    /// `served` (it takes writes here), `moving` (its writes are refused: a move is under way)
-    /// or `moved` (it answers 421 here).
+    /// `served` (it takes writes here), `moving` (its writes are refused: a move is under way
+    /// and hands it over), `aborting` (its writes are refused while the move is aborted: it is
+    /// not handed over) or `moved` (it answers 421 here).
     pub placement: &'static str,
     /// The shard it is moving or moved to.
     pub to: Option<String>,
@@ -215,10 +216,9 @@ pub async fn placement(
         PlanFile::Integration,
     )
     .await?;
-    let (word, to) = match placement {
+    let (word, to) = match &placement {
         None => ("served", None),
-        Some(Placement::Moving { to, .. }) => ("moving", Some(to.to_string())),
-        Some(Placement::Moved { to, .. }) => ("moved", Some(to.to_string())),
+        Some(p) => (p.word(), Some(p.to().to_string())),
     };
     Ok(json(&PlacementAnswer {
         tenant: tenant.to_string(),

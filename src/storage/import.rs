@@ -64,8 +64,12 @@ impl Storage {
                 confirm()?;
                 let fetched = fetch_and_check(tenant, &path, source, head, source_hosting)?;
                 sync_tree(&path)?;
+                // The source still hands it over (an abort that began meanwhile does not),
+                // asked under the hand-over turn, which a dry run waits for.
+                let _handover = repo::handover_turn(&self.tenants_dir, tenant)?;
+                confirm()?;
                 // Under the creation turn, which the archive sweep takes too: the repository
-                // is still here and still moved away, and the source still hands it over.
+                // is still here and still moved away.
                 let _turn = repo::creation_turn(&self.tenants_dir)?;
                 if !path.is_dir()
                     || !matches!(placement::read(&path)?, Some(Placement::Moved { .. }))
@@ -74,7 +78,6 @@ impl Storage {
                         "it was archived or changed here while it was imported: run the move again",
                     ));
                 }
-                confirm()?;
                 placement::clear(&path)?;
                 return Ok(Imported {
                     found,
@@ -103,12 +106,15 @@ impl Storage {
         )?;
         let fetched = fetch_and_check(tenant, tmp.path(), source, head, source_hosting)?;
         sync_tree(tmp.path())?;
+        // The source still hands it over (an abort that began meanwhile does not), asked under
+        // the hand-over turn, which a dry run waits for: the dry run never answers `fresh`
+        // between this answer and the rename below.
+        let _handover = repo::handover_turn(&self.tenants_dir, tenant)?;
+        confirm()?;
         let _turn = repo::creation_turn(&self.tenants_dir)?;
         if path.exists() {
             return Err(conflict("it was created here while it was imported"));
         }
-        // The source still hands it over (a move aborted meanwhile does not).
-        confirm()?;
         let tmp_path = tmp.keep();
         std::fs::rename(&tmp_path, &path).map_err(|e| {
             let _ = std::fs::remove_dir_all(&tmp_path);
@@ -126,6 +132,18 @@ impl Storage {
 }
 
 impl Storage {
+    /// [`Storage::import_plan`] under the tenant's hand-over turn: what an abort relies on.
+    /// An import that got its source's last "yes" has made the tenant writable here before
+    /// this answers; one that has not will ask again and be refused.
+    pub fn import_plan_settled(
+        &self,
+        tenant: &TenantId,
+        head: Option<CommitId>,
+    ) -> Result<ImportPlan, StorageError> {
+        let _handover = repo::handover_turn(&self.tenants_dir, tenant)?;
+        self.import_plan(tenant, head)
+    }
+
     /// What [`Storage::import_tenant`] would do with `tenant` here (its dry run, and the
     /// check `tenant move` makes before it refuses any write); a tenant moving away from
     /// here is a conflict.
@@ -139,10 +157,12 @@ impl Storage {
             return Ok(ImportPlan::Fresh);
         }
         match placement::read(&path)? {
-            Some(Placement::Moving { .. }) => Err(StorageError::MoveConflict {
-                tenant: tenant.clone(),
-                reason: "it is moving away from this shard".into(),
-            }),
+            Some(Placement::Moving { .. } | Placement::Aborting { .. }) => {
+                Err(StorageError::MoveConflict {
+                    tenant: tenant.clone(),
+                    reason: "it is moving away from this shard".into(),
+                })
+            }
             Some(Placement::Moved { .. }) => Ok(ImportPlan::ComeBack),
             None => {
                 let repo = TenantRepo::open(tenant, &path)?;

@@ -26,18 +26,32 @@ pub struct TenantSummary {
     pub placement: Option<Placement>,
 }
 
-/// Where a tenant is while it leaves this shard: `Moving` refuses writes (reads go on),
-/// `Moved` refuses everything (421): the tenant is served by the shard at `to`.
+/// Where a tenant is while it leaves this shard: `Moving` refuses writes (reads go on);
+/// `Aborting` too, while `tenant move --abort` asks the target whether it took the tenant (it
+/// is not handed over: an import's checks refuse it); `Moved` refuses everything (421): the
+/// tenant is served by the shard at `to`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Placement {
     Moving { to: ShardUrl, since: SystemTime },
+    Aborting { to: ShardUrl, since: SystemTime },
     Moved { to: ShardUrl, at: SystemTime },
 }
 
 impl Placement {
     pub fn to(&self) -> &ShardUrl {
         match self {
-            Placement::Moving { to, .. } | Placement::Moved { to, .. } => to,
+            Placement::Moving { to, .. }
+            | Placement::Aborting { to, .. }
+            | Placement::Moved { to, .. } => to,
+        }
+    }
+
+    /// The word the placement endpoint and `tenant list` use.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Placement::Moving { .. } => "moving",
+            Placement::Aborting { .. } => "aborting",
+            Placement::Moved { .. } => "moved",
         }
     }
 }

@@ -42,12 +42,19 @@ impl Storage {
                     "it is {} the shard at {}; finish that move first",
                     match p {
                         Placement::Moving { .. } => "moving to",
+                        Placement::Aborting { .. } => "aborting its move to",
                         Placement::Moved { .. } => "moved to",
                     },
                     p.to()
                 ),
             }),
             Some(Placement::Moving { since, .. }) => Ok((false, since)),
+            Some(Placement::Aborting { .. }) => Err(StorageError::MoveConflict {
+                tenant: tenant.clone(),
+                reason: format!(
+                    "an abort of its move to {to} is under way: run the abort again to finish it, then the move"
+                ),
+            }),
             Some(Placement::Moved { at, .. }) => Ok((true, at)),
         })?;
         let head = repo::file_head(&path).ok_or_else(|| StorageError::MoveConflict {
@@ -62,28 +69,76 @@ impl Storage {
         })
     }
 
-    /// Undoes step 1 of a move to `to` that has not finished: the tenant takes writes here
-    /// again. The caller has made sure the target does not serve it.
-    pub fn abort_move(&self, tenant: &TenantId, to: &ShardUrl) -> Result<(), StorageError> {
+    /// The first half of `tenant move --abort`: under the fence (see
+    /// [`TenantRepo::fence`]), a move to `to` becomes `aborting`. Writes stay refused, and
+    /// the tenant is no longer handed over: an import's check asks this shard just before the
+    /// tenant becomes writable there, and refuses it now. Only then may the caller ask the
+    /// target whether it took the tenant, and [`Storage::end_abort`] with the answer. Safe to
+    /// run again (an abort that stopped halfway is `aborting` still).
+    pub fn begin_abort(&self, tenant: &TenantId, to: &ShardUrl) -> Result<(), StorageError> {
         let path = self.repo_path(tenant);
-        match placement::read(&path)? {
-            Some(Placement::Moving { to: at, .. }) if &at == to => placement::clear(&path),
-            Some(p @ Placement::Moved { .. }) => Err(StorageError::MoveConflict {
+        let repo = TenantRepo::open_any(tenant, &path)?;
+        let conflict = |reason: String| StorageError::MoveConflict {
+            tenant: tenant.clone(),
+            reason,
+        };
+        repo.fence(|| match placement::read(&path)? {
+            Some(Placement::Moving { to: at, since }) if &at == to => placement::write(
+                &path,
+                &Placement::Aborting {
+                    to: to.clone(),
+                    since,
+                },
+            ),
+            Some(Placement::Aborting { to: at, .. }) if &at == to => Ok(()),
+            Some(p @ Placement::Moved { .. }) => Err(conflict(format!(
+                "it moved to {} already: move it back instead of aborting",
+                p.to()
+            ))),
+            Some(p) => Err(conflict(format!(
+                "it is {} {}, not {to}",
+                if matches!(p, Placement::Aborting { .. }) {
+                    "aborting its move to"
+                } else {
+                    "moving to"
+                },
+                p.to()
+            ))),
+            None => Err(conflict("it is not moving".into())),
+        })
+    }
+
+    /// The second half of an abort, once the target answered: `taken` false (it does not
+    /// serve the tenant, and no import can make it do so any more) clears the record, and the
+    /// tenant takes writes here again; `taken` true puts the move back to `moving` (the target
+    /// serves it: the move must be finished, not aborted).
+    pub fn end_abort(
+        &self,
+        tenant: &TenantId,
+        to: &ShardUrl,
+        taken: bool,
+    ) -> Result<(), StorageError> {
+        let path = self.repo_path(tenant);
+        let repo = TenantRepo::open_any(tenant, &path)?;
+        repo.fence(|| match placement::read(&path)? {
+            Some(Placement::Aborting { to: at, .. }) if &at == to && !taken => {
+                placement::clear(&path)
+            }
+            Some(Placement::Aborting { to: at, since }) if &at == to => placement::write(
+                &path,
+                &Placement::Moving {
+                    to: to.clone(),
+                    since,
+                },
+            ),
+            other => Err(StorageError::MoveConflict {
                 tenant: tenant.clone(),
                 reason: format!(
-                    "it moved to {} already: move it back instead of aborting",
-                    p.to()
+                    "it is no longer aborting its move to {to} (it is {}): another command changed it meanwhile",
+                    other.as_ref().map_or("served", Placement::word)
                 ),
             }),
-            Some(p) => Err(StorageError::MoveConflict {
-                tenant: tenant.clone(),
-                reason: format!("it is moving to {}, not to {to}", p.to()),
-            }),
-            None => Err(StorageError::MoveConflict {
-                tenant: tenant.clone(),
-                reason: "it is not moving".into(),
-            }),
-        }
+        })
     }
 
     /// Step 4: the target serves the tenant now; this shard answers 421 for it.
@@ -206,6 +261,54 @@ mod tests {
         assert!(matches!(
             storage.create_tenant(&acme, false),
             Err(StorageError::TenantMoved { .. })
+        ));
+    }
+
+    #[test]
+    fn an_abort_fences_first_and_settles_by_the_targets_answer() {
+        let (_dir, storage, acme) = crate::storage::test_storage();
+        let to = ShardUrl::parse("http://b:8080").unwrap();
+        assert!(
+            matches!(
+                storage.begin_abort(&acme, &to),
+                Err(StorageError::MoveConflict { .. })
+            ),
+            "nothing to abort"
+        );
+        storage.begin_move(&acme, &to).unwrap();
+        storage.begin_abort(&acme, &to).unwrap();
+        // Aborting: writes stay refused, the tenant is not handed over, and no move starts.
+        assert_eq!(
+            storage.placement(&acme).unwrap().map(|p| p.word()),
+            Some("aborting")
+        );
+        assert!(matches!(
+            write(&storage, &acme, "a: 1\n"),
+            Err(StorageError::TenantMoving { .. })
+        ));
+        assert!(matches!(
+            storage.begin_move(&acme, &to),
+            Err(StorageError::MoveConflict { .. })
+        ));
+        assert!(matches!(
+            storage.finish_move(&acme, &to),
+            Err(StorageError::MoveConflict { .. })
+        ));
+        // A rerun of the abort is fine; the target took it: the move is back.
+        storage.begin_abort(&acme, &to).unwrap();
+        storage.end_abort(&acme, &to, true).unwrap();
+        assert_eq!(
+            storage.placement(&acme).unwrap().map(|p| p.word()),
+            Some("moving")
+        );
+        // The target did not: writable here again, and a second end finds nothing to end.
+        storage.begin_abort(&acme, &to).unwrap();
+        storage.end_abort(&acme, &to, false).unwrap();
+        assert_eq!(storage.placement(&acme).unwrap(), None);
+        write(&storage, &acme, "a: 2\n").unwrap();
+        assert!(matches!(
+            storage.end_abort(&acme, &to, false),
+            Err(StorageError::MoveConflict { .. })
         ));
     }
 }

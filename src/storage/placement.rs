@@ -15,7 +15,8 @@ use std::time::{Duration, UNIX_EPOCH};
 /// change feed treat it like a move of `main`).
 pub(super) const FILE: &str = "planfiles-placement";
 
-/// The record of `repo`, if any: one line, `moving <unix secs> <url>` or `moved …`.
+/// The record of `repo`, if any: one line, `moving <unix secs> <url>`, `aborting …` (the
+/// seconds of the move it aborts) or `moved …`.
 pub(super) fn read(repo: &Path) -> Result<Option<Placement>, StorageError> {
     let path = repo.join(FILE);
     let text = match std::fs::read_to_string(&path) {
@@ -45,18 +46,19 @@ fn parse(text: &str) -> Option<Placement> {
     let to = ShardUrl::parse(url).ok()?;
     match state {
         "moving" => Some(Placement::Moving { to, since: at }),
+        "aborting" => Some(Placement::Aborting { to, since: at }),
         "moved" => Some(Placement::Moved { to, at }),
         _ => None,
     }
 }
 
 fn format(placement: &Placement) -> String {
-    let (state, at) = match placement {
-        Placement::Moving { since, .. } => ("moving", since),
-        Placement::Moved { at, .. } => ("moved", at),
+    let at = match placement {
+        Placement::Moving { since, .. } | Placement::Aborting { since, .. } => since,
+        Placement::Moved { at, .. } => at,
     };
     let secs = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-    format!("{state} {secs} {}\n", placement.to())
+    format!("{} {secs} {}\n", placement.word(), placement.to())
 }
 
 /// Writes the record durably: aside, synced, renamed over the old one, the folder synced.
@@ -76,7 +78,7 @@ pub(super) fn clear(repo: &Path) -> Result<(), StorageError> {
 /// The refusal a write meets under `placement`.
 pub(super) fn refusal(tenant: &TenantId, placement: &Placement) -> StorageError {
     match placement {
-        Placement::Moving { .. } => StorageError::TenantMoving {
+        Placement::Moving { .. } | Placement::Aborting { .. } => StorageError::TenantMoving {
             tenant: tenant.clone(),
         },
         Placement::Moved { to, .. } => StorageError::TenantMoved {
@@ -140,6 +142,10 @@ mod tests {
         let at = UNIX_EPOCH + Duration::from_secs(1_764_000_000);
         for placement in [
             Placement::Moving {
+                to: to.clone(),
+                since: at,
+            },
+            Placement::Aborting {
                 to: to.clone(),
                 since: at,
             },

@@ -25,7 +25,7 @@ mod staged;
 #[cfg(test)]
 mod write_tests;
 
-pub(super) use create::{create, creation_turn};
+pub(super) use create::{create, creation_turn, handover_turn};
 pub(super) use refs::file_head;
 pub(super) use source_hosting::source_hosting_flag;
 

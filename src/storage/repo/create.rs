@@ -30,6 +30,37 @@ pub(in crate::storage) fn creation_turn(tenants_dir: &Path) -> Result<std::fs::F
         })
 }
 
+/// How long a hand-over turn is waited for: an import holds it while it asks the source one
+/// last time (an HTTP call of up to 30 s).
+const HANDOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(40);
+
+/// The turn in which `tenant` becomes writable here by an import, one per tenant, in the data
+/// dir's `handover-locks/`: an import holds it from its last question to the source until
+/// the tenant is writable, and the dry run that `tenant move --abort` asks for takes it too,
+/// so that it never answers "not here" between the two. Per tenant: a slow source holds up
+/// no other tenant's import or creation. `Contended` when another holder keeps it longer
+/// than [`HANDOVER_WAIT`].
+pub(in crate::storage) fn handover_turn(
+    tenants_dir: &Path,
+    tenant: &TenantId,
+) -> Result<std::fs::File, StorageError> {
+    let dir = tenants_dir
+        .parent()
+        .unwrap_or(tenants_dir)
+        .join("handover-locks");
+    if !dir.is_dir() {
+        crate::storage::disk::create_dir_all_synced(&dir)?;
+    }
+    let lock_path = dir.join(format!("{tenant}.lock"));
+    lock_file_until(&lock_path, Instant::now() + HANDOVER_WAIT)
+        .map_err(|e| StorageError::io("take the hand-over turn", &lock_path, e))?
+        .map_err(|attempts| StorageError::Contended {
+            tenant: tenant.clone(),
+            file: "",
+            attempts,
+        })
+}
+
 /// Creates a tenant repository: init in a temporary directory, first commit, then rename.
 /// Creations take turns, and an id that equals an existing tenant's in another letter case is
 /// refused: on a case-insensitive volume both would be one repository.

@@ -1,0 +1,343 @@
+//! Operator commands racing a tenant move, over a slow link: two real shards, the target behind a relay that holds its answers back (requests pass at once), writers on both shards all along, and `tenant move`, `--abort` and `tenant import` run as their own processes at chosen moments. After each race: the tenant is writable on one shard at most, and every write either shard acknowledged is on that shard's `main` (no split brain, no lost write).
+mod common;
+
+use common::process::{planfiles, serve_command, Server};
+use common::relay::Relay;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const TENANT: &str = "acme";
+const MOVE: &[&str] = &[
+    "jit.integrations.write",
+    "jit.preferences.write",
+    "planfiles.repos.import",
+];
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Shard {
+    dir: PathBuf,
+    url: String,
+    _server: Server,
+}
+
+/// Shard A holds the tenant; shard B is reached only through the relay (its
+/// `cluster.self_url` is the relay's URL, as a shard's is the URL its peers reach it at).
+struct Pair {
+    _root: tempfile::TempDir,
+    a: Shard,
+    b: Shard,
+    relay: Relay,
+}
+
+impl Pair {
+    fn start() -> Pair {
+        let root = tempfile::tempdir().unwrap();
+        let (pa, pb) = (free_port(), free_port());
+        let relay = Relay::start(0, &format!("127.0.0.1:{pb}"));
+        let a_url = format!("http://127.0.0.1:{pa}");
+        let shard = |name: &str, port: u16, self_url: &str, peer: &str| {
+            let dir = root.path().join(name);
+            std::fs::create_dir_all(dir.join("data")).unwrap();
+            std::fs::write(dir.join("data/cursor.key"), "5eed".repeat(16)).unwrap();
+            std::fs::write(
+                dir.join("config.toml"),
+                format!(
+                    "[storage]\nseed_from = \"\"\n[cluster]\nself_url = \"{self_url}\"\npeers = [\"{peer}\"]\n"
+                ),
+            )
+            .unwrap();
+            (dir, port)
+        };
+        let (a_dir, _) = shard("a", pa, &a_url, &relay.url());
+        let (b_dir, _) = shard("b", pb, &relay.url(), &a_url);
+        let created = planfiles(&a_dir)
+            .args(["tenant", "create", TENANT])
+            .output()
+            .unwrap();
+        assert!(created.status.success(), "{created:?}");
+        let start = |dir: &Path, port: u16| {
+            let mut cmd = planfiles(dir);
+            cmd.env("PLANFILES_BIND", format!("127.0.0.1:{port}"));
+            serve_command(cmd)
+        };
+        let a = Shard {
+            _server: start(&a_dir, pa),
+            dir: a_dir,
+            url: a_url,
+        };
+        let b = Shard {
+            _server: start(&b_dir, pb),
+            dir: b_dir,
+            url: format!("http://127.0.0.1:{pb}"),
+        };
+        Pair {
+            _root: root,
+            a,
+            b,
+            relay,
+        }
+    }
+
+    /// `planfiles tenant move` run on shard A with `args`, its stdout lines sent as they come.
+    fn command(&self, args: &[&str]) -> (Child, mpsc::Receiver<String>) {
+        let mut child = planfiles(&self.a.dir)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        (child, rx)
+    }
+
+    fn move_args(&self) -> Vec<String> {
+        [
+            "tenant",
+            "move",
+            TENANT,
+            "--to",
+            &self.relay.url(),
+            "--no-router",
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    /// Where the tenant is on a shard: `served`, `moving`, `aborting`, `moved`, or `absent`.
+    fn placement(&self, shard: &Shard) -> String {
+        let res = reqwest::blocking::Client::new()
+            .get(format!("{}/admin/tenants/{TENANT}/placement", shard.url))
+            .bearer_auth(common::token(TENANT, MOVE))
+            .send()
+            .unwrap();
+        match res.status().as_u16() {
+            200 => res.json::<Value>().unwrap()["placement"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+            404 => "absent".into(),
+            other => panic!("placement: {other}"),
+        }
+    }
+
+    /// The end checks: one shard at most takes writes, and it holds every acknowledged write.
+    fn check(&self, acked: &[(usize, String)], case: &str) {
+        let places = [self.placement(&self.a), self.placement(&self.b)];
+        let served: Vec<usize> = (0..2).filter(|&i| places[i] == "served").collect();
+        assert!(
+            served.len() <= 1,
+            "{case}: the tenant is writable on both shards ({places:?})"
+        );
+        let owner = served.first().copied().unwrap_or(1);
+        let repo = [&self.a, &self.b][owner]
+            .dir
+            .join(format!("data/tenants/{TENANT}.git"));
+        let on_main: std::collections::HashSet<String> =
+            common::git_in(&repo, &["rev-list", "main"])
+                .lines()
+                .map(str::to_owned)
+                .collect();
+        let lost: Vec<&(usize, String)> =
+            acked.iter().filter(|(_, c)| !on_main.contains(c)).collect();
+        assert!(
+            lost.is_empty(),
+            "{case}: {} of {} acknowledged writes are not on shard {} ({places:?}): {:?}",
+            lost.len(),
+            acked.len(),
+            ["a", "b"][owner],
+            lost.iter().take(5).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Blind writers on both shards, straight to each (not through the relay), until `stop`:
+/// every 200 is recorded with the shard that gave it.
+fn writers(
+    pair: &Pair,
+    stop: Arc<AtomicBool>,
+) -> (
+    Vec<std::thread::JoinHandle<()>>,
+    Arc<Mutex<Vec<(usize, String)>>>,
+) {
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let handles = [pair.a.url.clone(), pair.b.url.clone()]
+        .into_iter()
+        .enumerate()
+        .map(|(shard, url)| {
+            let (stop, acked) = (stop.clone(), acked.clone());
+            std::thread::spawn(move || {
+                let http = reqwest::blocking::Client::builder()
+                    .timeout(Duration::from_secs(30))
+                    .build()
+                    .unwrap();
+                let token = common::token(TENANT, common::ALL);
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let res = http
+                        .put(format!("{url}/plans/integration-file"))
+                        .bearer_auth(&token)
+                        .json(&json!({"content": {"shard": shard, "n": n}}))
+                        .send()
+                        .unwrap();
+                    match res.status().as_u16() {
+                        200 => {
+                            let body: Value = res.json().unwrap();
+                            let commit = body["commit_sha"].as_str().unwrap().to_owned();
+                            acked.lock().unwrap().push((shard, commit));
+                        }
+                        // Not there yet, moving, moved.
+                        404 | 503 | 421 => std::thread::sleep(Duration::from_millis(20)),
+                        other => panic!("shard {shard}: {other}: {}", res.text().unwrap()),
+                    }
+                }
+            })
+        })
+        .collect();
+    (handles, acked)
+}
+
+/// Waits for a line of `lines` that contains `what` (at most `within`).
+fn wait_for(lines: &mpsc::Receiver<String>, what: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match lines.recv_timeout(left) {
+            Ok(line) if line.contains(what) => return,
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+    panic!("no line with {what:?} within {within:?}");
+}
+
+fn finish(mut child: Child) -> (bool, String) {
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    (status.success(), err)
+}
+
+/// The race: the target's answers held 8 s, and `--abort` 5 s into the move. The
+/// abort's question reaches the target before the import does; its answer ("not here")
+/// comes back after the import made the tenant writable there. An abort that acted on it
+/// would make the tenant writable here again: two writable copies. The abort fences first:
+/// here the tenant is not moving yet, so it is refused, and the move goes on alone.
+#[test]
+fn an_abort_whose_answer_comes_late_leaves_one_writable_shard() {
+    let pair = Pair::start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (handles, acked) = writers(&pair, stop.clone());
+    std::thread::sleep(Duration::from_millis(500));
+    pair.relay.hold_answers(Duration::from_secs(8));
+    let args = pair.move_args();
+    let (moving, _lines) = pair.command(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    std::thread::sleep(Duration::from_secs(5));
+    let mut abort_args = args.clone();
+    abort_args.push("--abort".into());
+    let (abort, _) = pair.command(&abort_args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (aborted, abort_err) = finish(abort);
+    let (_, move_err) = finish(moving);
+    pair.relay.hold_answers(Duration::ZERO);
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    eprintln!(
+        "abort: {aborted} {abort_err}\nmove: {move_err}\nacked: {}",
+        acked.len()
+    );
+    pair.check(&acked, "abort 5 s into a move");
+    assert!(!aborted, "an abort of a move that had not begun succeeded");
+}
+
+/// `--abort` the moment step 2 begins, twice at once: whichever way the import and the abort
+/// interleave, one shard takes writes at most, and a rerun of the abort settles it (the
+/// tenant back here, or the move to be finished). Then a move to another shard, and a
+/// `tenant import` by hand on the target, are refused while the tenant is not handed over.
+#[test]
+fn aborts_racing_an_import_never_leave_two_writable_shards() {
+    let pair = Pair::start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (handles, acked) = writers(&pair, stop.clone());
+    std::thread::sleep(Duration::from_millis(500));
+    pair.relay.hold_answers(Duration::from_secs(3));
+    let args = pair.move_args();
+    let (moving, lines) = pair.command(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_for(&lines, "step 2/4", Duration::from_secs(30));
+    let mut abort_args = args.clone();
+    abort_args.push("--abort".into());
+    let abort_args: Vec<&str> = abort_args.iter().map(String::as_str).collect();
+    let aborts = [pair.command(&abort_args).0, pair.command(&abort_args).0];
+    // Meanwhile: a move to another shard is refused, and changes nothing.
+    let (other, _) = pair.command(&[
+        "tenant",
+        "move",
+        TENANT,
+        "--to",
+        "http://127.0.0.1:9",
+        "--no-router",
+    ]);
+    let (other_ok, other_err) = finish(other);
+    assert!(!other_ok, "a move to a third shard ran beside this one");
+    assert!(
+        other_err.contains("moving") || other_err.contains("abort"),
+        "{other_err}"
+    );
+    let results: Vec<(bool, String)> = aborts.into_iter().map(finish).collect();
+    let (moved_ok, move_err) = finish(moving);
+    eprintln!("aborts: {results:?}\nmove: {moved_ok} {move_err}");
+    pair.relay.hold_answers(Duration::ZERO);
+    // Settle it as an operator would: the abort again, until it says done or "finish the move".
+    let mut settled = results.iter().any(|(ok, _)| *ok);
+    for _ in 0..5 {
+        if settled {
+            break;
+        }
+        let (again, _) = pair.command(&abort_args);
+        let (ok, err) = finish(again);
+        settled = ok || err.contains("finish the move") || err.contains("not moving");
+        if !settled {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+    assert!(settled, "the abort never settled");
+    // A by-hand import on the target from a source that does not hand the tenant over.
+    let places = [pair.placement(&pair.a), pair.placement(&pair.b)];
+    if places[0] == "served" {
+        let import = planfiles(&pair.b.dir)
+            .args(["tenant", "import", TENANT, "--from", &pair.a.url])
+            .output()
+            .unwrap();
+        assert!(
+            !import.status.success(),
+            "an import from a shard that serves the tenant ran"
+        );
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    pair.check(&acked, "aborts at step 2");
+}
