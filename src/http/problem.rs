@@ -395,6 +395,9 @@ impl ApiError {
     /// Maps a storage error for a request about `file`. Internal details stay in the error
     /// (logged), not in the response.
     pub fn from_storage(e: StorageError, file: PlanFile) -> Self {
+        if e.is_out_of_descriptors() {
+            return ApiError::busy("the service is out of file descriptors for now", 1);
+        }
         match e {
             StorageError::TenantNotFound(t) => ApiError::TenantNotFound(t.to_string()),
             StorageError::ShaMismatch { current, .. } => ApiError::ShaMismatch {
@@ -410,6 +413,10 @@ impl ApiError {
             StorageError::Contended { .. } => {
                 ApiError::busy(format!("too many concurrent writes to {}", file.path()), 1)
             }
+            StorageError::RefLocked { lock, .. } => ApiError::busy(
+                format!("{lock} is locked by another process (a git command): retry"),
+                1,
+            ),
             StorageError::StorageFull { .. } => ApiError::StorageFull(file.path()),
             StorageError::TenantMoving { tenant } => ApiError::TenantMoving(tenant.to_string()),
             // The detail names no shard: shard addresses are the operator's business.

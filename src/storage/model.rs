@@ -419,6 +419,17 @@ pub enum StorageError {
         file: &'static str,
         attempts: u32,
     },
+    #[error(
+        "tenant {tenant}: {lock} is held by another process (plain git, or a process that died \
+         less than 10 minutes ago): retry; remove it by hand only if no process uses the \
+         repository"
+    )]
+    RefLocked {
+        tenant: TenantId,
+        lock: &'static str,
+    },
+    #[error("{op}: the process is out of file descriptors")]
+    OutOfDescriptors { op: &'static str },
     #[error("tenant {tenant}: no space left on the device while writing {file}")]
     StorageFull {
         tenant: TenantId,
@@ -477,6 +488,11 @@ impl StorageError {
                 tenant: tenant.clone(),
                 file,
             },
+            StorageError::RefLocked { tenant, lock } => StorageError::RefLocked {
+                tenant: tenant.clone(),
+                lock,
+            },
+            StorageError::OutOfDescriptors { op } => StorageError::OutOfDescriptors { op },
             StorageError::Io { op, path, source } => StorageError::Io {
                 op,
                 path: path.clone(),
@@ -490,11 +506,32 @@ impl StorageError {
         }
     }
 
+    /// A failed system call: out of descriptors (`EMFILE`, `ENFILE`) is its own kind (a
+    /// 503, never a 500), anything else an `Io` with its path.
     pub(crate) fn io(op: &'static str, path: &Path, source: std::io::Error) -> Self {
+        if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+            return StorageError::OutOfDescriptors { op };
+        }
         StorageError::Io {
             op,
             path: path.to_owned(),
             source,
+        }
+    }
+
+    /// Whether this failure is the process (or the system) out of file descriptors,
+    /// whichever layer met it: a system call, libgit2, or a child process that could not be
+    /// started.
+    pub fn is_out_of_descriptors(&self) -> bool {
+        match self {
+            StorageError::OutOfDescriptors { .. } => true,
+            StorageError::Io { source, .. } => {
+                matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+            }
+            StorageError::Git { message, .. } | StorageError::UploadPack { message, .. } => {
+                message.contains("Too many open files")
+            }
+            _ => false,
         }
     }
 }

@@ -37,9 +37,12 @@ const KEY_TRAILER: &str = "Idempotency-Key: ";
 const FINGERPRINT_TRAILER: &str = "Idempotency-Fingerprint: ";
 /// How long a write keeps trying to get the tenant's write lock and move `main`.
 const WRITE_DEADLINE: Duration = Duration::from_secs(10);
-/// A `main.lock` older than this, found while holding the tenant's write lock, was left by a
-/// dead process (live writers hold it for milliseconds) and is removed.
-const STALE_REF_LOCK: Duration = Duration::from_secs(5);
+/// A lock file of git's (`main.lock`, `config.lock`) older than this was left by a process
+/// that died: git itself never removes another process's lock, and a live transaction (a
+/// slow hook, a long push) may hold one for seconds, so only minutes make it abandoned.
+const ABANDONED_LOCK: Duration = Duration::from_secs(600);
+/// How long a write waits for a `main.lock` held by a live process before it answers 503.
+const REF_LOCK_WAIT: Duration = Duration::from_secs(2);
 /// The sidecar file every planfiles writer of a tenant holds an OS lock on while writing.
 const WRITE_LOCK_FILE: &str = "planfiles-write.lock";
 
@@ -299,15 +302,30 @@ fn lock_file_until(path: &Path, deadline: Instant) -> std::io::Result<Result<Fil
     }
 }
 
-/// Removes the lock file at `path` when it is older than [`STALE_REF_LOCK`] and returns its
-/// age; `None` when it is fresh, gone, or its age cannot be told (a time in the future).
-pub(super) fn remove_if_stale(path: &Path) -> Option<Duration> {
-    let age = std::fs::metadata(path)
-        .and_then(|m| m.modified())
-        .ok()?
-        .elapsed()
-        .ok()?;
-    (age >= STALE_REF_LOCK && std::fs::remove_file(path).is_ok()).then_some(age)
+/// Removes the lock file at `path` when it is clearly abandoned, and returns its age: made
+/// before this machine booted (no process alive now can hold it), or older than
+/// [`ABANDONED_LOCK`]. `None` when it may belong to a live process, is gone, or its age
+/// cannot be told (a time in the future).
+pub(super) fn remove_if_abandoned(path: &Path) -> Option<Duration> {
+    let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok()?;
+    let age = modified.elapsed().ok()?;
+    let before_boot = boot_time().is_some_and(|boot| modified < boot);
+    ((before_boot || age >= ABANDONED_LOCK) && std::fs::remove_file(path).is_ok()).then_some(age)
+}
+
+/// When this machine booted (`btime` in `/proc/stat`), read once.
+fn boot_time() -> Option<std::time::SystemTime> {
+    static BOOT: std::sync::OnceLock<Option<std::time::SystemTime>> = std::sync::OnceLock::new();
+    *BOOT.get_or_init(|| {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let secs: u64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("btime "))?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(UNIX_EPOCH + Duration::from_secs(secs))
+    })
 }
 
 /// Sleeps a little longer on each attempt, with jitter so that racing writers spread out.

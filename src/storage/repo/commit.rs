@@ -61,11 +61,31 @@ impl TenantRepo {
             }
         }
         let mut attempt = 0;
+        // Since when main.lock has been held by someone else, without a break.
+        let mut locked_since: Option<Instant> = None;
         loop {
             attempt += 1;
             match self.try_batch(reqs, committer, sync, recent, path) {
                 Ok(results) => return results,
-                Err(Retry::Moved) if Instant::now() < deadline => backoff(attempt),
+                // A live git transaction holds main.lock (git never takes another process's
+                // lock away): wait a little, then tell the writers to retry.
+                Err(Retry::Locked) => {
+                    let since = *locked_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= super::REF_LOCK_WAIT || Instant::now() >= deadline {
+                        return fail_all(
+                            reqs.len(),
+                            StorageError::RefLocked {
+                                tenant: self.tenant.clone(),
+                                lock: "refs/heads/main.lock",
+                            },
+                        );
+                    }
+                    backoff(attempt);
+                }
+                Err(Retry::Moved) if Instant::now() < deadline => {
+                    locked_since = None;
+                    backoff(attempt)
+                }
                 Err(Retry::Moved) => {
                     return fail_all(
                         reqs.len(),
@@ -193,10 +213,10 @@ impl TenantRepo {
                 // Someone outside planfiles moved main or holds its lock (planfiles writers
                 // take turns on the write lock): check the batch again on the new head.
                 Err(RefMove::Moved) => return Err(Retry::Moved),
-                Err(RefMove::Locked) => {
-                    self.remove_stale_ref_lock();
-                    return Err(Retry::Moved);
+                Err(RefMove::Locked) if self.remove_abandoned_ref_lock() => {
+                    return Err(Retry::Moved)
                 }
+                Err(RefMove::Locked) => return Err(Retry::Locked),
                 Err(RefMove::Failed(e)) => return Err(failed(e)),
             }
         } else {
@@ -385,8 +405,11 @@ impl TenantRepo {
 
 /// Why an attempt at a batch did not end it.
 enum Retry {
-    /// `main` moved, or its lock was held: the batch is checked again on the new head.
+    /// `main` moved (or an abandoned lock was removed): the batch is checked again on the
+    /// new head.
     Moved,
+    /// Another process holds `main.lock`: the batch is tried again for a moment.
+    Locked,
     Failed(StorageError),
 }
 

@@ -1,7 +1,7 @@
 //! What makes a commit durable and its writer alone: the syncs of its objects and ref (group commit or fsync), putting `main` back when the last sync fails, the tenant's write lock and stale `main.lock`s, and what a failed write is told.
 use super::idempotency::NO_OPS;
 use super::refs::RefMove;
-use super::{lock_file_until, remove_if_stale, TenantRepo, WRITE_LOCK_FILE};
+use super::{lock_file_until, remove_if_abandoned, TenantRepo, WRITE_LOCK_FILE};
 use crate::storage::disk::sync_dir;
 use crate::storage::durable::{SyncGroup, SyncMark};
 use crate::storage::StorageError;
@@ -172,12 +172,15 @@ impl TenantRepo {
             })
     }
 
-    /// Removes `refs/heads/main.lock` when it is older than [`STALE_REF_LOCK`]. Called only
-    /// while holding the write lock, so no live planfiles writer owns it.
-    pub(super) fn remove_stale_ref_lock(&self) {
-        if let Some(age) = remove_if_stale(&self.path.join("refs/heads/main.lock")) {
-            tracing::warn!(tenant = %self.tenant, age_ms = age.as_millis() as u64, "removed a stale refs/heads/main.lock");
+    /// Removes `refs/heads/main.lock` when it is clearly abandoned (see
+    /// [`remove_if_abandoned`]); `true` when it did. Called only while holding the write lock,
+    /// so no live planfiles writer owns it; plain git may, and keeps it.
+    pub(super) fn remove_abandoned_ref_lock(&self) -> bool {
+        let removed = remove_if_abandoned(&self.path.join("refs/heads/main.lock"));
+        if let Some(age) = removed {
+            tracing::warn!(tenant = %self.tenant, age_s = age.as_secs(), "removed an abandoned refs/heads/main.lock (older than 10 minutes, or from before the machine booted)");
         }
+        removed.is_some()
     }
 
     /// libgit2 does not always keep the errno of a failed write (a full disk reads as "no

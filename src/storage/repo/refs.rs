@@ -199,7 +199,7 @@ impl TenantRepo {
                     // No such ref folder: no write of that ref can be under way.
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                        if super::remove_if_stale(&lock).is_some() {
+                        if super::remove_if_abandoned(&lock).is_some() {
                             continue;
                         }
                         if started.elapsed() > FENCE_WAIT {

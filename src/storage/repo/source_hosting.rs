@@ -1,6 +1,7 @@
 //! The tenant's source-hosting flag in the repository's config: read without opening the repository, and set under the tenant's write lock.
 use super::{
-    backoff, git_err, lock_file_until, remove_if_stale, TenantRepo, WRITE_DEADLINE, WRITE_LOCK_FILE,
+    backoff, git_err, lock_file_until, remove_if_abandoned, TenantRepo, WRITE_DEADLINE,
+    WRITE_LOCK_FILE,
 };
 use crate::domain::TenantId;
 use crate::storage::disk::{self, sync_dir};
@@ -48,7 +49,8 @@ impl TenantRepo {
     /// over `config`; a process killed in between leaves `config.lock` behind, which would
     /// refuse every later change. So the same rule as for `main.lock` applies: planfiles
     /// setters take turns on the tenant's write lock, and a `config.lock` older than
-    /// [`STALE_REF_LOCK`] found while holding it was left by a dead process and is removed.
+    /// [`super::ABANDONED_LOCK`] (or from before the machine booted) found while holding it
+    /// was left by a dead process and is removed.
     /// A fresh one is waited on until [`WRITE_DEADLINE`].
     pub(in crate::storage) fn set_source_hosting(&self, on: bool) -> Result<(), StorageError> {
         let deadline = Instant::now() + WRITE_DEADLINE;
@@ -64,7 +66,7 @@ impl TenantRepo {
             match config.set_bool(SOURCE_HOSTING_KEY, on) {
                 Ok(()) => break,
                 Err(e) if e.code() == ErrorCode::Locked => {
-                    if let Some(age) = remove_if_stale(&lock) {
+                    if let Some(age) = remove_if_abandoned(&lock) {
                         tracing::warn!(tenant = %self.tenant, age_ms = age.as_millis() as u64, "removed a stale config.lock");
                         continue;
                     }
