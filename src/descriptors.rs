@@ -49,6 +49,14 @@ pub fn reserve(limit: u64) -> u64 {
     (limit / 4).max(256)
 }
 
+/// Pack files libgit2 may keep open at once, across every repository: a quarter of the
+/// reserve (64 at the smallest). The 64 repositories kept open with 8 packs each would
+/// otherwise hold 512 descriptors, twice the smallest reserve; past the cap libgit2 closes the
+/// packs it used least recently, and opens them again when needed.
+pub fn pack_files(limit: u64) -> usize {
+    usize::try_from(reserve(limit) / 4).unwrap_or(usize::MAX)
+}
+
 /// The stream limits fitted under `limit` descriptors: when `limit - reserve(limit)` cannot
 /// hold `max_streams` streams and held requests (one connection each), that is the limit, and
 /// one tenant gets at most half of it; limits that fit stay as configured. A stream past them

@@ -232,10 +232,13 @@ fn events_limits(config: &crate::config::EventsConfig) -> crate::config::EventsC
         }
     };
     let fitted = crate::descriptors::fit(config, limit.now);
+    let packs = crate::descriptors::pack_files(limit.now);
+    crate::storage::limit_open_packs(packs);
     tracing::info!(
         descriptors = limit.now,
         raised_from = limit.was,
         reserve = crate::descriptors::reserve(limit.now),
+        open_packs = packs,
         max_streams = fitted.max_streams,
         max_streams_per_tenant = fitted.max_streams_per_tenant,
         "descriptor limit and the stream limits that fit under it"

@@ -257,3 +257,116 @@ async fn streams_past_the_descriptor_limit_are_503_and_other_tenants_are_served(
     assert_eq!(other.status(), 200);
     drop(held);
 }
+
+/// Under `ulimit -n 1024`, with the streams filled to the fitted limit and keyed writes to 70
+/// tenants of 8 packs each (more repositories than are kept open, each with every pack mapped
+/// by the key's lookup), every tenant's reads and writes are still served: the packs libgit2 keeps open are
+/// capped to fit the descriptor reserve. None of it is ever a 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kept_repositories_with_many_packs_leave_descriptors_for_writes() {
+    let dir = data();
+    let tenants = dir.path().join("data/tenants");
+    // One repository of 8 packs (each round's commits change integrations.yml), copied.
+    let template = tenants.join("acme.git");
+    for _ in 0..8 {
+        fast_commits(&template, 3, "integrations.yml");
+        common::git_in(&template, &["repack", "-d", "-q"]);
+    }
+    let packs = std::fs::read_dir(template.join("objects/pack"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "pack")
+        })
+        .count();
+    assert!(packs >= 8, "{packs} packs");
+    let names: Vec<String> = (0..70).map(|i| format!("t{i:02}")).collect();
+    for name in &names {
+        common::copy_tree(&template, &tenants.join(format!("{name}.git")));
+    }
+    let mut cmd = planfiles(dir.path());
+    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing else.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 1024,
+                rlim_max: 1024,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let server = serve_command(cmd);
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(
+        log.contains("\"open_packs\":64"),
+        "the pack cap is logged: {log}"
+    );
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    // The streams, up to the fitted limit (768: half per tenant), on two tenants.
+    let mut held = Vec::new();
+    for tenant in ["acme", "globex"] {
+        let t = token(tenant, ALL);
+        for _ in 0..380 {
+            let res = client
+                .get(server.url("/plans/events"))
+                .bearer_auth(&t)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200);
+            held.push(res);
+        }
+    }
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    for round in 0..2 {
+        for name in &names {
+            let t = token(name, ALL);
+            let history = client
+                .get(server.url("/plans/integration-file/history?limit=500"))
+                .bearer_auth(&t)
+                .send()
+                .await
+                .unwrap();
+            *statuses.entry(history.status().as_u16()).or_default() += 1;
+            // A keyed write looks for its key in the last commits of main: every pack of the
+            // repository it keeps open is mapped.
+            let put = client
+                .put(server.url("/plans/integration-file"))
+                .bearer_auth(&t)
+                .header("Idempotency-Key", format!("{name}-{round}"))
+                .json(&serde_json::json!({"content": {"round": round}}))
+                .send()
+                .await
+                .unwrap();
+            *statuses.entry(put.status().as_u16()).or_default() += 1;
+        }
+    }
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", server.pid()))
+        .unwrap()
+        .count();
+    drop(held);
+    assert_eq!(
+        statuses.keys().copied().collect::<Vec<_>>(),
+        vec![200],
+        "every history read and write is served: {statuses:?} ({fds} descriptors open)"
+    );
+    assert!(
+        !server
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("\"status\":500")),
+        "a 500 was answered"
+    );
+}

@@ -168,15 +168,12 @@ impl Pair {
     }
 }
 
+/// The writes acknowledged, with the shard (0: a, 1: b) that gave each.
+type Acked = Arc<Mutex<Vec<(usize, String)>>>;
+
 /// Blind writers on both shards, straight to each (not through the relay), until `stop`:
 /// every 200 is recorded with the shard that gave it.
-fn writers(
-    pair: &Pair,
-    stop: Arc<AtomicBool>,
-) -> (
-    Vec<std::thread::JoinHandle<()>>,
-    Arc<Mutex<Vec<(usize, String)>>>,
-) {
+fn writers(pair: &Pair, stop: Arc<AtomicBool>) -> (Vec<std::thread::JoinHandle<()>>, Acked) {
     let acked = Arc::new(Mutex::new(Vec::new()));
     let handles = [pair.a.url.clone(), pair.b.url.clone()]
         .into_iter()

@@ -36,6 +36,13 @@ pub fn init_git() {
     repo::init_libgit2();
 }
 
+/// Caps the pack files libgit2 keeps open across every repository (its least recently used
+/// ones are closed past it): the repositories kept open, each with its packs, must fit in
+/// the descriptor reserve. Call at start, before any thread uses libgit2.
+pub fn limit_open_packs(files: usize) {
+    repo::set_open_pack_limit(files);
+}
+
 /// The tenants under one data directory.
 #[derive(Debug, Clone)]
 pub struct Storage {

@@ -86,6 +86,19 @@ pub(super) fn init_libgit2() {
     }
 }
 
+/// See [`super::limit_open_packs`]. Once per process: the first caller's value stays.
+pub(super) fn set_open_pack_limit(files: usize) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: the service calls this while it starts (`startup.rs`), before it serves a
+        // request, so no other thread is inside libgit2. (Tests that build several apps in
+        // one process call it while others may be: it is one aligned word, which libgit2
+        // reads when it maps a pack, and only the first call writes it.)
+        unsafe { git2::opts::set_mwindow_file_limit(files) }
+            .expect("libgit2 takes a pack file limit");
+    });
+}
+
 #[allow(non_camel_case_types)]
 type libc_int = std::os::raw::c_int;
 
@@ -335,6 +348,15 @@ fn backoff(attempt: u32) {
     std::thread::sleep(Duration::from_micros(us));
 }
 
+/// Whether this process cannot open one more file now (`EMFILE`, or `ENFILE` for the
+/// system): asked only after an operation failed, to tell why.
+pub(super) fn out_of_descriptors() -> bool {
+    match std::fs::File::open("/dev/null") {
+        Ok(_) => false,
+        Err(e) => matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)),
+    }
+}
+
 /// Maps a git2 error to a `StorageError` that names the tenant, the file and the operation.
 fn git_err<'t>(
     tenant: &'t TenantId,
@@ -347,6 +369,12 @@ fn git_err<'t>(
                 tenant: tenant.clone(),
                 file,
             };
+        }
+        // libgit2 reports a pack it could not open for want of a descriptor as "object not
+        // found" (it goes on to the next pack): whatever it says, a process out of
+        // descriptors is told as such.
+        if out_of_descriptors() {
+            return StorageError::OutOfDescriptors { op };
         }
         StorageError::Git {
             tenant: tenant.clone(),

@@ -11,7 +11,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-const MAGIC: u64 = 0x6a73_6677_7368_72;
+const MAGIC: u64 = 0x006a_7366_7773_6872;
 const FLUSH: u64 = 1;
 const FUA: u64 = 2;
 const DISCARD: u64 = 4;
