@@ -348,6 +348,68 @@ async fn a_ref_lock_held_by_a_live_writer_is_left_alone() {
     assert_eq!(put.await.unwrap(), 200);
 }
 
+/// A write that waits for its turn (here behind another process's write lock) past its
+/// token's end is refused with 401 and writes nothing, as a request sent with that token then
+/// would be; one whose token is still accepted when its turn comes is written.
+#[tokio::test]
+async fn a_write_whose_token_expires_while_it_waits_is_refused() {
+    let dir = data_dir_with_fixture();
+    let acme = repo(dir.path(), "acme");
+    let config = dir.path().join("leeway.toml");
+    std::fs::write(&config, "[auth]\nleeway_secs = 0\n").unwrap();
+    let server = serve(
+        dir.path(),
+        &[("PLANFILES_CONFIG", config.to_str().unwrap())],
+    );
+    let short = |secs: u64| {
+        common::sign_hs256(
+            common::SECRET,
+            &json!({"alg": "HS256", "typ": "JWT"}),
+            &json!({"tenant_id": "acme", "permissions": ALL, "exp": common::now() + secs,
+                    "sub": "tester"}),
+        )
+    };
+    for (lifetime, want) in [(2, 401), (60, 200)] {
+        let head = git_in(&acme, &["rev-parse", "main"]);
+        // Another process's writer holds the tenant's write lock for 4 s.
+        let peer = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(acme.join("planfiles-write.lock"))
+            .unwrap();
+        peer.lock().unwrap();
+        let token = short(lifetime);
+        let put = tokio::spawn({
+            let (url, token) = (server.url("/plans/integration-file"), token.clone());
+            async move {
+                let res = reqwest::Client::new()
+                    .put(url)
+                    .bearer_auth(token)
+                    .json(&json!({"content": {"lifetime": lifetime}}))
+                    .send()
+                    .await
+                    .unwrap();
+                (res.status().as_u16(), res.text().await.unwrap())
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        drop(peer);
+        let (status, body) = put.await.unwrap();
+        assert_eq!(status, want, "a token of {lifetime} s: {body}");
+        if want == 401 {
+            assert!(body.contains("expired while the write waited"), "{body}");
+            assert_eq!(
+                git_in(&acme, &["rev-parse", "main"]),
+                head,
+                "it was written"
+            );
+        } else {
+            assert_ne!(git_in(&acme, &["rev-parse", "main"]), head);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_on_one_data_dir_lose_no_write() {
     let dir = data_dir_with_fixture();

@@ -410,6 +410,10 @@ impl ApiError {
             },
             StorageError::UnknownRef { commit, .. } => ApiError::UnknownRef(commit),
             StorageError::KeyReused { commit, .. } => ApiError::IdempotencyKeyReused(commit),
+            // The only last moment the API sets is the token's end.
+            StorageError::Expired { .. } => ApiError::Unauthorized(AuthError::Invalid(
+                "the token expired while the write waited its turn; nothing was written".into(),
+            )),
             StorageError::Contended { .. } => {
                 ApiError::busy(format!("too many concurrent writes to {}", file.path()), 1)
             }

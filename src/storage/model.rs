@@ -230,6 +230,10 @@ pub struct CommitRequest {
     pub dry_run: bool,
     pub author: Identity,
     pub request_id: RequestId,
+    /// The last moment this write may commit (its caller's token's end): checked under the
+    /// write lock, after every wait, so a write that waited past it is refused (`Expired`)
+    /// and writes nothing. `None`: no such moment.
+    pub not_after: Option<std::time::SystemTime>,
 }
 
 impl CommitRequest {
@@ -253,6 +257,7 @@ impl CommitRequest {
             dry_run: false,
             author,
             request_id: RequestId::generate(),
+            not_after: None,
         }
     }
 }
@@ -413,6 +418,8 @@ pub enum StorageError {
     },
     #[error("tenant {tenant}: commit {commit} recorded this idempotency key for another request")]
     KeyReused { tenant: TenantId, commit: CommitId },
+    #[error("tenant {tenant}: the write's last moment (its token's end) passed while it waited its turn; nothing was written")]
+    Expired { tenant: TenantId },
     #[error("tenant {tenant}: {file}: main kept moving; gave up after {attempts} attempts")]
     Contended {
         tenant: TenantId,

@@ -117,6 +117,7 @@ impl AppState {
             dry_run: meta.dry_run,
             author: who.author(),
             request_id,
+            not_after: Some(who.valid_until()),
         };
         let committed = self
             .writers

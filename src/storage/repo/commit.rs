@@ -130,7 +130,16 @@ impl TenantRepo {
         // the syncs below count every round from here on.
         let objects_mark = sync.map(SyncGroup::mark);
         let mut results: Vec<BatchResult> = Vec::with_capacity(reqs.len());
+        let now = std::time::SystemTime::now();
         for (i, req) in reqs.iter().enumerate() {
+            // Under the write lock, after every wait: a write whose last moment passed meanwhile
+            // is refused, not committed on a stale authority.
+            if req.not_after.is_some_and(|last| now >= last) {
+                results.push(Some(Err(StorageError::Expired {
+                    tenant: self.tenant.clone(),
+                })));
+                continue;
+            }
             // The key looked up on disk: the in-flight markers keep a key out of the batch
             // while a request with it is in it, so the batch itself cannot hold it.
             if let Some(record) = &req.idempotency {
