@@ -123,3 +123,78 @@ fn a_batch_makes_the_commits_of_its_writes_one_by_one_and_a_conflict_stops_only_
     );
     assert!(git(&batch_path, &["fsck", "--strict"]).is_empty());
 }
+
+/// A batch whose move of `main` is retried (plain git moved `main` just before it, once) and
+/// that holds a keyed write that changes nothing: the no-op record is published only by the
+/// attempt whose move succeeded, so it names a commit on `main`, and the keyed write is
+/// answered with that commit (before, the first attempt's record named a commit that never
+/// reached `main`, and the key answered it, then 404, for ever).
+#[test]
+fn a_retried_batch_records_a_no_op_only_with_the_commit_main_got() {
+    use crate::domain::IdempotencyKey;
+    use crate::storage::IdempotencyRecord;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let (tenant, path, committer) = new_tenant(dir.path());
+    let moved = Arc::new(AtomicBool::new(false));
+    let hook = {
+        let moved = moved.clone();
+        crate::storage::WriteHook(Arc::new(move |_: &TenantId, path: &Path| {
+            if !moved.swap(true, Ordering::SeqCst) {
+                let tree = git(path, &["rev-parse", "main^{tree}"]);
+                let head = git(path, &["rev-parse", "main"]);
+                let next = git(
+                    path,
+                    &["commit-tree", &tree, "-p", &head, "-m", "plain git"],
+                );
+                git(path, &["update-ref", "refs/heads/main", &next, &head]);
+            }
+        }))
+    };
+    let repo = TenantRepo::open(&tenant, &path)
+        .unwrap()
+        .with_write_hook(Some(hook));
+    let first = CommitRequest::of(
+        PlanFile::Integration,
+        b"same: 1\n".to_vec(),
+        Preconditions::default(),
+        committer.clone(),
+    );
+    let mut keyed = first.clone();
+    keyed.idempotency = Some(IdempotencyRecord {
+        key: IdempotencyKey::parse(b"k-1").unwrap(),
+        fingerprint: "f".into(),
+    });
+    let recent = Default::default();
+    let results = repo.commit_batch(&[&first, &keyed], &committer, None, &recent);
+    assert!(moved.load(Ordering::SeqCst), "main was moved once");
+    let commits: Vec<String> = results.into_iter().map(|r| outcome(r).unwrap()).collect();
+    let main = git(&path, &["rev-parse", "main"]);
+    assert_eq!(
+        commits,
+        [main.clone(), main.clone()],
+        "both answer main's head"
+    );
+    assert_eq!(
+        git(&path, &["log", "-1", "--format=%s", "main~1"]),
+        "plain git"
+    );
+    let record = git(
+        &path,
+        &["log", "-1", "--format=%B", "refs/planfiles/no-ops"],
+    );
+    assert!(
+        record.contains(&format!("Replays: {main}")),
+        "the record names main's commit: {record}"
+    );
+    // The key's retry answers the same commit.
+    let again = repo.commit_batch(&[&keyed], &committer, None, &recent);
+    match again.into_iter().next().flatten() {
+        Some(Ok(crate::storage::Committed::Replayed(hit))) => {
+            assert_eq!(hit.commit.to_string(), main)
+        }
+        other => panic!("the retry was not a replay of main's commit: {other:?}"),
+    }
+    assert!(git(&path, &["fsck", "--strict"]).is_empty());
+}
