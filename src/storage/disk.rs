@@ -14,7 +14,8 @@ fn parent(path: &Path) -> &Path {
 
 /// fsync of a folder: its entries (files created, renamed or removed in it) are on disk.
 pub(super) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    File::open(dir)
+    super::faults::check(super::faults::Op::SyncDir, dir)
+        .and_then(|()| File::open(dir))
         .and_then(|f| f.sync_all())
         .map_err(|e| StorageError::io("sync directory", dir, e))
 }

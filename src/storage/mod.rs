@@ -2,6 +2,7 @@
 mod dir_key;
 mod disk;
 mod durable;
+mod faults;
 mod feed;
 mod import;
 mod inflight;

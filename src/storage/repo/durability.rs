@@ -54,7 +54,10 @@ impl TenantRepo {
         let mut fanouts: Vec<PathBuf> = Vec::new();
         for oid in objects {
             let object = self.loose_path(*oid);
-            match File::open(&object).and_then(|f| f.sync_all()) {
+            let synced = crate::storage::faults::check(crate::storage::faults::Op::Fsync, &object)
+                .and_then(|()| File::open(&object))
+                .and_then(|f| f.sync_all());
+            match synced {
                 Ok(()) => {}
                 // Packed (packs are synced when written), or not an object (a gitlink).
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,

@@ -2,6 +2,7 @@
 use super::TenantRepo;
 use crate::domain::CommitId;
 use crate::storage::disk::sync_dir;
+use crate::storage::faults::{self, Op};
 use crate::storage::StorageError;
 use git2::Oid;
 use std::io::Write;
@@ -63,7 +64,8 @@ impl RefLock {
     /// Renames the lock over the ref. The move is durable once the ref's folder is synced
     /// (fsync mode) or after the next `syncfs` (group commit).
     pub(super) fn commit(mut self) -> Result<(), StorageError> {
-        std::fs::rename(&self.lock, &self.path)
+        faults::check(Op::Rename, &self.path)
+            .and_then(|()| std::fs::rename(&self.lock, &self.path))
             .map_err(|e| StorageError::io("move a ref", &self.path, e))?;
         self.done = true;
         Ok(())
@@ -99,12 +101,14 @@ impl TenantRepo {
         let folder = path.parent().expect("a ref has a folder").to_owned();
         let lock = self.path.join(format!("{name}.lock"));
         let io = |op, p: &Path, e| RefMove::Failed(StorageError::io(op, p, e));
-        let mut file = match std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&lock)
-        {
+        let opened = faults::check(Op::Create, &lock).and_then(|()| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&lock)
+        });
+        let mut file = match opened {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Err(RefMove::Locked),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -138,10 +142,12 @@ impl TenantRepo {
         if read_ref(&self.path, name) != old {
             return Err(RefMove::Moved);
         }
-        file.write_all(format!("{new}\n").as_bytes())
+        faults::check(Op::Write, &held.lock)
+            .and_then(|()| file.write_all(format!("{new}\n").as_bytes()))
             .map_err(|e| io("write a ref lock", &held.lock, e))?;
         if fsync {
-            file.sync_all()
+            faults::check(Op::Fsync, &held.lock)
+                .and_then(|()| file.sync_all())
                 .map_err(|e| io("sync a ref lock", &held.lock, e))?;
         }
         Ok(held)

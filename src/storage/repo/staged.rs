@@ -1,6 +1,7 @@
 //! The objects of one attempt at a batch, written to temporary files that no name points at until a sync has made their bytes durable (then renamed into place, as git orders it); an object found already there is read back whole and freshened, or written anew.
 use super::{git_err, TenantRepo};
 use crate::storage::disk::sync_dir;
+use crate::storage::faults::{self, Op};
 use crate::storage::StorageError;
 use flate2::write::ZlibEncoder;
 use flate2::Compression;
@@ -58,11 +59,13 @@ impl Staged {
     /// bytes durable has returned; in fsync mode the folders that gained names are synced,
     /// so that the names are durable before any ref names the objects.
     pub(super) fn publish(mut self) -> Result<(), StorageError> {
-        for (tmp, path) in std::mem::take(&mut self.files) {
-            if let Err(e) = std::fs::rename(&tmp, path) {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(StorageError::io("name an object", &tmp, e));
+        while let Some((tmp, path)) = self.files.first() {
+            let renamed = faults::check(Op::Rename, path).and_then(|()| std::fs::rename(tmp, path));
+            if let Err(e) = renamed {
+                // Drop removes this temporary file and those not named yet.
+                return Err(StorageError::io("name an object", tmp, e));
             }
+            self.files.remove(0);
         }
         if self.fsync {
             for fanout in &self.fanouts {
@@ -149,11 +152,13 @@ impl TenantRepo {
         let io = |op, p: &Path, e| StorageError::io(op, p, e);
         let tmp = fanout.join(format!("tmp_obj_{:016x}", rand::random::<u64>()));
         let create = || {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o444)
-                .open(&tmp)
+            faults::check(Op::Create, &tmp).and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o444)
+                    .open(&tmp)
+            })
         };
         // As git does: the fan-out folder is made when the file cannot be, since it may not
         // be there yet, or no more (`git gc` and `git prune-packed` remove emptied ones at any
@@ -179,13 +184,15 @@ impl TenantRepo {
             .and_then(|()| z.write_all(data))
             .and_then(|()| z.finish())
             .map_err(|e| io("deflate an object", &tmp, e))?;
-        let written = file.write_all(&deflated).and_then(|()| {
-            if staged.fsync {
-                file.sync_all()
-            } else {
-                Ok(())
-            }
-        });
+        let written = faults::check(Op::Write, &tmp)
+            .and_then(|()| file.write_all(&deflated))
+            .and_then(|()| {
+                if staged.fsync {
+                    faults::check(Op::Fsync, &tmp).and_then(|()| file.sync_all())
+                } else {
+                    Ok(())
+                }
+            });
         drop(file);
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);

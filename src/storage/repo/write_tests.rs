@@ -233,3 +233,111 @@ fn the_new_tree_id_is_foreseen_as_git_writes_it() {
         );
     }
 }
+
+/// Every system call of the write path, made to fail once (injected), in both modes: the write
+/// fails and changes nothing (`main` where it was, or put back), leaves no temporary file or
+/// lock behind, says why (out of descriptors is its own error), and the next write succeeds.
+#[test]
+fn a_failed_system_call_anywhere_in_the_write_path_changes_nothing() {
+    use crate::storage::faults::{inject, Op};
+    let eio = libc::EIO;
+    let emfile = libc::EMFILE;
+    // (mode, the call, on a path containing, errno). The last fails after main's rename:
+    // main is put back.
+    let cases: &[(&str, Op, &str, i32)] = &[
+        ("group", Op::Create, "tmp_obj_", emfile),
+        ("fsync", Op::Create, "tmp_obj_", emfile),
+        ("group", Op::Write, "tmp_obj_", eio),
+        ("fsync", Op::Fsync, "tmp_obj_", eio),
+        ("group", Op::Rename, "/objects/", eio),
+        ("fsync", Op::Rename, "/objects/", eio),
+        ("fsync", Op::SyncDir, "/objects/", eio),
+        ("group", Op::Create, "main.lock", emfile),
+        ("fsync", Op::Write, "main.lock", eio),
+        ("fsync", Op::Fsync, "main.lock", eio),
+        ("group", Op::Rename, "refs/heads/main", eio),
+        ("fsync", Op::Rename, "refs/heads/main", eio),
+        ("fsync", Op::SyncDir, "refs/heads", eio),
+    ];
+    for &(mode, op, on, errno) in cases {
+        let case = format!("{mode} {op:?} {on} errno {errno}");
+        crate::storage::init_git();
+        let dir = tempfile::tempdir().unwrap();
+        let tenant = TenantId::parse("acme").unwrap();
+        let path = dir.path().join("acme.git");
+        let committer = Identity::new("planfiles", "p@localhost", "localhost");
+        create(&tenant, dir.path(), &path, false, &committer).unwrap();
+        let head = git(&path, &["rev-parse", "main"]);
+        let group = SyncGroup::with_sync_fn(|| Ok(()));
+        let sync = (mode == "group").then_some(&group);
+        let repo = TenantRepo::open(&tenant, &path).unwrap();
+        let write = |text: &str| {
+            let req = CommitRequest::of(
+                PlanFile::Integration,
+                text.as_bytes().to_vec(),
+                Preconditions::default(),
+                committer.clone(),
+            );
+            repo.commit_batch(&[&req], &committer, sync, &Default::default())
+                .pop()
+                .flatten()
+                .expect("tried")
+        };
+        let fault = inject(op, on, errno, 1);
+        let result = write("failed: true\n");
+        assert!(fault.fired(), "{case}: the call was never made");
+        drop(fault);
+        let err = result.expect_err(&case);
+        if errno == emfile {
+            assert!(err.is_out_of_descriptors(), "{case}: {err}");
+        }
+        assert_eq!(
+            git(&path, &["rev-parse", "main"]),
+            head,
+            "{case}: main moved"
+        );
+        // What failed before the objects were named left no object named.
+        let named = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&path)
+            .args(["cat-file", "-e", &git_hash("failed: true\n")])
+            .status()
+            .unwrap()
+            .success();
+        let before_names = matches!(op, Op::Create | Op::Write | Op::Fsync)
+            || (op == Op::Rename && on == "/objects/");
+        assert!(!(before_names && named), "{case}: an object was named");
+        let leftovers: Vec<String> = walk(&path)
+            .into_iter()
+            .filter(|p| p.contains("tmp_obj_") || p.ends_with(".lock") && !p.contains("planfiles-"))
+            .collect();
+        assert!(leftovers.is_empty(), "{case}: left {leftovers:?}");
+        write("after: true\n").unwrap_or_else(|e| panic!("{case}: the next write: {e}"));
+        assert_eq!(
+            git(&path, &["show", "main:integrations.yml"]),
+            "after: true"
+        );
+        git(&path, &["fsck", "--strict"]);
+    }
+}
+
+/// The blob id of `text`, as git computes it.
+fn git_hash(text: &str) -> String {
+    git2::Oid::hash_object(git2::ObjectType::Blob, text.as_bytes())
+        .unwrap()
+        .to_string()
+}
+
+/// Every file below `dir`, as paths.
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path.to_string_lossy().into_owned());
+        }
+    }
+    out
+}
