@@ -82,6 +82,7 @@ fn write(
         dry_run: false,
         author: who.clone(),
         request_id: RequestId::generate(),
+        not_after: None,
     };
     match storage.commit(tenant, req).unwrap() {
         Committed::Written(outcome) => outcome.changed(),
