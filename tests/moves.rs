@@ -306,3 +306,38 @@ fn the_service_archives_a_moved_tenant_after_its_grace_and_still_answers_421() {
         "{out:?}"
     );
 }
+
+/// Plain git's commits are refused while the tenant moves (a hook the move installs refuses
+/// the ref transaction), so none can land after the head was handed over and vanish with the
+/// move; once the move is aborted, git writes again.
+#[tokio::test]
+async fn plain_git_cannot_commit_while_the_tenant_moves() {
+    let app = TestApp::spawn().await;
+    let acme = TenantId::parse("acme").unwrap();
+    let repo = app.repo("acme");
+    let storage = mover(&app);
+    let head = app.head("acme");
+    let tree = common::git_in(&repo, &["rev-parse", "main^{tree}"]);
+    let next = common::git_in(
+        &repo,
+        &["commit-tree", &tree, "-p", &head, "-m", "plain git"],
+    );
+    storage.begin_move(&acme, &target()).unwrap();
+    let refused = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&repo)
+        .args(["update-ref", "refs/heads/main", &next, &head])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "git moved main during the move");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("moving to another shard"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(app.head("acme"), head);
+    storage.begin_abort(&acme, &target()).unwrap();
+    storage.end_abort(&acme, &target(), false).unwrap();
+    common::git_in(&repo, &["update-ref", "refs/heads/main", &next, &head]);
+    assert_eq!(app.head("acme"), next);
+}

@@ -275,6 +275,9 @@ fn git(repo: &Path) -> Command {
             // A stalled source ends the fetch rather than holding the move.
             ("http.lowSpeedLimit", "1000"),
             ("http.lowSpeedTime", "30"),
+            // A tenant coming back fetches into its old repository, whose move fence
+            // (`placement.rs`: the reference-transaction hook) refuses ref writes.
+            ("core.hooksPath", "/dev/null"),
         ],
     );
     cmd

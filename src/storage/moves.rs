@@ -24,6 +24,8 @@ impl Storage {
     pub fn begin_move(&self, tenant: &TenantId, to: &ShardUrl) -> Result<MoveStart, StorageError> {
         let path = self.repo_path(tenant);
         let repo = TenantRepo::open_any(tenant, &path)?;
+        // Plain git's ref writes are refused too while the record exists.
+        placement::install_fence_hook(&path)?;
         let (moved, since) = repo.fence(|| match placement::read(&path)? {
             None => {
                 let since = std::time::SystemTime::now();

@@ -61,6 +61,50 @@ fn format(placement: &Placement) -> String {
     format!("{} {secs} {}\n", placement.word(), placement.to())
 }
 
+/// The hook that makes plain git respect the record: git runs `hooks/reference-transaction`
+/// for every ref update (a commit, `update-ref`, a push, a fetch into the repository) and
+/// aborts the update when it refuses the prepared transaction.
+const HOOK: &str = "hooks/reference-transaction";
+const HOOK_SCRIPT: &str = r#"#!/bin/sh
+# Installed by planfiles tenant move. While this tenant moves to another shard, or after it
+# moved (planfiles-placement exists), its refs take no write from plain git either: the move
+# hands over the head it read, and a commit made here after that would be lost with it.
+test "$1" = prepared || exit 0
+test -e "${GIT_DIR:-.}/planfiles-placement" || exit 0
+echo "planfiles: this tenant is moving to another shard, or moved: write to it there" >&2
+exit 1
+"#;
+
+/// Installs the hook that refuses plain git's ref writes while a record exists (synced,
+/// executable), before the first record is written. A `reference-transaction` hook of the
+/// operator's own is left as it is (and the refusal then rests on planfiles' own writers and
+/// the fence's wait for git's locks), with a warning.
+pub(super) fn install_fence_hook(repo: &Path) -> Result<(), StorageError> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = repo.join(HOOK);
+    match std::fs::read_to_string(&path) {
+        Ok(text) if text == HOOK_SCRIPT => return Ok(()),
+        Ok(_) => {
+            tracing::warn!(
+                repo = %repo.display(),
+                "hooks/reference-transaction is not planfiles': plain git's commits are not refused during the move"
+            );
+            return Ok(());
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(StorageError::io("read a hook", &path, e)),
+    }
+    let hooks = repo.join("hooks");
+    if !hooks.is_dir() {
+        super::disk::create_dir_synced(&hooks)
+            .map_err(|e| StorageError::io("create the hooks folder", &hooks, e))?;
+    }
+    replace_synced(&path, HOOK_SCRIPT.as_bytes(), "install the move's hook")?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        .and_then(|()| std::fs::File::open(&path)?.sync_all())
+        .map_err(|e| StorageError::io("install the move's hook", &path, e))
+}
+
 /// Writes the record durably: aside, synced, renamed over the old one, the folder synced.
 pub(super) fn write(repo: &Path, placement: &Placement) -> Result<(), StorageError> {
     replace_synced(
