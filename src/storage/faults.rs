@@ -5,6 +5,8 @@ use std::path::Path;
 /// The system calls the write path can be made to fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
+    /// Reading a file (a ref).
+    Read,
     /// Creating a file (an object's temporary file, a ref's lock).
     Create,
     /// Writing a file's bytes.
@@ -55,7 +57,7 @@ mod plan {
     }
 
     /// Fails the `nth` call of `op` on a path that contains `path` (on this thread) with
-    /// `errno`, until the returned guard is dropped. [`Injected::fired`] tells whether it did.
+    /// `errno` (every such call when `nth` is 0), until the returned guard is dropped. [`Injected::fired`] tells whether it did.
     pub(crate) fn inject(op: Op, path: &str, errno: i32, nth: usize) -> Injected {
         PLANNED.with(|p| {
             *p.borrow_mut() = Some(Planned {
@@ -94,7 +96,7 @@ mod plan {
                 return Ok(());
             }
             plan.seen += 1;
-            if plan.seen == plan.nth {
+            if plan.nth == 0 || plan.seen == plan.nth {
                 plan.fired = true;
                 return Err(std::io::Error::from_raw_os_error(plan.errno));
             }

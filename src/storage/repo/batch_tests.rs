@@ -198,3 +198,62 @@ fn a_retried_batch_records_a_no_op_only_with_the_commit_main_got() {
     }
     assert!(git(&path, &["fsck", "--strict"]).is_empty());
 }
+
+/// A no-op records' ref that cannot be read (here: out of descriptors) fails the keyed write
+/// that would add to it; it is never taken for a ref that does not exist, which would start
+/// the records' chain again over the old one and lose every key it held.
+#[test]
+fn an_unreadable_no_op_ref_fails_the_write_and_keeps_the_records() {
+    use crate::domain::IdempotencyKey;
+    use crate::storage::faults::{inject, Op};
+    use crate::storage::IdempotencyRecord;
+    let dir = tempfile::tempdir().unwrap();
+    let (tenant, path, committer) = new_tenant(dir.path());
+    let repo = TenantRepo::open(&tenant, &path).unwrap();
+    let keyed = |key: &str| {
+        let mut req = CommitRequest::of(
+            PlanFile::Integration,
+            repo.read(PlanFile::Integration).unwrap().bytes,
+            Preconditions::default(),
+            committer.clone(),
+        );
+        req.idempotency = Some(IdempotencyRecord {
+            key: IdempotencyKey::parse(key.as_bytes()).unwrap(),
+            fingerprint: "f".into(),
+        });
+        req
+    };
+    let recent = Default::default();
+    let first = keyed("k-1");
+    outcome(
+        repo.commit_batch(&[&first], &committer, None, &recent)
+            .pop()
+            .unwrap(),
+    )
+    .unwrap();
+    let records = git(&path, &["rev-parse", "refs/planfiles/no-ops"]);
+    // Every read of it fails while the fault lasts.
+    let fault = inject(Op::Read, "refs/planfiles/no-ops", libc::EMFILE, 0);
+    let second = keyed("k-2");
+    let result = repo
+        .commit_batch(&[&second], &committer, None, &recent)
+        .pop()
+        .flatten();
+    assert!(fault.fired());
+    drop(fault);
+    let err = result.expect("tried").expect_err("the write must fail");
+    assert!(err.is_out_of_descriptors(), "{err}");
+    assert_eq!(git(&path, &["rev-parse", "refs/planfiles/no-ops"]), records);
+    // Once it can be read, the chain goes on from the old records.
+    outcome(
+        repo.commit_batch(&[&second], &committer, None, &recent)
+            .pop()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        git(&path, &["rev-parse", "refs/planfiles/no-ops~1"]),
+        records,
+        "the chain was started again"
+    );
+}

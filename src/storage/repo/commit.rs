@@ -123,7 +123,7 @@ impl TenantRepo {
         let on_disk = self.read_head(path).map_err(Retry::Failed)?;
         let mut head = on_disk.clone();
         let mut staged = Staged::new(self, fsync);
-        let mut no_ops = super::idempotency::NoOps::new(self);
+        let mut no_ops = super::idempotency::NoOps::new(self).map_err(Retry::Failed)?;
         // The requests answered by a no-op record: they fail if the records cannot be moved.
         let mut recorded: Vec<usize> = Vec::new();
         // A syncfs round that runs while the objects are written may flush them and fail:

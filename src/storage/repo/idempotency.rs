@@ -122,12 +122,13 @@ pub(super) struct NoOps {
 }
 
 impl NoOps {
-    pub(super) fn new(repo: &TenantRepo) -> Self {
-        let on_disk = super::refs::read_ref(&repo.path, NO_OPS);
-        Self {
+    pub(super) fn new(repo: &TenantRepo) -> Result<Self, StorageError> {
+        let on_disk = super::refs::read_ref_checked(&repo.path, NO_OPS)
+            .map_err(|e| StorageError::io("read the no-op records", &repo.path.join(NO_OPS), e))?;
+        Ok(Self {
             on_disk,
             tip: on_disk,
-        }
+        })
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -151,9 +151,10 @@ impl TenantRepo {
     /// `main` as it is on disk: its commit and its tree's entries.
     pub(super) fn read_head(&self, path: &'static str) -> Result<Head, StorageError> {
         let err = |op| git_err(&self.tenant, op, path);
-        let commit = match super::refs::read_ref(&self.path, MAIN) {
-            Some(oid) => oid,
-            None => self.repo.refname_to_id(MAIN).map_err(err("resolve main"))?,
+        let commit = match super::refs::read_ref_checked(&self.path, MAIN) {
+            Ok(Some(oid)) => oid,
+            Ok(None) => self.repo.refname_to_id(MAIN).map_err(err("resolve main"))?,
+            Err(e) => return Err(StorageError::io("read main", &self.path.join(MAIN), e)),
         };
         let tree = self
             .repo

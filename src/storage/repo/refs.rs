@@ -19,18 +19,45 @@ pub(super) enum RefMove {
 }
 
 /// The value of ref `name` (`refs/heads/main`) in the repository at `repo`, from its loose
-/// file or else its line in `packed-refs`; `None` when neither has it.
+/// file or else its line in `packed-refs`; `None` when neither has it (for readers: anything
+/// that cannot be read counts as not known).
 pub(super) fn read_ref(repo: &Path, name: &str) -> Option<Oid> {
-    match std::fs::read(repo.join(name)) {
+    read_ref_checked(repo, name).ok().flatten()
+}
+
+/// [`read_ref`] for writers: `Ok(None)` only when neither the loose file nor `packed-refs`
+/// has the ref; a file that cannot be read (out of descriptors, an I/O error) or does not
+/// hold an id is an error, never "no ref" (a writer would take that for a ref to create,
+/// and start the no-op records' chain again over the old one).
+pub(super) fn read_ref_checked(repo: &Path, name: &str) -> std::io::Result<Option<Oid>> {
+    let not_an_id = |text: &[u8]| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "{name} does not hold a commit id: {:?}",
+                String::from_utf8_lossy(&text[..text.len().min(60)])
+            ),
+        )
+    };
+    let loose = repo.join(name);
+    match faults::check(Op::Read, &loose).and_then(|()| std::fs::read(&loose)) {
         Ok(text) => {
-            let hex = std::str::from_utf8(&text).ok()?.trim_end();
-            Oid::from_str(hex).ok().filter(|_| hex.len() == 40)
+            let hex = std::str::from_utf8(&text)
+                .map_err(|_| not_an_id(&text))?
+                .trim_end();
+            match Oid::from_str(hex) {
+                Ok(oid) if hex.len() == 40 => Ok(Some(oid)),
+                _ => Err(not_an_id(&text)),
+            }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let packed = std::fs::read(repo.join("packed-refs")).ok()?;
-            packed_ref(&packed, name)
+            match std::fs::read(repo.join("packed-refs")) {
+                Ok(packed) => Ok(packed_ref(&packed, name)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e),
+            }
         }
-        Err(_) => None,
+        Err(e) => Err(e),
     }
 }
 
@@ -139,7 +166,9 @@ impl TenantRepo {
                 &placement,
             )));
         }
-        if read_ref(&self.path, name) != old {
+        let now = read_ref_checked(&self.path, name)
+            .map_err(|e| io("read a ref", &self.path.join(name), e))?;
+        if now != old {
             return Err(RefMove::Moved);
         }
         faults::check(Op::Write, &held.lock)
