@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
-/// The most writes one batch commits.
+/// The most writes one batch commits, whatever the queue's depth. With the default depth (16,
+/// which counts the writes of the running batch too) a batch holds at most 16.
 pub const MAX_BATCH: usize = 64;
 
 /// Why a write did not happen.

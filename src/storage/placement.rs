@@ -42,7 +42,10 @@ fn bad(text: &str) -> std::io::Error {
 fn parse(text: &str) -> Option<Placement> {
     let mut words = text.trim_end().splitn(3, ' ');
     let (state, secs, url) = (words.next()?, words.next()?, words.next()?);
-    let at = UNIX_EPOCH + Duration::from_secs(secs.parse().ok()?);
+    // Seconds, with milliseconds after a dot (records written before had whole seconds).
+    let (whole, millis) = secs.split_once('.').unwrap_or((secs, "0"));
+    let millis: u64 = format!("{millis:0<3}").get(..3)?.parse().ok()?;
+    let at = UNIX_EPOCH + Duration::from_secs(whole.parse().ok()?) + Duration::from_millis(millis);
     let to = ShardUrl::parse(url).ok()?;
     match state {
         "moving" => Some(Placement::Moving { to, since: at }),
@@ -57,8 +60,15 @@ fn format(placement: &Placement) -> String {
         Placement::Moving { since, .. } | Placement::Aborting { since, .. } => since,
         Placement::Moved { at, .. } => at,
     };
-    let secs = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
-    format!("{} {secs} {}\n", placement.word(), placement.to())
+    // To the millisecond: a rerun of the move reports how long writes were refused from it.
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    format!(
+        "{} {}.{:03} {}\n",
+        placement.word(),
+        since.as_secs(),
+        since.subsec_millis(),
+        placement.to()
+    )
 }
 
 /// The hook that makes plain git respect the record: git runs `hooks/reference-transaction`
@@ -183,7 +193,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(read(dir.path()).unwrap(), None);
         let to = ShardUrl::parse("http://b:8080").unwrap();
-        let at = UNIX_EPOCH + Duration::from_secs(1_764_000_000);
+        // Kept to the millisecond (a rerun reports the refusal from it).
+        let at = UNIX_EPOCH + Duration::from_millis(1_764_000_000_123);
+        // A record of whole seconds, as written before, still reads.
+        std::fs::write(dir.path().join(FILE), "moving 1764000000 http://b:8080\n").unwrap();
+        assert_eq!(
+            read(dir.path()).unwrap(),
+            Some(Placement::Moving {
+                to: to.clone(),
+                since: UNIX_EPOCH + Duration::from_secs(1_764_000_000)
+            })
+        );
         for placement in [
             Placement::Moving {
                 to: to.clone(),
