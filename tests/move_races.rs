@@ -338,3 +338,55 @@ fn aborts_racing_an_import_never_leave_two_writable_shards() {
     let acked = acked.lock().unwrap().clone();
     pair.check(&acked, "aborts at step 2");
 }
+
+/// A whole move over the slow link (every answer of the target held 2 s), finished by hand
+/// (`--no-router`, then `--routed`): each step waits for its answer, writes are refused from
+/// step 1, and at the end the target holds every write either shard acknowledged, the
+/// source answers 421.
+#[test]
+fn a_move_over_a_slow_link_finishes_and_loses_nothing() {
+    let pair = Pair::start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (handles, acked) = writers(&pair, stop.clone());
+    std::thread::sleep(Duration::from_millis(500));
+    pair.relay.hold_answers(Duration::from_secs(2));
+    let args = pair.move_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let (first, lines) = pair.command(&args);
+    let (ok, err) = finish(first);
+    let said: Vec<String> = lines.try_iter().collect();
+    assert!(
+        !ok && err.contains("--routed"),
+        "the move stops for the routing: {err}"
+    );
+    assert!(said.iter().any(|l| l.contains("step 2/4")), "{said:?}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(4),
+        "the answers were not held"
+    );
+    let mut routed = args.clone();
+    routed.push("--routed");
+    let (second, _) = pair.command(&routed);
+    let (ok, err) = finish(second);
+    assert!(ok, "the move did not finish: {err}");
+    pair.relay.hold_answers(Duration::ZERO);
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(pair.placement(&pair.b), "served");
+    let moved = reqwest::blocking::Client::new()
+        .get(format!("{}/plans/integration-file", pair.a.url))
+        .bearer_auth(common::token(TENANT, common::ALL))
+        .send()
+        .unwrap();
+    assert_eq!(moved.status(), 421);
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        acked.iter().any(|(s, _)| *s == 1),
+        "shard b took no write after the move"
+    );
+    pair.check(&acked, "a move over a slow link");
+}
