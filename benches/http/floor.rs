@@ -1,8 +1,8 @@
 //! The file-system floor: exactly the file work of one planfiles commit and nothing else (no git, HTTP, JSON, YAML, zlib or SHA-1), with planfiles' own group commit; the contender every durable write is measured against in the same run.
 //!
-//! One commit: three loose objects (a temporary file written and renamed into
-//! `objects/xx/`), a shared `syncfs` that started after they were written, the ref
-//! (`refs/heads/main.lock` written and renamed over `main`), a second shared `syncfs`.
+//! One commit: three loose objects' temporary files and the ref's lock written, a shared
+//! `syncfs` that started after they were written, the objects renamed into `objects/xx/` and
+//! `refs/heads/main.lock` over `main`, a second shared `syncfs`.
 use super::load::Run;
 use planfiles::storage::SyncGroup;
 use std::io::Write;
@@ -40,28 +40,32 @@ impl Floor {
         repo
     }
 
-    /// One commit's file work in `repo`; `seq` makes its names new.
+    /// One commit's file work in `repo`, in the order that keeps a power loss from naming
+    /// bytes that are not durable (planfiles' own since issue 40): the objects' temporary
+    /// files and the ref's lock written; a shared `syncfs`; the objects renamed into place and
+    /// the lock over the ref; a second shared `syncfs`. `seq` makes its names new.
     fn commit(&self, repo: &Path, seq: u64) {
         let mark = self.sync.mark();
+        let mut names = Vec::with_capacity(OBJECT_BYTES.len());
         for (i, bytes) in OBJECT_BYTES.iter().enumerate() {
             // Spread over the fan-out folders as object ids are.
             let id = seq * 3 + i as u64;
             let name = format!("{:02x}{id:038}", id.wrapping_mul(0x9E37_79B9) % 256);
-            let tmp = repo.join(format!("objects/tmp_{seq}_{i}"));
+            let fanout = repo.join(format!("objects/{}", &name[..2]));
+            let tmp = fanout.join(format!("tmp_obj_{seq}_{i}"));
             std::fs::File::create(&tmp)
                 .and_then(|mut f| f.write_all(&vec![b'x'; *bytes]))
                 .unwrap();
-            std::fs::rename(
-                &tmp,
-                repo.join(format!("objects/{}/{}", &name[..2], &name[2..])),
-            )
-            .unwrap();
+            names.push((tmp, fanout.join(&name[2..])));
         }
-        self.sync.sync_from(mark).unwrap();
         let lock = repo.join("refs/heads/main.lock");
         std::fs::File::create(&lock)
             .and_then(|mut f| f.write_all(format!("{:040x}\n", seq).as_bytes()))
             .unwrap();
+        self.sync.sync_from(mark).unwrap();
+        for (tmp, name) in names {
+            std::fs::rename(tmp, name).unwrap();
+        }
         std::fs::rename(&lock, repo.join("refs/heads/main")).unwrap();
         self.sync.sync().unwrap();
     }

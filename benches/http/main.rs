@@ -228,7 +228,7 @@ fn main() {
     }
 
     println!("\n## Durable writes beside the file-system floor (group commit, same volume, interleaved rounds)");
-    println!("floor: the file work of one commit alone (3 loose objects, syncfs, ref, syncfs), planfiles' own group commit");
+    println!("floor: the file work of one commit alone (3 objects and the ref lock written, syncfs, renames, syncfs), planfiles' own group commit");
     let floor = floor::Floor::new(&dir.path().join("floor"));
     let serial_n = if quick { 60 } else { 150 };
     let (mut ours_s, mut floor_s) = (Run::empty(), Run::empty());
