@@ -594,9 +594,10 @@ fn tenant_set_gets_past_a_config_lock_left_behind() {
         )
     };
 
-    // Stale (a minute old): removed, and the set goes through without waiting.
-    let minute_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
-    let lock = leave_config_lock(&repo, minute_ago);
+    // Abandoned (11 minutes old: no live git transaction lasts that long): removed, and the
+    // set goes through without waiting.
+    let abandoned = std::time::SystemTime::now() - std::time::Duration::from_secs(660);
+    let lock = leave_config_lock(&repo, abandoned);
     let started = std::time::Instant::now();
     let (code, _, err) = set("on");
     assert_eq!(code, 0, "{err}");
