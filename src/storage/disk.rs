@@ -1,4 +1,9 @@
 //! Files and folders planfiles makes outside libgit2: each is synced, and synced into the folder that holds it, before anything that depends on it is acknowledged.
+pub(super) mod dir_key;
+pub(super) mod durable;
+pub(super) mod faults;
+pub(super) mod volume;
+
 use super::StorageError;
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -14,7 +19,7 @@ fn parent(path: &Path) -> &Path {
 
 /// fsync of a folder: its entries (files created, renamed or removed in it) are on disk.
 pub(super) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    super::faults::check(super::faults::Op::SyncDir, dir)
+    faults::check(faults::Op::SyncDir, dir)
         .and_then(|()| File::open(dir))
         .and_then(|f| f.sync_all())
         .map_err(|e| StorageError::io("sync directory", dir, e))

@@ -4,12 +4,55 @@
 //! its own process stops the writes of a running service: the ref compare-and-swap reads the
 //! record under the ref's lock, and the move takes and drops that lock after writing the
 //! record (`repo/refs.rs`: `fence`), so no write that began before it can land after it.
+pub(super) mod import;
+pub(super) mod moves;
+pub(super) mod seed;
+
 use super::disk::{remove_synced, replace_synced};
-use super::{Placement, StorageError};
+use super::{Placement, Storage, StorageError};
 use crate::domain::{ShardUrl, TenantId};
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, UNIX_EPOCH};
+
+/// What a caller is about to do with a tenant here (see [`Storage::locate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::storage) enum Access {
+    /// Read its files, versions or history, clone it, look a commit up: while it is here,
+    /// until it moved (reads go on while it moves).
+    Read,
+    /// Follow its `main` (change streams, held long-polls): while it takes writes here. A
+    /// tenant that began to move has no future here: its followers go to its next shard.
+    /// (Writes are decided by the re-reads under the tenant's write lock and each ref's lock,
+    /// `repo/commit.rs` and `repo/refs.rs`, which a move's fence orders against.)
+    Follow,
+    /// Ask or change where it is, list it, mark a key in flight: while its repository is
+    /// here, whatever its placement.
+    Manage,
+}
+
+impl Storage {
+    /// Whether `access` to `tenant` may happen on this shard, and its repository's path when
+    /// it may: the one answer to "served, moving, moved or archived?". No repository:
+    /// `TenantNotFound`, or `TenantMoved` for a tenant archived after its move (its
+    /// tombstone). Moved: `TenantMoved` for everything but `Manage`. Moving (or its move being
+    /// aborted): `TenantMoving` for `Follow`.
+    pub(in crate::storage) fn locate(
+        &self,
+        tenant: &TenantId,
+        access: Access,
+    ) -> Result<PathBuf, StorageError> {
+        let path = self.repo_path(tenant);
+        if !path.is_dir() {
+            return Err(missing(&path, tenant));
+        }
+        match (read(&path)?, access) {
+            (None, _) | (Some(_), Access::Manage) => Ok(path),
+            (Some(Placement::Moving { .. } | Placement::Aborting { .. }), Access::Read) => Ok(path),
+            (Some(p), _) => Err(refusal(tenant, &p)),
+        }
+    }
+}
 
 /// The record's name in the repository folder (the inotify watches of `watch.rs` and the
 /// change feed treat it like a move of `main`).
@@ -127,6 +170,20 @@ pub(super) fn write(repo: &Path, placement: &Placement) -> Result<(), StorageErr
 /// Removes the record (the tenant is writable here again), durably.
 pub(super) fn clear(repo: &Path) -> Result<(), StorageError> {
     remove_synced(&repo.join(FILE), "remove the placement record")
+}
+
+/// The re-read that keeps a write from landing after a move began, named as such: called
+/// under the tenant's write lock (`repo/commit.rs`, before a batch) and under each ref's lock
+/// (`repo/refs.rs`, before a ref moves), the locks the move's fence (`repo/refs.rs`) takes
+/// after it writes the record. Every other "may this happen here" is [`Storage::locate`].
+pub(in crate::storage) fn reread_under_lock(
+    repo: &Path,
+    tenant: &TenantId,
+) -> Result<(), StorageError> {
+    match read(repo)? {
+        None => Ok(()),
+        Some(p) => Err(refusal(tenant, &p)),
+    }
 }
 
 /// The refusal a write meets under `placement`.

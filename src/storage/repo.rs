@@ -1,4 +1,5 @@
 //! One tenant's bare repository, opened with libgit2: what every operation shares (ids, `main`, locks, errors), and reading the head. Each operation has its file below `repo/`.
+
 use super::disk;
 use super::{Ancestry, FileSnapshot, StorageError, TenantSummary};
 use crate::domain::{BlobId, CommitId, Identity, ObjectId, PlanFile, TenantId};
@@ -16,12 +17,16 @@ mod diff;
 mod durability;
 mod history;
 mod idempotency;
+pub(super) mod inflight;
 mod objects;
+pub(super) mod open_repos;
+pub(super) mod recent_keys;
 mod refs;
 mod repack;
 mod replay;
 mod source_hosting;
 mod staged;
+pub(super) mod upload_pack;
 #[cfg(test)]
 mod write_tests;
 
@@ -30,6 +35,9 @@ pub(super) use refs::file_head;
 pub(super) use source_hosting::source_hosting_flag;
 
 const MAIN: &str = "refs/heads/main";
+/// The records of idempotent writes that changed nothing, one commit each
+/// (`idempotency.rs`); here beside `MAIN` because the refs' code moves both.
+const NO_OPS: &str = "refs/planfiles/no-ops";
 const FILE_MODE: i32 = 0o100644;
 /// The trailers of a keyed write's commit (and of its no-op record): the key, and the
 /// fingerprint of the request it answered.
@@ -126,18 +134,9 @@ pub(super) struct TenantRepo {
 }
 
 impl TenantRepo {
-    /// Opens the tenant's repository; a tenant that moved to another shard is refused
-    /// (`TenantMoved`), one that is moving is not (its reads go on).
+    /// Opens the tenant's repository, whatever its placement: where an access may happen is
+    /// [`super::Storage::locate`]'s answer, asked first.
     pub(super) fn open(tenant: &TenantId, path: &Path) -> Result<Self, StorageError> {
-        let repo = Self::open_any(tenant, path)?;
-        match super::placement::read(path)? {
-            Some(p @ super::Placement::Moved { .. }) => Err(super::placement::refusal(tenant, &p)),
-            _ => Ok(repo),
-        }
-    }
-
-    /// Opens the tenant's repository wherever the tenant is served (`tenant list`, moves).
-    pub(super) fn open_any(tenant: &TenantId, path: &Path) -> Result<Self, StorageError> {
         if !path.is_dir() {
             return Err(super::placement::missing(path, tenant));
         }

@@ -10,6 +10,8 @@
 //! Each thread that looks heads up gets one of several inotify instances (shards), so that
 //! lookups on different workers never wait for each other; a read that learns a head makes it
 //! known in every shard.
+pub(super) mod feed;
+
 use crate::domain::{CommitId, TenantId};
 use foldhash::fast::RandomState;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};

@@ -1,6 +1,6 @@
 //! `DirKey`: the data dir's secret, made once and shared by every process: it signs history cursors and keys idempotency fingerprints.
-use super::StorageError;
 use crate::domain::{CommitId, Cursor, TenantId};
+use crate::storage::StorageError;
 use hmac::{Hmac, Mac};
 use std::io::Write;
 use std::path::Path;
@@ -9,7 +9,7 @@ const KEY_FILE: &str = "cursor.key";
 
 /// Read at start from `<data_dir>/cursor.key`, which the first process to need it creates
 /// (all or nothing: written aside, synced, then linked into place).
-pub(super) struct DirKey {
+pub(in crate::storage) struct DirKey {
     key: [u8; 32],
 }
 
@@ -20,14 +20,14 @@ impl std::fmt::Debug for DirKey {
 }
 
 impl DirKey {
-    pub(super) fn load(data_dir: &Path) -> Result<Self, StorageError> {
+    pub(in crate::storage) fn load(data_dir: &Path) -> Result<Self, StorageError> {
         Ok(Self {
             key: load_or_create(&data_dir.join(KEY_FILE))?,
         })
     }
 
     /// The cursor that resumes `tenant`'s history at `commit`.
-    pub(super) fn mint(&self, tenant: &TenantId, commit: CommitId) -> Cursor {
+    pub(in crate::storage) fn mint(&self, tenant: &TenantId, commit: CommitId) -> Cursor {
         Cursor {
             commit,
             tag: tag(&self.key, tenant, commit),
@@ -35,7 +35,7 @@ impl DirKey {
     }
 
     /// The cursor's commit when this data dir made the cursor for `tenant`.
-    pub(super) fn open(&self, tenant: &TenantId, cursor: &Cursor) -> Option<CommitId> {
+    pub(in crate::storage) fn open(&self, tenant: &TenantId, cursor: &Cursor) -> Option<CommitId> {
         let expected = tag(&self.key, tenant, cursor.commit);
         // Compared in constant time: the tag is a MAC.
         let same = expected
@@ -47,7 +47,7 @@ impl DirKey {
     }
 
     /// The fingerprint of a request (see [`crate::domain::idempotency::fingerprint`]).
-    pub(super) fn fingerprint(&self, target: &str, body: &[u8]) -> String {
+    pub(in crate::storage) fn fingerprint(&self, target: &str, body: &[u8]) -> String {
         crate::domain::idempotency::fingerprint(&self.key, target, body)
     }
 }

@@ -86,7 +86,7 @@ mod plan {
         }
     }
 
-    pub(super) fn hit(op: Op, path: &Path) -> std::io::Result<()> {
+    pub(in crate::storage) fn hit(op: Op, path: &Path) -> std::io::Result<()> {
         PLANNED.with(|p| {
             let mut p = p.borrow_mut();
             let Some(plan) = p.as_mut() else {

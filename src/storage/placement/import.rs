@@ -4,11 +4,11 @@
 //! transfer is git's own protocol over the source's `/git/<tenant>.git`, https included, and
 //! the check is git's. Every ref planfiles writes travels: `main` and the no-op records of
 //! idempotency keys (`refs/planfiles/*`); commit ids are the same on both shards.
-use super::disk::{sync_dir, sync_tree};
-use super::placement;
-use super::repo::{self, TenantRepo};
-use super::{ImportPlan, ImportSource, Imported, Placement, Storage, StorageError};
 use crate::domain::{CommitId, TenantId};
+use crate::storage::disk::{sync_dir, sync_tree};
+use crate::storage::placement;
+use crate::storage::repo::{self, TenantRepo};
+use crate::storage::{ImportPlan, ImportSource, Imported, Placement, Storage, StorageError};
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;

@@ -1,19 +1,15 @@
 //! The source side of moving a tenant to another shard: refuse its writes and wait out those under way, mark it moved, archive it after the grace period.
-use super::placement;
-use super::repo::{self, TenantRepo};
-use super::{MoveStart, Placement, Storage, StorageError};
 use crate::domain::{ShardUrl, TenantId};
+use crate::storage::placement;
+use crate::storage::repo::{self, TenantRepo};
+use crate::storage::{MoveStart, Placement, Storage, StorageError};
 use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
 
 impl Storage {
     /// Where the tenant is, when it is leaving or has left this shard.
     pub fn placement(&self, tenant: &TenantId) -> Result<Option<Placement>, StorageError> {
-        let path = self.repo_path(tenant);
-        if !path.is_dir() {
-            return Err(placement::missing(&path, tenant));
-        }
-        placement::read(&path)
+        placement::read(&self.locate(tenant, placement::Access::Manage)?)
     }
 
     /// Step 1 of a move to `to`: the tenant's writes are refused from now on (by every
@@ -23,7 +19,7 @@ impl Storage {
     /// another shard is a conflict.
     pub fn begin_move(&self, tenant: &TenantId, to: &ShardUrl) -> Result<MoveStart, StorageError> {
         let path = self.repo_path(tenant);
-        let repo = TenantRepo::open_any(tenant, &path)?;
+        let repo = TenantRepo::open(tenant, &path)?;
         // Plain git's ref writes are refused too while the record exists.
         placement::install_fence_hook(&path)?;
         let (moved, since) = repo.fence(|| match placement::read(&path)? {
@@ -79,7 +75,7 @@ impl Storage {
     /// run again (an abort that stopped halfway is `aborting` still).
     pub fn begin_abort(&self, tenant: &TenantId, to: &ShardUrl) -> Result<(), StorageError> {
         let path = self.repo_path(tenant);
-        let repo = TenantRepo::open_any(tenant, &path)?;
+        let repo = TenantRepo::open(tenant, &path)?;
         let conflict = |reason: String| StorageError::MoveConflict {
             tenant: tenant.clone(),
             reason,
@@ -121,7 +117,7 @@ impl Storage {
         taken: bool,
     ) -> Result<(), StorageError> {
         let path = self.repo_path(tenant);
-        let repo = TenantRepo::open_any(tenant, &path)?;
+        let repo = TenantRepo::open(tenant, &path)?;
         repo.fence(|| match placement::read(&path)? {
             Some(Placement::Aborting { to: at, .. }) if &at == to && !taken => {
                 placement::clear(&path)
@@ -189,7 +185,7 @@ impl Storage {
             return Ok(None);
         };
         let archive = self.tenants_dir.with_file_name("archive");
-        super::disk::create_dir_all_synced(&archive)?;
+        crate::storage::disk::create_dir_all_synced(&archive)?;
         let secs = std::time::SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -199,8 +195,8 @@ impl Storage {
         placement::write_tombstone(&self.tenants_dir, tenant, &to)?;
         std::fs::rename(&path, &into)
             .map_err(|e| StorageError::io("archive a moved tenant", &path, e))?;
-        super::disk::sync_dir(&self.tenants_dir)?;
-        super::disk::sync_dir(&archive)?;
+        crate::storage::disk::sync_dir(&self.tenants_dir)?;
+        crate::storage::disk::sync_dir(&archive)?;
         Ok(Some(into))
     }
 }

@@ -5,8 +5,8 @@
 //! tenant is copied into a temporary folder, synced and renamed into place (never over an
 //! existing tenant), then the marker is removed. A marker found at start means a seeder died:
 //! its temporary folders are removed and the tenants still missing are seeded.
-use super::disk::{self, sync_dir, sync_tree};
-use super::StorageError;
+use crate::storage::disk::{self, sync_dir, sync_tree};
+use crate::storage::StorageError;
 use std::ffi::CString;
 use std::fs::File;
 use std::io;

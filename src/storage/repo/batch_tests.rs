@@ -205,7 +205,7 @@ fn a_retried_batch_records_a_no_op_only_with_the_commit_main_got() {
 #[test]
 fn an_unreadable_no_op_ref_fails_the_write_and_keeps_the_records() {
     use crate::domain::IdempotencyKey;
-    use crate::storage::faults::{inject, Op};
+    use crate::storage::disk::faults::{inject, Op};
     use crate::storage::IdempotencyRecord;
     let dir = tempfile::tempdir().unwrap();
     let (tenant, path, committer) = new_tenant(dir.path());

@@ -5,9 +5,9 @@ use super::staged::Staged;
 use super::{backoff, git_err, to_id, to_oid, TenantRepo, MAIN, WRITE_DEADLINE};
 use crate::domain::yaml::splice::Made;
 use crate::domain::{BlobId, CommitId, Identity};
+use crate::storage::disk::durable::SyncGroup;
 use crate::storage::disk::sync_dir;
-use crate::storage::durable::SyncGroup;
-use crate::storage::recent_keys::RecentKeys;
+use crate::storage::repo::recent_keys::RecentKeys;
 use crate::storage::{
     Change, CommitOutcome, CommitRequest, Committed, FileOutcome, IfMatch, ShaCheck, StorageError,
 };
@@ -48,17 +48,9 @@ impl TenantRepo {
         };
         // Under the write lock, which a move takes to write its record (`refs.rs`: `fence`):
         // a tenant that began to move takes no write of this batch, not even a no-op record.
-        if _write_lock.is_some() {
-            match crate::storage::placement::read(&self.path) {
-                Ok(None) => {}
-                Ok(Some(p)) => {
-                    return fail_all(
-                        reqs.len(),
-                        crate::storage::placement::refusal(&self.tenant, &p),
-                    )
-                }
-                Err(e) => return fail_all(reqs.len(), e),
-            }
+        // A batch of dry runs reads it too (without the lock): it answers as the write would.
+        if let Err(e) = crate::storage::placement::reread_under_lock(&self.path, &self.tenant) {
+            return fail_all(reqs.len(), e);
         }
         let mut attempt = 0;
         // Since when main.lock has been held by someone else, without a break.

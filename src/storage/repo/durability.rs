@@ -1,9 +1,8 @@
 //! What makes a commit durable and its writer alone: the syncs of its objects and ref (group commit or fsync), putting `main` back when the last sync fails, the tenant's write lock and stale `main.lock`s, and what a failed write is told.
-use super::idempotency::NO_OPS;
 use super::refs::RefMove;
-use super::{lock_file_until, remove_if_abandoned, TenantRepo, WRITE_LOCK_FILE};
+use super::{lock_file_until, remove_if_abandoned, TenantRepo, NO_OPS, WRITE_LOCK_FILE};
+use crate::storage::disk::durable::{SyncGroup, SyncMark};
 use crate::storage::disk::sync_dir;
-use crate::storage::durable::{SyncGroup, SyncMark};
 use crate::storage::StorageError;
 use git2::Oid;
 use std::fs::File;
@@ -54,9 +53,12 @@ impl TenantRepo {
         let mut fanouts: Vec<PathBuf> = Vec::new();
         for oid in objects {
             let object = self.loose_path(*oid);
-            let synced = crate::storage::faults::check(crate::storage::faults::Op::Fsync, &object)
-                .and_then(|()| File::open(&object))
-                .and_then(|f| f.sync_all());
+            let synced = crate::storage::disk::faults::check(
+                crate::storage::disk::faults::Op::Fsync,
+                &object,
+            )
+            .and_then(|()| File::open(&object))
+            .and_then(|f| f.sync_all());
             match synced {
                 Ok(()) => {}
                 // Packed (packs are synced when written), or not an object (a gitlink).
@@ -175,11 +177,18 @@ impl TenantRepo {
             })
     }
 
-    /// Removes `refs/heads/main.lock` when it is clearly abandoned (see
-    /// [`remove_if_abandoned`]); `true` when it did. Called only while holding the write lock,
-    /// so no live planfiles writer owns it; plain git may, and keeps it.
+    /// Removes `refs/heads/main.lock` when it is clearly abandoned: a planfiles writer's that
+    /// died holding it (planfiles makes its locks with the sticky bit, `refs.rs`), or one from
+    /// before the boot or 10 minutes old ([`remove_if_abandoned`]); `true` when it did. Called
+    /// only while holding the write lock, so no live planfiles writer owns it; a live git
+    /// command may, and keeps it.
     pub(super) fn remove_abandoned_ref_lock(&self) -> bool {
-        let removed = remove_if_abandoned(&self.path.join("refs/heads/main.lock"));
+        let lock = self.path.join("refs/heads/main.lock");
+        if super::refs::made_by_planfiles(&lock) && std::fs::remove_file(&lock).is_ok() {
+            tracing::warn!(tenant = %self.tenant, "removed the refs/heads/main.lock of a planfiles writer that died holding it");
+            return true;
+        }
+        let removed = remove_if_abandoned(&lock);
         if let Some(age) = removed {
             tracing::warn!(tenant = %self.tenant, age_s = age.as_secs(), "removed an abandoned refs/heads/main.lock (older than 10 minutes, or from before the machine booted)");
         }

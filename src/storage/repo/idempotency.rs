@@ -3,18 +3,16 @@ use super::objects::commit_text;
 use super::refs::{RefLock, RefMove};
 use super::staged::Staged;
 use super::{
-    git_err, signature, to_id, to_oid, TenantRepo, FINGERPRINT_TRAILER, KEY_TRAILER, MAIN,
+    git_err, signature, to_id, to_oid, TenantRepo, FINGERPRINT_TRAILER, KEY_TRAILER, MAIN, NO_OPS,
 };
 use crate::domain::{CommitId, Identity, ObjectId};
-use crate::storage::recent_keys::{key_hash, Line, RecentKeys, Scan, Seen};
+use crate::storage::repo::recent_keys::{key_hash, Line, RecentKeys, Scan, Seen};
 use crate::storage::{IdempotencyRecord, IdempotentHit, StorageError, IDEMPOTENCY_COMMITS};
 use git2::{ErrorCode, ObjectType, Oid};
 use std::collections::VecDeque;
 
 /// On a no-op record: the head the write found, and answered with.
 const REPLAYS_TRAILER: &str = "Replays: ";
-/// The records of idempotent writes that changed nothing, one commit each.
-pub(in crate::storage) const NO_OPS: &str = "refs/planfiles/no-ops";
 
 impl TenantRepo {
     /// An earlier write with `key`: on `main`'s first-parent line (a write that made a

@@ -10,15 +10,15 @@ const FILE: &str = "planfiles-inflight.lock";
 
 /// A held marker: an open-file-description lock on the key's byte, released when the file
 /// closes (on drop, or by the OS when the process dies).
-pub(super) struct Marker {
+pub(in crate::storage) struct Marker {
     _file: File,
 }
 
 impl Marker {
     /// Locks the byte of `key` in the repository at `repo`; `None` when another holder (in
     /// any process) has it.
-    pub(super) fn claim(repo: &Path, key: &str) -> std::io::Result<Option<Marker>> {
-        let file = super::disk::open_or_create(&repo.join(FILE))?;
+    pub(in crate::storage) fn claim(repo: &Path, key: &str) -> std::io::Result<Option<Marker>> {
+        let file = crate::storage::disk::open_or_create(&repo.join(FILE))?;
         let lock = byte_lock(key);
         // SAFETY: the descriptor is open for the call, and `lock` outlives it.
         let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) };
@@ -35,7 +35,7 @@ impl Marker {
     /// True when someone (in any process, this one included) holds the marker of `key`.
     /// Changes nothing: no lock is taken, and a missing file (no marker was ever taken
     /// here) is not created.
-    pub(super) fn held(repo: &Path, key: &str) -> std::io::Result<bool> {
+    pub(in crate::storage) fn held(repo: &Path, key: &str) -> std::io::Result<bool> {
         let file = match OpenOptions::new().write(true).open(repo.join(FILE)) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),

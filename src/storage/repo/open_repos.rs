@@ -1,5 +1,5 @@
 //! `OpenRepos`: tenant repositories kept open between writes (libgit2's object cache with them), the least recently used closed first. A repository is opened again when it may have changed under libgit2's feet: its folder replaced, or its packs changed (a repack, `git gc`, a `git fetch` or `fast-import` that wrote a pack), as the stamp of `objects/pack` tells. Loose objects and refs need no such check: they are read by path every time.
-use super::repo::TenantRepo;
+use super::TenantRepo;
 use crate::domain::TenantId;
 use foldhash::fast::RandomState;
 use std::collections::HashMap;
@@ -15,7 +15,7 @@ const KEPT: usize = 64;
 type Kept = HashMap<TenantId, (u64, Stamp, TenantRepo), RandomState>;
 
 #[derive(Default)]
-pub(super) struct OpenRepos {
+pub(in crate::storage) struct OpenRepos {
     /// By tenant: the tick of its last use, its stamp when last used, the repository. Only
     /// tenants that exist and had a write are here, at most [`KEPT`].
     map: Mutex<(u64, Kept)>,
@@ -47,7 +47,7 @@ fn stamp(path: &Path) -> Option<Stamp> {
 impl OpenRepos {
     /// The tenant's repository, taken out (one user at a time: a tenant has one writer per
     /// process); `None` when it is not open, or its folder or packs changed since.
-    pub(super) fn take(&self, tenant: &TenantId, path: &Path) -> Option<TenantRepo> {
+    pub(in crate::storage) fn take(&self, tenant: &TenantId, path: &Path) -> Option<TenantRepo> {
         let (_, then, repo) = {
             let mut guard = self.map.lock().unwrap_or_else(|e| e.into_inner());
             guard.1.remove(tenant)?
@@ -57,7 +57,7 @@ impl OpenRepos {
 
     /// Keeps `repo` open for the tenant's next write, closing the least recently used beyond
     /// [`KEPT`].
-    pub(super) fn put(&self, tenant: &TenantId, path: &Path, repo: TenantRepo) {
+    pub(in crate::storage) fn put(&self, tenant: &TenantId, path: &Path, repo: TenantRepo) {
         let Some(now) = stamp(path) else {
             return;
         };

@@ -10,7 +10,7 @@ const TENANTS: usize = 64;
 
 /// The lines of commits a key is recorded on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Line {
+pub(in crate::storage) enum Line {
     /// `main`'s first-parent line: writes that made a commit.
     Main,
     /// The records of writes that changed nothing (their own ref).
@@ -19,7 +19,7 @@ pub(super) enum Line {
 
 /// One commit of a scan.
 #[derive(Debug, Clone)]
-pub(super) struct Seen {
+pub(in crate::storage) struct Seen {
     pub commit: ObjectId,
     /// A hash of the idempotency key the commit records, if any.
     pub key: Option<u64>,
@@ -28,7 +28,7 @@ pub(super) struct Seen {
 /// What a lookup learnt: `main` was at `head`, and these were its first-parent commits,
 /// newest first.
 #[derive(Debug, Clone)]
-pub(super) struct Scan {
+pub(in crate::storage) struct Scan {
     pub head: ObjectId,
     pub commits: VecDeque<Seen>,
 }
@@ -38,12 +38,12 @@ pub(super) struct Scan {
 type Scans = (u64, HashMap<(TenantId, Line), (u64, Scan)>);
 
 #[derive(Debug, Default)]
-pub(super) struct RecentKeys {
+pub(in crate::storage) struct RecentKeys {
     scans: Mutex<Scans>,
 }
 
 /// The hash a key is remembered by (a match is then checked on the commit itself).
-pub(super) fn key_hash(key: &str) -> u64 {
+pub(in crate::storage) fn key_hash(key: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     key.hash(&mut h);
     h.finish()
@@ -52,7 +52,7 @@ pub(super) fn key_hash(key: &str) -> u64 {
 impl RecentKeys {
     /// Takes the scan of a tenant's line out (a concurrent lookup of that tenant then scans
     /// itself).
-    pub(super) fn take(&self, tenant: &TenantId, line: Line) -> Option<Scan> {
+    pub(in crate::storage) fn take(&self, tenant: &TenantId, line: Line) -> Option<Scan> {
         let mut guard = self.scans.lock().unwrap_or_else(|e| e.into_inner());
         guard
             .1
@@ -62,7 +62,7 @@ impl RecentKeys {
 
     /// Keeps the scan of a tenant's line, forgetting the least recently used beyond twice
     /// [`TENANTS`].
-    pub(super) fn put(&self, tenant: &TenantId, line: Line, scan: Scan) {
+    pub(in crate::storage) fn put(&self, tenant: &TenantId, line: Line, scan: Scan) {
         let mut guard = self.scans.lock().unwrap_or_else(|e| e.into_inner());
         guard.0 += 1;
         let tick = guard.0;

@@ -1,8 +1,8 @@
 //! A ref read and moved the way git itself does it: the loose file (else its line in `packed-refs`), and a compare-and-swap through `<ref>.lock` (created exclusively, the value checked, written, renamed over the ref), without libgit2's extra reads; and the fence of a tenant move, which takes the tenant's write lock and waits out the ref locks.
 use super::TenantRepo;
 use crate::domain::CommitId;
+use crate::storage::disk::faults::{self, Op};
 use crate::storage::disk::sync_dir;
-use crate::storage::faults::{self, Op};
 use crate::storage::StorageError;
 use git2::Oid;
 use std::io::Write;
@@ -117,6 +117,7 @@ impl TenantRepo {
     /// git does: `<name>.lock` is created exclusively (a `git update-ref` at the same moment
     /// waits on the same lock), the placement record and the ref's value are checked, and
     /// the new value is written (and, with `fsync`, synced). [`RefLock::commit`] renames it.
+    /// The lock is made with [`PLANFILES_LOCK_MODE`].
     pub(super) fn lock_ref(
         &self,
         name: &str,
@@ -132,7 +133,7 @@ impl TenantRepo {
             std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .mode(0o644)
+                .mode(PLANFILES_LOCK_MODE)
                 .open(&lock)
         });
         let mut file = match opened {
@@ -157,15 +158,9 @@ impl TenantRepo {
             folder,
             done: false,
         };
-        // Under the lock: a tenant that began to move takes no write (placement.rs).
-        if let Some(placement) =
-            crate::storage::placement::read(&self.path).map_err(RefMove::Failed)?
-        {
-            return Err(RefMove::Failed(crate::storage::placement::refusal(
-                &self.tenant,
-                &placement,
-            )));
-        }
+        // Under the lock: a tenant that began to move takes no write.
+        crate::storage::placement::reread_under_lock(&self.path, &self.tenant)
+            .map_err(RefMove::Failed)?;
         let now = read_ref_checked(&self.path, name)
             .map_err(|e| io("read a ref", &self.path.join(name), e))?;
         if now != old {
@@ -201,6 +196,20 @@ impl TenantRepo {
     }
 }
 
+/// The mode of the ref locks planfiles creates: git's `0644` with the sticky bit, which git
+/// never sets (and Linux ignores on files). It is set by the `open` that creates the lock, so
+/// it is there from the first moment and as durable as the file: a `main.lock` with it, found
+/// by a writer that holds the tenant's write lock, was left by a planfiles writer that died
+/// holding it (a live one would hold the write lock); one without it may be a live git
+/// command's (see [`super::remove_if_abandoned`]).
+const PLANFILES_LOCK_MODE: u32 = 0o1644;
+
+/// Whether the lock file at `lock_path` is one planfiles made (see [`PLANFILES_LOCK_MODE`]).
+pub(super) fn made_by_planfiles(lock_path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(lock_path).is_ok_and(|m| m.permissions().mode() & 0o1000 != 0)
+}
+
 /// How long the fence waits for the tenant's write lock, and for a ref lock held by a git
 /// command, before it gives up.
 const FENCE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -217,13 +226,14 @@ impl TenantRepo {
     ) -> Result<T, StorageError> {
         let _turn = self.lock_for_write(std::time::Instant::now() + FENCE_WAIT, "")?;
         let marked = mark()?;
-        for name in [super::MAIN, super::idempotency::NO_OPS] {
+        for name in [super::MAIN, super::NO_OPS] {
             let lock = self.path.join(format!("{name}.lock"));
             let started = std::time::Instant::now();
             loop {
                 match std::fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
+                    .mode(PLANFILES_LOCK_MODE)
                     .open(&lock)
                 {
                     Ok(_) => {
@@ -234,7 +244,10 @@ impl TenantRepo {
                     // No such ref folder: no write of that ref can be under way.
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                        if super::remove_if_abandoned(&lock).is_some() {
+                        // Under the write lock: a planfiles-made lock is a dead writer's.
+                        if (made_by_planfiles(&lock) && std::fs::remove_file(&lock).is_ok())
+                            || super::remove_if_abandoned(&lock).is_some()
+                        {
                             continue;
                         }
                         if started.elapsed() > FENCE_WAIT {

@@ -1,7 +1,7 @@
 //! The objects of one attempt at a batch, written to temporary files that no name points at until a sync has made their bytes durable (then renamed into place, as git orders it); an object found already there is read back whole and freshened, or written anew.
 use super::{git_err, TenantRepo};
+use crate::storage::disk::faults::{self, Op};
 use crate::storage::disk::sync_dir;
-use crate::storage::faults::{self, Op};
 use crate::storage::StorageError;
 use flate2::write::ZlibEncoder;
 use flate2::Compression;

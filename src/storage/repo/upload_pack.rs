@@ -6,8 +6,8 @@ mod wants;
 pub use turns::CloneTurns;
 pub use wants::Malformed;
 
-use super::StorageError;
 use crate::domain::{ObjectId, TenantId};
+use crate::storage::StorageError;
 use futures_util::Stream;
 use std::io;
 use std::path::PathBuf;
@@ -58,7 +58,7 @@ pub struct UploadPack {
 }
 
 impl UploadPack {
-    pub(super) fn new(
+    pub(in crate::storage) fn new(
         tenant: TenantId,
         repo: PathBuf,
         protocol: Option<&str>,

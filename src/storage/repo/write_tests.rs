@@ -1,7 +1,7 @@
 //! Tests of the write path's failure handling, with `syncfs` results injected.
 use super::{create, TenantRepo};
 use crate::domain::{Identity, PlanFile, TenantId};
-use crate::storage::durable::SyncGroup;
+use crate::storage::disk::durable::SyncGroup;
 use crate::storage::{CommitRequest, Preconditions};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -239,7 +239,7 @@ fn the_new_tree_id_is_foreseen_as_git_writes_it() {
 /// lock behind, says why (out of descriptors is its own error), and the next write succeeds.
 #[test]
 fn a_failed_system_call_anywhere_in_the_write_path_changes_nothing() {
-    use crate::storage::faults::{inject, Op};
+    use crate::storage::disk::faults::{inject, Op};
     let eio = libc::EIO;
     let emfile = libc::EMFILE;
     // (mode, the call, on a path containing, errno). The last fails after main's rename:
@@ -340,4 +340,61 @@ fn walk(dir: &Path) -> Vec<String> {
         }
     }
     out
+}
+
+/// A `main.lock` left by a planfiles writer that died holding it (planfiles makes its locks
+/// with the sticky bit) is removed by the next writer at once; one without it (a live git
+/// command's) is kept, and the write answers `RefLocked` after a short wait.
+#[test]
+fn a_main_lock_of_a_dead_planfiles_writer_goes_at_once_and_gits_stays() {
+    crate::storage::init_git();
+    let dir = tempfile::tempdir().unwrap();
+    let tenant = TenantId::parse("acme").unwrap();
+    let path = dir.path().join("acme.git");
+    let committer = Identity::new("planfiles", "p@localhost", "localhost");
+    create(&tenant, dir.path(), &path, false, &committer).unwrap();
+    let repo = TenantRepo::open(&tenant, &path).unwrap();
+    let head = git2::Oid::from_str(&git(&path, &["rev-parse", "main"])).unwrap();
+    let write = |text: &str| {
+        let req = CommitRequest::of(
+            PlanFile::Integration,
+            text.as_bytes().to_vec(),
+            Preconditions::default(),
+            committer.clone(),
+        );
+        repo.commit_batch(&[&req], &committer, None, &Default::default())
+            .pop()
+            .flatten()
+            .expect("tried")
+    };
+    let lock = path.join("refs/heads/main.lock");
+    // A writer takes the write lock and main.lock, then dies: main.lock is not cleaned up.
+    {
+        let _owner = repo
+            .lock_for_write(
+                std::time::Instant::now() + std::time::Duration::from_secs(1),
+                "",
+            )
+            .unwrap();
+        let held = repo.lock_ref(super::MAIN, Some(head), head, true);
+        std::mem::forget(held.unwrap_or_else(|_| panic!("main.lock taken")));
+    }
+    assert!(lock.exists());
+    let started = std::time::Instant::now();
+    write("after: a crash\n").expect("the next write goes through");
+    assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    assert!(!lock.exists());
+    // A live git command's lock (git makes it 0644): it stays.
+    std::fs::write(&lock, format!("{head}\n")).unwrap();
+    let started = std::time::Instant::now();
+    let err = write("during: git\n").expect_err("git holds main");
+    assert!(
+        matches!(err, crate::storage::StorageError::RefLocked { .. }),
+        "{err}"
+    );
+    assert!(started.elapsed() >= std::time::Duration::from_secs(2));
+    assert!(lock.exists(), "a live lock was removed");
+    std::fs::remove_file(&lock).unwrap();
+    write("after: git\n").unwrap();
+    git(&path, &["fsck", "--strict"]);
 }

@@ -10,8 +10,8 @@
 //! the inotify descriptor and an eventfd that new subscriptions ring.
 mod thread;
 
-use super::{HeadState, Replay, Storage, StorageError};
 use crate::domain::{CommitId, TenantId};
+use crate::storage::{HeadState, Replay, Storage, StorageError};
 use foldhash::fast::RandomState;
 use inotify::Inotify;
 use std::collections::HashMap;

@@ -1,8 +1,9 @@
 //! The change feed's thread: it follows the refs of the tenants with waiters (inotify, or polling) and publishes each move of `main`, read once for all of a tenant's waiters.
 use super::{Request, Shared, Subscription, Update, FEED_REPLAY_COMMITS};
 use crate::domain::TenantId;
+use crate::storage::placement::Access;
+use crate::storage::repo;
 use crate::storage::watch::{concerns_main, watched_folders, MASK};
-use crate::storage::{placement, repo};
 use crate::storage::{Storage, StorageError};
 use foldhash::fast::RandomState;
 use inotify::{EventMask, Inotify, WatchDescriptor};
@@ -181,10 +182,7 @@ impl Thread {
                 return Ok(tx.subscribe());
             }
         }
-        let path = self.storage.repo_path(tenant);
-        if !path.is_dir() {
-            return Err(placement::missing(&path, tenant));
-        }
+        let path = self.storage.locate(tenant, Access::Manage)?;
         // Watches first, then the head: a change after a watch is in place is queued, one
         // before it shows in the head.
         let mut complete = !self.poll_all;
@@ -314,7 +312,10 @@ impl Thread {
         let path = self.storage.repo_path(tenant);
         // Moving, moved, or already archived (the folder gone): the streams end, with what
         // landed before the move began.
-        let moving = !path.is_dir() || matches!(placement::read(&path), Ok(Some(_)));
+        let moving = matches!(
+            self.storage.locate(tenant, Access::Follow),
+            Err(StorageError::TenantMoving { .. } | StorageError::TenantMoved { .. })
+        );
         // The ref file alone first: most events (a lock file made, a write refused) leave
         // `main` where it was.
         if !moving && repo::file_head(&path) == Some(last) {
