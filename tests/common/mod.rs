@@ -611,3 +611,49 @@ pub async fn problem(res: reqwest::Response) -> (u16, Value) {
     assert_eq!(body["request_id"].as_str(), rid.as_deref());
     (status, body)
 }
+
+/// Whether `python3` can import every one of `modules`. Where it cannot, the check that needs
+/// them is skipped (with a line saying so), except in CI (`CI` set), where that fails the test:
+/// CI installs them (`.ci/run`).
+pub fn python_has(modules: &[&str]) -> bool {
+    let imports = modules
+        .iter()
+        .map(|m| format!("import {m}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    let ok = Command::new("python3")
+        .args(["-c", &imports])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have the Python modules {modules:?} (.ci/run installs them)"
+        );
+        eprintln!("skipping a cross-check: python3 lacks one of {modules:?}");
+    }
+    ok
+}
+
+/// Runs the Python `script` with `input` as JSON on its stdin: whether it exited 0, and what
+/// it printed (its verdict, or the cases it disagreed on).
+pub fn python_check<T: serde::Serialize + ?Sized>(script: &str, input: &T) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(input).unwrap().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}

@@ -1,5 +1,5 @@
 //! Versions: commit messages, restore, diff, dry run and both files in one commit, through the real server and checked with the git CLI.
-mod common;
+use crate::common;
 
 use common::{git_in, problem, token, TestApp, ALL};
 use serde_json::{json, Value};

@@ -1,7 +1,7 @@
 //! Clones cannot starve one another or see the service's environment: stalled clients lose
 //! their turn, waits end in 503 `busy`, a tenant gets at most half the turns, and `git
 //! upload-pack` runs without the service's environment or `~/.gitconfig` (the real binary).
-mod common;
+use crate::common;
 
 use common::process::{data_dir_with_fixture, serve, Server};
 use common::{git_in, token, SECRET};

@@ -1,5 +1,5 @@
 //! A tenant leaving a shard, as its clients see it on that shard: writes 503 `tenant_moving` with reads served while it moves, then 421 `tenant_moved` for everything; streams end with `event: moving` and held long-polls answer; and the import endpoint's refusals (table-driven).
-mod common;
+use crate::common;
 
 use common::{problem, token, TestApp, ALL};
 use planfiles::domain::{Identity, ShardUrl, TenantId};

@@ -1,6 +1,6 @@
 //! Slow and abusive clients against the real binary: slowloris, idle connections, and many
 //! large bodies at once. Each reports what it measured.
-mod common;
+use crate::common;
 
 use common::process::{serve, Server};
 use common::{copy_tree, fixture_dir, token, ALL};

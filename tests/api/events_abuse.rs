@@ -1,5 +1,5 @@
 //! The change feed under abuse, on the real binary with real clients: streams that resume from the root of a long history take turns and never starve another tenant; streams past the descriptor limit are 503, never another request's 500.
-mod common;
+use crate::common;
 
 use common::process::{planfiles, serve_command};
 use common::{fast_commits, fixture_dir, token, ALL};

@@ -1,5 +1,5 @@
 //! History endpoints and `?ref=` reads, cross-checked with `git log` and `git show`.
-mod common;
+use crate::common;
 
 use common::{git_in, problem, token, TestApp, ALL};
 use serde_json::{json, Value};

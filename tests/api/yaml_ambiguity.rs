@@ -3,7 +3,7 @@
 //! The readers are real: PyYAML (YAML 1.1), ruamel.yaml in YAML 1.1 and 1.2 mode, the YAML 1.2
 //! core schema's table (spec §10.3.2) over ruamel.yaml's parser, and the service itself, reading
 //! the same text committed with plain git.
-mod common;
+use crate::common;
 
 use common::{problem, token, TestApp, ALL};
 use serde_json::{json, Value};
@@ -175,49 +175,15 @@ for case in json.load(sys.stdin):
 json.dump(out, sys.stdout)
 "#;
 
-/// Whether python3 has these modules; with `CI` set, a missing one fails the test.
-fn python_has(modules: &[&str]) -> bool {
-    let imports = modules
-        .iter()
-        .map(|m| format!("import {m}"))
-        .collect::<Vec<_>>()
-        .join("; ");
-    let ok = std::process::Command::new("python3")
-        .args(["-c", &imports])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must have {modules:?} (python3 -m pip install pyyaml ruamel.yaml)"
-        );
-        eprintln!("skipping the reader cross-check: python3 lacks one of {modules:?}");
-    }
-    ok
-}
-
 fn run_python(script: &str, input: &Value) -> Value {
-    use std::io::Write;
-    let mut child = std::process::Command::new("python3")
-        .args(["-c", script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.to_string().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "the Python readers failed");
-    serde_json::from_slice(&out.stdout).unwrap()
+    let (ok, out) = common::python_check(script, input);
+    assert!(ok, "the Python readers failed");
+    serde_json::from_str(&out).unwrap()
 }
 
 #[tokio::test]
 async fn a_scalar_is_refused_exactly_when_the_readers_disagree() {
-    if !python_has(&["yaml", "ruamel.yaml"]) {
+    if !common::python_has(&["yaml", "ruamel.yaml"]) {
         return;
     }
     let app = TestApp::spawn().await;
@@ -398,7 +364,7 @@ async fn emitted_content_passes_the_same_check_and_reads_the_same_everywhere() {
     let body: Value = res.json().await.unwrap();
     assert_eq!(body["raw_content"], raw);
     assert_eq!(body["content"], content);
-    if !python_has(&["yaml", "ruamel.yaml"]) {
+    if !common::python_has(&["yaml", "ruamel.yaml"]) {
         return;
     }
     let script = r#"

@@ -1,5 +1,5 @@
 //! Two `planfiles serve` processes on one data dir race `POST /plans/commits` against single-file PUTs: nothing is lost, nothing half-applied.
-mod common;
+use crate::common;
 
 use common::process::{data_dir_with_fixture, serve};
 use common::{git_in, token, ALL};

@@ -1,5 +1,5 @@
 //! The compare-and-swap on `main` lost on purpose: plain git commits just before a write moves `main`.
-mod common;
+use crate::common;
 
 use common::{problem, token, TestApp, ALL};
 use serde_json::{json, Value};

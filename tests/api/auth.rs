@@ -1,5 +1,5 @@
 //! Authentication and permissions: 401 and 403 with the right `WWW-Authenticate`, and no change.
-mod common;
+use crate::common;
 
 use common::{now, problem, sign_hs256, token, TestApp, ALL, SECRET};
 use serde_json::{json, Value};

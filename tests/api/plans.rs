@@ -1,5 +1,5 @@
 //! The four endpoints against the real server, cross-checked with the git CLI.
-mod common;
+use crate::common;
 
 use common::{problem, token, TestApp, ALL};
 use serde_json::{json, Value};

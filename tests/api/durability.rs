@@ -1,5 +1,5 @@
 //! Acknowledged writes survive crashes and a second process; stale locks do not block writes.
-mod common;
+use crate::common;
 
 use common::process::{data_dir_with_fixture, serve, Server};
 use common::{git_in, token, ALL};

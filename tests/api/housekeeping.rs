@@ -1,5 +1,5 @@
 //! Plain git's housekeeping beside live writes: `git prune` with the default grace over aged objects (and its race, modelled step by step), `git gc --auto` and `git pack-refs`. After each, every acknowledged write is on `main`, readable, and `git fsck --strict` is clean. (A held `main.lock` is in `tests/durability.rs`.)
-mod common;
+use crate::common;
 
 use common::{git_in, token, TestApp, ALL};
 use serde_json::{json, Value};

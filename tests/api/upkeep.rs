@@ -1,5 +1,5 @@
 //! Upkeep: repositories are packed while served, nothing is lost, and readers and writers go on.
-mod common;
+use crate::common;
 
 use common::process::planfiles;
 use common::{git_in, token, TestApp, ALL};

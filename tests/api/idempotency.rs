@@ -1,5 +1,5 @@
 //! `Idempotency-Key`: replays, reuse, in-flight across processes, no-op retries, a look-back counted in commits and a retry after `kill -9`.
-mod common;
+use crate::common;
 
 use common::process::{data_dir_with_fixture, serve};
 use common::{git_in, problem, token, TestApp, ALL};

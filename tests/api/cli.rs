@@ -1,5 +1,5 @@
 //! The `planfiles` binary: tenant admin, token minting, config errors, and `serve` itself.
-mod common;
+use crate::common;
 
 use common::process::{planfiles, serve};
 use common::{fixture_dir, git_in};

@@ -1,6 +1,6 @@
 //! The change feed: `GET /plans/events` (SSE), tickets, and `If-None-Match` / `Prefer: wait`
 //! long-polls, for writes by this server, another process and plain git.
-mod common;
+use crate::common;
 
 use common::{git_in, process, token, TestApp, ALL, EVENTS};
 use futures_util::StreamExt;

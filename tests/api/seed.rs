@@ -1,5 +1,5 @@
 //! Seeding an empty data dir: once however many instances start together, redone after a kill.
-mod common;
+use crate::common;
 
 use common::process::{serve, Server};
 use common::{copy_tree, fixture_dir, git_in, token, ALL};

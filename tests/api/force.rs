@@ -1,5 +1,5 @@
 //! A commit hash as `file_sha` forces a configuration update only when it names a commit of `main`'s history.
-mod common;
+use crate::common;
 
 use common::{git_in, problem, token, TestApp, ALL};
 use serde_json::{json, Value};

@@ -1,6 +1,6 @@
 //! Concurrent writers on one tenant: no acknowledged write is lost, and writes to the two
 //! files never conflict with each other.
-mod common;
+use crate::common;
 
 use common::{token, TestApp, ALL};
 use serde_json::{json, Value};

@@ -1,5 +1,5 @@
 //! A shared service: what one client or tenant does cannot grow shared state or stall others.
-mod common;
+use crate::common;
 
 use common::TestApp;
 use futures_util::StreamExt;
@@ -272,7 +272,7 @@ async fn stalled_bodies_of_one_tenant_hold_only_its_share_and_are_cut_off() {
     );
 }
 
-#[path = "../benches/isolation/attacks.rs"]
+#[path = "../../benches/isolation/attacks.rs"]
 mod attacks;
 
 /// The short form of `cargo bench --bench isolation`: under each noisy-neighbour attack on

@@ -1,5 +1,5 @@
 //! Operator commands racing a tenant move, over a slow link: two real shards, the target behind a relay that holds its answers back (requests pass at once), writers on both shards all along, and `tenant move`, `--abort` and `tenant import` run as their own processes at chosen moments. After each race: the tenant is writable on one shard at most, and every write either shard acknowledged is on that shard's `main` (no split brain, no lost write).
-mod common;
+use crate::common;
 
 use common::process::{planfiles, serve_command, Server};
 use common::relay::Relay;

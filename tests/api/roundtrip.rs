@@ -3,7 +3,7 @@
 //! (past PyYAML's 128-character simple-key and 1,024-character implicit-key limits), multi-line
 //! ones with leading spaces and trailing newlines, and the characters YAML treats specially:
 //! U+0085 (NEL), U+2028 and U+2029 (line and paragraph separators) and U+FEFF (the BOM).
-mod common;
+use crate::common;
 
 use common::{token, TestApp, ALL};
 use proptest::prelude::*;
@@ -255,37 +255,11 @@ for c in cases:
 print("checked", len(cases), "bad", bad)
 sys.exit(1 if bad else 0)
 "#;
-    let has_pyyaml = std::process::Command::new("python3")
-        .args(["-c", "import yaml"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_pyyaml {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must have PyYAML (pip install pyyaml)"
-        );
-        eprintln!("skipping the PyYAML cross-check: python3 with PyYAML is not installed");
+    if !common::python_has(&["yaml"]) {
         return;
     }
-    use std::io::Write;
-    let mut child = std::process::Command::new("python3")
-        .args(["-c", script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(serde_json::to_string(cases).unwrap().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let report = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "PyYAML reads the stored YAML differently:\n{report}"
-    );
+    let (ok, report) = common::python_check(script, cases);
+    assert!(ok, "PyYAML reads the stored YAML differently:\n{report}");
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! Bad input, table-driven: each case gets its status and problem code, the tenant's
 //! repository is unchanged, and the server keeps answering.
-mod common;
+use crate::common;
 
 use common::{problem, token, TestApp, ALL};
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! A full data volume: writes answer 507, reads keep working, nothing is corrupted, and writes
 //! work again once space returns. Needs root to mount a small tmpfs; otherwise it says why it
 //! is skipped.
-mod common;
+use crate::common;
 
 use common::{copy_tree, fixture_dir, problem, token, TestApp, ALL};
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! JSON writes edit the stored text: `git show` of a write shows what changed and nothing
 //! else, comments and styles survive, and an edit that does not read back is emitted whole
 //! and counted.
-mod common;
+use crate::common;
 
 use common::{token, TestApp, ALL};
 use serde_json::{json, Value};

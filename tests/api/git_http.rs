@@ -1,5 +1,5 @@
 //! Clone and fetch over git smart HTTP with the real git client; push is refused.
-mod common;
+use crate::common;
 
 use common::{git_in, git_succeeds, problem, token, TestApp, ALL};
 use serde_json::json;

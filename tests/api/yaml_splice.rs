@@ -3,6 +3,7 @@
 //! scalars) are edited (add, remove, change, reorder, nest); the new text must parse to the
 //! new content strictly, every old line outside the edited nodes must be kept, and PyYAML
 //! and ruamel.yaml (YAML 1.2) must read the content too.
+use crate::common;
 use planfiles::domain::yaml::splice::{rewrite, Rewrite};
 use planfiles::domain::yaml::{parse_mapping, strict_eq, Mapping};
 use proptest::prelude::*;
@@ -527,35 +528,9 @@ for c in json.load(sys.stdin):
             print(name, "MISMATCH", json.dumps(c["content"])[:300], "->", repr(got)[:300])
 sys.exit(1 if bad else 0)
 "#;
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import yaml, ruamel.yaml"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must have PyYAML and ruamel.yaml"
-        );
-        eprintln!("skipping the reader cross-check: python3 lacks PyYAML or ruamel.yaml");
+    if !common::python_has(&["yaml", "ruamel.yaml"]) {
         return;
     }
-    use std::io::Write;
-    let mut child = std::process::Command::new("python3")
-        .args(["-c", script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(serde_json::to_string(cases).unwrap().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "a reader reads an edited text differently:\n{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let (ok, report) = common::python_check(script, cases);
+    assert!(ok, "a reader reads an edited text differently:\n{report}");
 }
