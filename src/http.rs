@@ -19,6 +19,7 @@ mod ops;
 mod problem;
 mod query;
 mod restore;
+pub mod routes;
 mod schema;
 mod socket;
 mod sse;
@@ -229,111 +230,6 @@ pub struct ServerOptions {
     pub cors_allowed_origins: Vec<String>,
 }
 
-/// Adds the routes of the service to an app.
-pub fn routes(cfg: &mut web::ServiceConfig) {
-    // The plans routes first: they are the hot ones, and static paths match without the
-    // pattern matching that the git routes' `{repo}` segment needs. Their names are their
-    // paths, so the request log and metrics get the route without building a string.
-    cfg.service(
-        web::resource("/plans/integration-file")
-            .name("/plans/integration-file")
-            .route(web::get().to(handlers::get_integration))
-            .route(web::put().to(handlers::put_integration))
-            .default_service(web::to(common::get_put_only)),
-    )
-    .service(
-        web::resource("/plans/configuration-file")
-            .name("/plans/configuration-file")
-            .route(web::get().to(handlers::get_configuration))
-            .route(web::put().to(handlers::put_configuration))
-            .default_service(web::to(common::get_put_only)),
-    )
-    .service(
-        web::resource("/plans/integration-file/history")
-            .name("/plans/integration-file/history")
-            .route(web::get().to(history::integration))
-            .default_service(web::to(common::get_only)),
-    )
-    .service(
-        web::resource("/plans/configuration-file/history")
-            .name("/plans/configuration-file/history")
-            .route(web::get().to(history::configuration))
-            .default_service(web::to(common::get_only)),
-    );
-    cfg.service(
-        web::resource("/admin/tenants/{tenant}/import")
-            .name("/admin/tenants/{tenant}/import")
-            .route(web::post().to(admin::import))
-            .default_service(web::to(common::post_only)),
-    )
-    .service(
-        web::resource("/admin/tenants/{tenant}/placement")
-            .name("/admin/tenants/{tenant}/placement")
-            .route(web::get().to(admin::placement))
-            .default_service(web::to(common::get_only)),
-    );
-    cfg.service(
-        web::resource("/plans/events")
-            .name("/plans/events")
-            .route(web::get().to(events::stream))
-            .default_service(web::to(common::get_only)),
-    )
-    .service(
-        web::resource("/plans/events/tickets")
-            .name("/plans/events/tickets")
-            .route(web::post().to(events::ticket))
-            .default_service(web::to(common::post_only)),
-    );
-    for (path, handler) in [
-        ("/plans/commits", web::post().to(commits::post_commits)),
-        (
-            "/plans/integration-file/restore",
-            web::post().to(restore::restore_integration),
-        ),
-        (
-            "/plans/configuration-file/restore",
-            web::post().to(restore::restore_configuration),
-        ),
-    ] {
-        cfg.service(
-            web::resource(path)
-                .name(path)
-                .route(handler)
-                .default_service(web::to(common::post_only)),
-        );
-    }
-    for (path, handler) in [
-        (
-            "/plans/integration-file/diff",
-            web::get().to(diff::diff_integration),
-        ),
-        (
-            "/plans/configuration-file/diff",
-            web::get().to(diff::diff_configuration),
-        ),
-    ] {
-        cfg.service(
-            web::resource(path)
-                .name(path)
-                .route(handler)
-                .default_service(web::to(common::get_only)),
-        );
-    }
-    cfg.configure(git::routes);
-    for (path, handler) in [
-        ("/healthz", web::get().to(ops::healthz)),
-        ("/readyz", web::get().to(ops::readyz)),
-        ("/metrics", web::get().to(ops::metrics)),
-        ("/openapi.json", web::get().to(openapi::openapi)),
-    ] {
-        cfg.service(
-            web::resource(path)
-                .route(handler)
-                .default_service(web::to(common::get_only)),
-        );
-    }
-}
-
 /// Builds the server on an already bound listener (port 0 works: ask the listener its port).
 pub fn serve(
     state: AppState,
@@ -350,8 +246,7 @@ pub fn serve(
             // and counted like any request, and the body type the server sees stays one.
             .wrap(Condition::new(cors, cors::policy(&origins)))
             .wrap(from_fn(middleware::request_context))
-            .configure(routes)
-            .configure(console::routes)
+            .configure(routes::configure)
             .default_service(web::to(common::not_found))
     })
     .on_connect(socket::on_connect(options.send_stall))

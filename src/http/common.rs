@@ -66,18 +66,6 @@ pub async fn not_found(req: HttpRequest) -> Reply {
     Err(ApiError::NotFound(req.path().to_owned()))
 }
 
-pub async fn get_only() -> Reply {
-    Err(ApiError::MethodNotAllowed("GET"))
-}
-
-pub async fn post_only() -> Reply {
-    Err(ApiError::MethodNotAllowed("POST"))
-}
-
-pub async fn get_put_only() -> Reply {
-    Err(ApiError::MethodNotAllowed("GET, PUT"))
-}
-
 /// How long a write refused for a full queue waits before its 503 (see `shed_write`).
 const SHED_HOLD: std::time::Duration = std::time::Duration::from_millis(250);
 

@@ -1,5 +1,5 @@
 //! The console at `/ui/`: its page and assets, embedded in the binary, served with their caching (`ETag`, immutable hashed names) and the page's security headers.
-use super::common::{self, Reply};
+use super::common::Reply;
 use super::problem::ApiError;
 use actix_web::http::header::{self, HeaderValue};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -120,27 +120,6 @@ static CONSOLE: LazyLock<Console> = LazyLock::new(|| {
     }
 });
 
-/// The console's routes: `/ui` (to `/ui/`), `/ui/` and `/ui/assets/<version>/<name>`.
-pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/ui")
-            .route(web::get().to(to_index))
-            .default_service(web::to(common::get_only)),
-    )
-    .service(
-        web::resource("/ui/")
-            .name("/ui/")
-            .route(web::get().to(index))
-            .default_service(web::to(common::get_only)),
-    )
-    .service(
-        web::resource("/ui/assets/{version}/{name}")
-            .name("/ui/assets")
-            .route(web::get().to(asset))
-            .default_service(web::to(common::get_only)),
-    );
-}
-
 /// The headers of every console answer.
 fn page_headers(mut res: HttpResponse) -> HttpResponse {
     let headers = res.headers_mut();
@@ -175,7 +154,7 @@ fn fresh(req: &HttpRequest, etag: &HeaderValue) -> bool {
         })
 }
 
-async fn to_index() -> HttpResponse {
+pub(super) async fn to_index() -> HttpResponse {
     page_headers(
         HttpResponse::PermanentRedirect()
             .insert_header((header::LOCATION, "/ui/"))
@@ -185,7 +164,7 @@ async fn to_index() -> HttpResponse {
 
 /// The page: revalidated on every load (`no-cache`), so that a new build's assets are
 /// picked up at once.
-async fn index(req: HttpRequest) -> HttpResponse {
+pub(super) async fn index(req: HttpRequest) -> HttpResponse {
     let console = &*CONSOLE;
     let body = console.index.clone();
     let html = "text/html; charset=utf-8";
@@ -195,7 +174,7 @@ async fn index(req: HttpRequest) -> HttpResponse {
 /// An asset of this build, kept by browsers for a year. Under another build's folder (a
 /// page from another instance during a rolling deploy) the same name gets this build's
 /// bytes, revalidated each time, never kept; an unknown name is 404.
-async fn asset(req: HttpRequest, path: web::Path<(String, String)>) -> Reply {
+pub(super) async fn asset(req: HttpRequest, path: web::Path<(String, String)>) -> Reply {
     let (version, name) = path.into_inner();
     let console = &*CONSOLE;
     let Some((name, bytes)) = FILES.iter().find(|(n, _)| *n == name) else {

@@ -21,28 +21,6 @@ const ADVERTISEMENT: &str = "application/x-git-upload-pack-advertisement";
 const REQUEST: &str = "application/x-git-upload-pack-request";
 const RESULT: &str = "application/x-git-upload-pack-result";
 
-pub fn routes(cfg: &mut web::ServiceConfig) {
-    cfg.service(
-        web::resource("/git/{repo}/info/refs")
-            .route(web::get().to(info_refs))
-            .default_service(web::to(super::common::get_only)),
-    )
-    .service(
-        web::resource("/git/{repo}/git-upload-pack")
-            .route(web::post().to(upload_pack))
-            .default_service(web::to(post_only)),
-    )
-    .service(
-        web::resource("/git/{repo}/git-receive-pack")
-            .route(web::post().to(refuse_push))
-            .default_service(web::to(post_only)),
-    );
-}
-
-async fn post_only() -> Reply {
-    Err(ApiError::MethodNotAllowed("POST"))
-}
-
 #[utoipa::path(
     post,
     path = "/git/{repo}/git-receive-pack",
