@@ -26,11 +26,12 @@ mod sse;
 mod views;
 mod write;
 
-pub use body::{parse_put_body, BodyPace, PutBody};
+pub use body::BodyPace;
 pub use budget::BodyBudget;
 pub use cache::ResponseCache;
 pub use openapi::document as openapi_document;
 pub use problem::{problem_type, ApiError};
+pub use write::{parse_put_body, PutBody};
 
 use crate::auth::{Principal, Verifier};
 use crate::metrics::Metrics;

@@ -1,76 +1,9 @@
-//! Request bodies and headers into domain values, in the contract's order (415, 413, 400, 422).
+//! Reading request bodies (their budget turn, their pace, their size limit) and the headers a write carries (`Content-Type`, `If-Match`); the body's fields are parsed by `write/plan.rs`.
 use super::problem::ApiError;
-use crate::domain::{json_guard, yaml, CommitId, CommitMessage, ContentError, ObjectId};
 use crate::storage::IfMatch;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest};
 use futures_util::StreamExt;
-use serde_json::{Map, Value};
-
-/// A PUT body: a JSON object whose fields are looked up by the handlers.
-#[derive(Debug)]
-pub struct PutBody(Map<String, Value>);
-
-impl PutBody {
-    /// The optional `file_sha` field: null counts as absent; anything else must be 40 hex digits.
-    pub fn file_sha(&self) -> Result<Option<ObjectId>, ApiError> {
-        match self.0.get("file_sha") {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::String(s)) => ObjectId::parse(s)
-                .map(Some)
-                .map_err(|e| ApiError::InvalidFileSha(e.to_string())),
-            Some(other) => Err(ApiError::InvalidFileSha(format!(
-                "must be a string, found {}",
-                yaml::kind(other)
-            ))),
-        }
-    }
-
-    /// The optional `message` field (the commit subject), cleaned.
-    pub fn message(&self) -> Result<Option<CommitMessage>, ApiError> {
-        CommitMessage::from_field(self.0.get("message"), "/message")
-            .map_err(ApiError::InvalidContent)
-    }
-
-    /// The `commit` field of a restore: 40 hex digits (422 at `/commit` otherwise).
-    pub fn commit(&self) -> Result<CommitId, ApiError> {
-        let bad = |m: String| ApiError::InvalidContent(ContentError::new("/commit", m));
-        match self.0.get("commit") {
-            None | Some(Value::Null) => Err(bad("is required".into())),
-            Some(Value::String(s)) => ObjectId::parse(s)
-                .map(CommitId)
-                .map_err(|e| bad(e.to_string())),
-            Some(other) => Err(bad(format!(
-                "must be a string, found {}",
-                yaml::kind(other)
-            ))),
-        }
-    }
-
-    /// True when the body has `field` with a value other than null (a part it sends).
-    pub fn sends(&self, field: &str) -> bool {
-        !matches!(self.0.get(field), None | Some(Value::Null))
-    }
-
-    /// An optional part of `POST /plans/commits`: a JSON object (absent or null: `None`).
-    pub fn part(&mut self, field: &str) -> Result<Option<PutBody>, ApiError> {
-        match self.0.remove(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(Value::Object(map)) => Ok(Some(PutBody(map))),
-            Some(other) => Err(ApiError::InvalidContent(ContentError::new(
-                format!("/{field}"),
-                format!("must be an object, found {}", yaml::kind(&other)),
-            ))),
-        }
-    }
-
-    /// Takes a required field (`content` or `payload`).
-    pub fn take(&mut self, field: &str) -> Result<Value, ApiError> {
-        self.0.remove(field).ok_or_else(|| {
-            ApiError::InvalidContent(ContentError::new(format!("/{field}"), "is required"))
-        })
-    }
-}
 
 /// How a body must arrive: whole within `total`, and after [`BodyPace::GRACE`] at no less than
 /// `min_bytes_per_sec` on average (Apache's `mod_reqtimeout` MinRate), so that a trickled body
@@ -169,33 +102,6 @@ pub(super) async fn discard(mut payload: web::Payload, limit: usize, pace: BodyP
     }
 }
 
-/// Parses a complete body: JSON syntax, then a JSON object within the document limits
-/// (public for the fuzz targets).
-pub fn parse_put_body(body: &[u8]) -> Result<PutBody, ApiError> {
-    // The body object is one level above the document.
-    let guard = json_guard::scan(body, yaml::MAX_DEPTH + 1);
-    let value: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(_) if guard.is_err() => return Err(guard_error(guard.unwrap_err())),
-        Err(e) => return Err(ApiError::InvalidJson(e.to_string())),
-    };
-    guard.map_err(guard_error)?;
-    match value {
-        Value::Object(map) => Ok(PutBody(map)),
-        other => Err(ApiError::InvalidContent(ContentError::new(
-            "",
-            format!(
-                "the body must be a JSON object, found {}",
-                yaml::kind(&other)
-            ),
-        ))),
-    }
-}
-
-fn guard_error(e: json_guard::GuardError) -> ApiError {
-    ApiError::InvalidContent(ContentError::new("", e.to_string()))
-}
-
 /// Whether the request's `Content-Type` is `application/json` (any parameters, any case).
 pub(super) fn is_json(req: &HttpRequest) -> bool {
     let Some(ct) = req
@@ -243,52 +149,6 @@ pub fn if_match(req: &HttpRequest) -> Option<IfMatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn body_rules() {
-        assert!(parse_put_body(b"{\"a\":1}").is_ok());
-        assert!(matches!(
-            parse_put_body(b"{\"a\":"),
-            Err(ApiError::InvalidJson(_))
-        ));
-        assert!(matches!(
-            parse_put_body(b"\xff"),
-            Err(ApiError::InvalidJson(_))
-        ));
-        assert!(matches!(
-            parse_put_body(b"[1]"),
-            Err(ApiError::InvalidContent(_))
-        ));
-        assert!(matches!(
-            parse_put_body(b"{\"a\": 123456789012345678901}"),
-            Err(ApiError::InvalidContent(_))
-        ));
-        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
-        assert!(matches!(
-            parse_put_body(deep.as_bytes()),
-            Err(ApiError::InvalidContent(_))
-        ));
-    }
-
-    #[test]
-    fn file_sha_rules() {
-        let body = |v: Value| PutBody(v.as_object().unwrap().clone());
-        assert!(body(serde_json::json!({})).file_sha().unwrap().is_none());
-        assert!(body(serde_json::json!({"file_sha": null}))
-            .file_sha()
-            .unwrap()
-            .is_none());
-        for bad in [
-            serde_json::json!(1),
-            serde_json::json!("abc"),
-            serde_json::json!(["x"]),
-        ] {
-            assert!(matches!(
-                body(serde_json::json!({"file_sha": bad})).file_sha(),
-                Err(ApiError::InvalidFileSha(_))
-            ));
-        }
-    }
 
     #[test]
     fn if_match_parsing() {

@@ -1,5 +1,4 @@
 //! `POST /plans/commits`: both files (or one) in one commit, all or nothing, each part under its own PUT's rules.
-use super::body;
 use super::common::{require, Reply};
 use super::problem::{ApiError, Problem};
 use super::schema::{CommitsAnswer, PostCommits, WriteHeaders, WriteProblems, WriteQuery};
@@ -64,7 +63,7 @@ pub async fn post_commits(
 /// parts: every part's permission (403), then every part's 400s, then the 422s (parts,
 /// contents, message), then the preconditions (428).
 fn plan(bytes: &[u8], source_hosting: bool, granted: [bool; 2]) -> Result<Planned, ApiError> {
-    let mut body = body::parse_put_body(bytes)?;
+    let mut body = super::write::parse_put_body(bytes)?;
     let sent: Vec<PlanFile> = PlanFile::ALL
         .into_iter()
         .filter(|file| body.sends(file.part_name()))

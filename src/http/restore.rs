@@ -87,7 +87,7 @@ impl AppState {
         let source_hosting = intake.tenant.source_hosting;
         let ((commit, subject, sha), meta) = intake
             .parse(move |bytes| {
-                let body = body::parse_put_body(bytes)?;
+                let body = super::write::parse_put_body(bytes)?;
                 let sha = file_sha(file, &body, source_hosting)?;
                 Ok((body.commit()?, body.message()?, sha))
             })

@@ -2,6 +2,8 @@
 mod answer;
 mod plan;
 
+pub use plan::{parse_put_body, PutBody};
+
 pub(super) use plan::{file_sha, new_doc, preconditions, put, NewDoc, Part, Planned, Shape};
 
 use super::budget::BodyTurn;

@@ -1,13 +1,13 @@
-//! A write, parsed: its options (dry run, `Idempotency-Key`), each file's new document and preconditions, its subject and restore source.
+//! A write, parsed, in one place: the body's JSON and its fields (`PutBody`), its options (dry run, `Idempotency-Key`), each file's new document and preconditions, its subject and restore source.
 use crate::domain::{
-    CommitId, CommitMessage, ConfigurationDoc, IdempotencyKey, IntegrationDoc, PlanFile, Stored,
+    json_guard, yaml, CommitId, CommitMessage, ConfigurationDoc, ContentError, IdempotencyKey,
+    IntegrationDoc, ObjectId, PlanFile, Stored,
 };
-use crate::http::body::PutBody;
 use crate::http::problem::ApiError;
 use crate::storage::{Change, IdempotencyRecord, IfMatch, Preconditions, ShaCheck, Storage};
 use actix_web::http::header::HeaderName;
 use actix_web::HttpRequest;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use std::sync::Arc;
 
 pub const IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
@@ -128,7 +128,7 @@ pub(in crate::http) fn put(
     source_hosting: bool,
     if_match: Option<IfMatch>,
 ) -> Result<Planned, ApiError> {
-    let mut body = crate::http::body::parse_put_body(bytes)?;
+    let mut body = parse_put_body(bytes)?;
     let sha = file_sha(file, &body, source_hosting)?;
     let (doc, json) = new_doc(file, &mut body)?;
     let subject = body.message()?;
@@ -204,4 +204,147 @@ pub(in crate::http) fn new_doc(
             )
         }
     })
+}
+
+/// A PUT body: a JSON object whose fields are looked up by the handlers.
+#[derive(Debug)]
+pub struct PutBody(Map<String, Value>);
+
+impl PutBody {
+    /// The optional `file_sha` field: null counts as absent; anything else must be 40 hex digits.
+    pub fn file_sha(&self) -> Result<Option<ObjectId>, ApiError> {
+        match self.0.get("file_sha") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => ObjectId::parse(s)
+                .map(Some)
+                .map_err(|e| ApiError::InvalidFileSha(e.to_string())),
+            Some(other) => Err(ApiError::InvalidFileSha(format!(
+                "must be a string, found {}",
+                yaml::kind(other)
+            ))),
+        }
+    }
+
+    /// The optional `message` field (the commit subject), cleaned.
+    pub fn message(&self) -> Result<Option<CommitMessage>, ApiError> {
+        CommitMessage::from_field(self.0.get("message"), "/message")
+            .map_err(ApiError::InvalidContent)
+    }
+
+    /// The `commit` field of a restore: 40 hex digits (422 at `/commit` otherwise).
+    pub fn commit(&self) -> Result<CommitId, ApiError> {
+        let bad = |m: String| ApiError::InvalidContent(ContentError::new("/commit", m));
+        match self.0.get("commit") {
+            None | Some(Value::Null) => Err(bad("is required".into())),
+            Some(Value::String(s)) => ObjectId::parse(s)
+                .map(CommitId)
+                .map_err(|e| bad(e.to_string())),
+            Some(other) => Err(bad(format!(
+                "must be a string, found {}",
+                yaml::kind(other)
+            ))),
+        }
+    }
+
+    /// True when the body has `field` with a value other than null (a part it sends).
+    pub fn sends(&self, field: &str) -> bool {
+        !matches!(self.0.get(field), None | Some(Value::Null))
+    }
+
+    /// An optional part of `POST /plans/commits`: a JSON object (absent or null: `None`).
+    pub fn part(&mut self, field: &str) -> Result<Option<PutBody>, ApiError> {
+        match self.0.remove(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(PutBody(map))),
+            Some(other) => Err(ApiError::InvalidContent(ContentError::new(
+                format!("/{field}"),
+                format!("must be an object, found {}", yaml::kind(&other)),
+            ))),
+        }
+    }
+
+    /// Takes a required field (`content` or `payload`).
+    pub fn take(&mut self, field: &str) -> Result<Value, ApiError> {
+        self.0.remove(field).ok_or_else(|| {
+            ApiError::InvalidContent(ContentError::new(format!("/{field}"), "is required"))
+        })
+    }
+}
+
+/// Parses a complete body: JSON syntax, then a JSON object within the document limits
+/// (public for the fuzz targets).
+pub fn parse_put_body(body: &[u8]) -> Result<PutBody, ApiError> {
+    // The body object is one level above the document.
+    let guard = json_guard::scan(body, yaml::MAX_DEPTH + 1);
+    let value: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(_) if guard.is_err() => return Err(guard_error(guard.unwrap_err())),
+        Err(e) => return Err(ApiError::InvalidJson(e.to_string())),
+    };
+    guard.map_err(guard_error)?;
+    match value {
+        Value::Object(map) => Ok(PutBody(map)),
+        other => Err(ApiError::InvalidContent(ContentError::new(
+            "",
+            format!(
+                "the body must be a JSON object, found {}",
+                yaml::kind(&other)
+            ),
+        ))),
+    }
+}
+
+fn guard_error(e: json_guard::GuardError) -> ApiError {
+    ApiError::InvalidContent(ContentError::new("", e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn body_rules() {
+        assert!(parse_put_body(b"{\"a\":1}").is_ok());
+        assert!(matches!(
+            parse_put_body(b"{\"a\":"),
+            Err(ApiError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            parse_put_body(b"\xff"),
+            Err(ApiError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            parse_put_body(b"[1]"),
+            Err(ApiError::InvalidContent(_))
+        ));
+        assert!(matches!(
+            parse_put_body(b"{\"a\": 123456789012345678901}"),
+            Err(ApiError::InvalidContent(_))
+        ));
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(matches!(
+            parse_put_body(deep.as_bytes()),
+            Err(ApiError::InvalidContent(_))
+        ));
+    }
+
+    #[test]
+    fn file_sha_rules() {
+        let body = |v: Value| PutBody(v.as_object().unwrap().clone());
+        assert!(body(serde_json::json!({})).file_sha().unwrap().is_none());
+        assert!(body(serde_json::json!({"file_sha": null}))
+            .file_sha()
+            .unwrap()
+            .is_none());
+        for bad in [
+            serde_json::json!(1),
+            serde_json::json!("abc"),
+            serde_json::json!(["x"]),
+        ] {
+            assert!(matches!(
+                body(serde_json::json!({"file_sha": bad})).file_sha(),
+                Err(ApiError::InvalidFileSha(_))
+            ));
+        }
+    }
 }
