@@ -245,34 +245,13 @@ async fn writes_beside_git_gc_and_repack_all_land() {
     let t = token("acme", ALL);
     let repo = app.repo("acme");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let gc = {
-        let (repo, stop) = (repo.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut runs = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let args: &[&str] = if runs % 2 == 0 {
-                    // Not `--prune=now`: that deletes the objects of a write in flight (not yet
-                    // reachable), beside planfiles as beside git itself.
-                    &["gc", "--quiet"]
-                } else {
-                    &["repack", "-a", "-d", "-q"]
-                };
-                let out = std::process::Command::new("git")
-                    .arg("--git-dir")
-                    .arg(&repo)
-                    .args(args)
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "git {args:?}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                runs += 1;
-            }
-            runs
-        })
-    };
+    // Not `--prune=now`: that deletes the objects of a write in flight (not yet reachable),
+    // beside planfiles as beside git itself.
+    let gc = common::git_in_a_loop(
+        repo.clone(),
+        vec![vec!["gc", "--quiet"], vec!["repack", "-a", "-d", "-q"]],
+        stop.clone(),
+    );
     let mut last = None;
     for i in 0..120 {
         let res = app.put_integration(&t, &json!({"content": {"n": i}})).await;

@@ -176,40 +176,22 @@ async fn gc_auto_and_pack_refs_beside_writes_lose_nothing() {
     let t = token("acme", ALL);
     let repo = app.repo("acme");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let housekeeping = {
-        let (repo, stop) = (repo.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut runs = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let args: &[&str] = if runs % 2 == 0 {
-                    &[
-                        "-c",
-                        "gc.auto=1",
-                        "-c",
-                        "gc.autoDetach=false",
-                        "gc",
-                        "--auto",
-                        "--quiet",
-                    ]
-                } else {
-                    &["pack-refs", "--all"]
-                };
-                let out = std::process::Command::new("git")
-                    .arg("--git-dir")
-                    .arg(&repo)
-                    .args(args)
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "git {args:?}: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                runs += 1;
-            }
-            runs
-        })
-    };
+    let housekeeping = common::git_in_a_loop(
+        repo.clone(),
+        vec![
+            vec![
+                "-c",
+                "gc.auto=1",
+                "-c",
+                "gc.autoDetach=false",
+                "gc",
+                "--auto",
+                "--quiet",
+            ],
+            vec!["pack-refs", "--all"],
+        ],
+        stop.clone(),
+    );
     let mut acked = Vec::new();
     let mut keys = Vec::new();
     for i in 0..80 {

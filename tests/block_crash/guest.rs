@@ -102,31 +102,23 @@ impl Host {
     /// initialisation, so the log holds only what the guest's programs cause) holding a
     /// copy of `tenants`.
     pub fn fresh_disk(&self, tenants: &Path, name: &str) -> PathBuf {
-        let seed = self.work.path().join(format!("{name}-seed"));
-        super::common::copy_tree(tenants, &seed.join("tenants"));
-        let image = self.work.path().join(format!("{name}.img"));
-        std::fs::File::create(&image)
-            .unwrap()
-            .set_len(DISK_MIB << 20)
-            .unwrap();
-        run(Command::new("mkfs.ext4")
-            .args([
-                "-q",
-                "-F",
-                "-E",
-                "lazy_itable_init=0,lazy_journal_init=0",
-                "-d",
-            ])
-            .arg(&seed)
-            .arg(&image))
-        .unwrap();
-        image
+        self.disk(name, |seed| {
+            super::common::copy_tree(tenants, &seed.join("tenants"))
+        })
     }
 
     /// An empty ext4 image for the negative control.
     pub fn empty_disk(&self, name: &str) -> PathBuf {
+        self.disk(name, |seed| {
+            std::fs::create_dir_all(seed.join("control")).unwrap()
+        })
+    }
+
+    /// An ext4 image of [`DISK_MIB`] made from a folder that `fill` fills.
+    fn disk(&self, name: &str, fill: impl FnOnce(&Path)) -> PathBuf {
         let seed = self.work.path().join(format!("{name}-seed"));
-        std::fs::create_dir_all(seed.join("control")).unwrap();
+        std::fs::create_dir_all(&seed).unwrap();
+        fill(&seed);
         let image = self.work.path().join(format!("{name}.img"));
         std::fs::File::create(&image)
             .unwrap()

@@ -657,3 +657,31 @@ pub fn python_check<T: serde::Serialize + ?Sized>(script: &str, input: &T) -> (b
         String::from_utf8_lossy(&out.stdout).into_owned(),
     )
 }
+
+/// Runs the git commands of `cycle` in turn on `repo` until `stop` (each must succeed):
+/// plain git's housekeeping beside a test's writes. The thread returns how many ran.
+pub fn git_in_a_loop(
+    repo: PathBuf,
+    cycle: Vec<Vec<&'static str>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut runs = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let args = &cycle[runs % cycle.len()];
+            let out = Command::new("git")
+                .arg("--git-dir")
+                .arg(&repo)
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "git {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            runs += 1;
+        }
+        runs
+    })
+}

@@ -64,6 +64,37 @@ fn eio() -> io::Result<()> {
     Err(io::Error::from_raw_os_error(libc::EIO))
 }
 
+/// A new tenant `acme` in a temporary folder: the folder, the id, the repository, the
+/// committer.
+fn new_tenant() -> (tempfile::TempDir, TenantId, PathBuf, Identity) {
+    crate::storage::init_git();
+    let dir = tempfile::tempdir().unwrap();
+    let tenant = TenantId::parse("acme").unwrap();
+    let path = dir.path().join("acme.git");
+    let committer = Identity::new("planfiles", "p@localhost", "localhost");
+    create(&tenant, dir.path(), &path, false, &committer).unwrap();
+    (dir, tenant, path, committer)
+}
+
+/// One write of the integration file's `text`, a batch of one.
+fn write_one(
+    repo: &TenantRepo,
+    committer: &Identity,
+    sync: Option<&SyncGroup>,
+    text: &str,
+) -> Result<crate::storage::Committed, crate::storage::StorageError> {
+    let req = CommitRequest::of(
+        PlanFile::Integration,
+        text.as_bytes().to_vec(),
+        Preconditions::default(),
+        committer.clone(),
+    );
+    repo.commit_batch(&[&req], committer, sync, &Default::default())
+        .pop()
+        .flatten()
+        .expect("tried")
+}
+
 /// What the injected sync function does on its n-th call (1-based), in the repository.
 type Script = fn(usize, &Path) -> io::Result<()>;
 
@@ -71,12 +102,7 @@ type Script = fn(usize, &Path) -> io::Result<()>;
 /// `syncfs`. Returns the repository, the head before the write, the result, the number of
 /// sync calls and the log.
 fn write_with(script: Script) -> (tempfile::TempDir, PathBuf, String, bool, usize, String) {
-    crate::storage::init_git();
-    let dir = tempfile::tempdir().unwrap();
-    let tenant = TenantId::parse("acme").unwrap();
-    let path = dir.path().join("acme.git");
-    let committer = Identity::new("planfiles", "p@localhost", "localhost");
-    create(&tenant, dir.path(), &path, false, &committer).unwrap();
+    let (dir, tenant, path, committer) = new_tenant();
     let head = git(&path, &["rev-parse", "main"]);
     let calls = Arc::new(AtomicUsize::new(0));
     let group = SyncGroup::with_sync_fn({
@@ -93,18 +119,8 @@ fn write_with(script: Script) -> (tempfile::TempDir, PathBuf, String, bool, usiz
         .with_ansi(false)
         .finish();
     let result = tracing::subscriber::with_default(subscriber, || {
-        let req = CommitRequest::of(
-            PlanFile::Integration,
-            b"changed: true\n".to_vec(),
-            Preconditions::default(),
-            committer.clone(),
-        );
-        TenantRepo::open(&tenant, &path)
-            .unwrap()
-            .commit_batch(&[&req], &committer, Some(&group), &Default::default())
-            .pop()
-            .flatten()
-            .expect("tried")
+        let repo = TenantRepo::open(&tenant, &path).unwrap();
+        write_one(&repo, &committer, Some(&group), "changed: true\n")
     });
     let calls = calls.load(Ordering::SeqCst);
     (dir, path, head, result.is_ok(), calls, log.text())
@@ -261,28 +277,12 @@ fn a_failed_system_call_anywhere_in_the_write_path_changes_nothing() {
     ];
     for &(mode, op, on, errno) in cases {
         let case = format!("{mode} {op:?} {on} errno {errno}");
-        crate::storage::init_git();
-        let dir = tempfile::tempdir().unwrap();
-        let tenant = TenantId::parse("acme").unwrap();
-        let path = dir.path().join("acme.git");
-        let committer = Identity::new("planfiles", "p@localhost", "localhost");
-        create(&tenant, dir.path(), &path, false, &committer).unwrap();
+        let (_dir, tenant, path, committer) = new_tenant();
         let head = git(&path, &["rev-parse", "main"]);
         let group = SyncGroup::with_sync_fn(|| Ok(()));
         let sync = (mode == "group").then_some(&group);
         let repo = TenantRepo::open(&tenant, &path).unwrap();
-        let write = |text: &str| {
-            let req = CommitRequest::of(
-                PlanFile::Integration,
-                text.as_bytes().to_vec(),
-                Preconditions::default(),
-                committer.clone(),
-            );
-            repo.commit_batch(&[&req], &committer, sync, &Default::default())
-                .pop()
-                .flatten()
-                .expect("tried")
-        };
+        let write = |text: &str| write_one(&repo, &committer, sync, text);
         let fault = inject(op, on, errno, 1);
         let result = write("failed: true\n");
         assert!(fault.fired(), "{case}: the call was never made");
@@ -347,26 +347,10 @@ fn walk(dir: &Path) -> Vec<String> {
 /// command's) is kept, and the write answers `RefLocked` after a short wait.
 #[test]
 fn a_main_lock_of_a_dead_planfiles_writer_goes_at_once_and_gits_stays() {
-    crate::storage::init_git();
-    let dir = tempfile::tempdir().unwrap();
-    let tenant = TenantId::parse("acme").unwrap();
-    let path = dir.path().join("acme.git");
-    let committer = Identity::new("planfiles", "p@localhost", "localhost");
-    create(&tenant, dir.path(), &path, false, &committer).unwrap();
+    let (_dir, tenant, path, committer) = new_tenant();
     let repo = TenantRepo::open(&tenant, &path).unwrap();
     let head = git2::Oid::from_str(&git(&path, &["rev-parse", "main"])).unwrap();
-    let write = |text: &str| {
-        let req = CommitRequest::of(
-            PlanFile::Integration,
-            text.as_bytes().to_vec(),
-            Preconditions::default(),
-            committer.clone(),
-        );
-        repo.commit_batch(&[&req], &committer, None, &Default::default())
-            .pop()
-            .flatten()
-            .expect("tried")
-    };
+    let write = |text: &str| write_one(&repo, &committer, None, text);
     let lock = path.join("refs/heads/main.lock");
     // A writer takes the write lock and main.lock, then dies: main.lock is not cleaned up.
     {
