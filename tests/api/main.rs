@@ -9,6 +9,7 @@ mod cli;
 mod commits;
 mod commits_race;
 mod concurrency;
+mod docs;
 mod durability;
 mod events;
 mod events_abuse;

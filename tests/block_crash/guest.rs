@@ -437,6 +437,10 @@ fn shared_libraries(binary: &Path) -> Vec<PathBuf> {
 /// `linux-image-*-cloud-amd64` package unpacked), else Debian's current cloud kernel,
 /// fetched once with `apt-get download` into the target folder.
 fn guest_kernel() -> Result<(PathBuf, PathBuf), String> {
+    // The tests of this binary run at once: one fetches, the others wait for it (two
+    // `apt-get download`s into one folder trip over each other).
+    static FETCH: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = FETCH.lock().unwrap_or_else(|e| e.into_inner());
     let root = match std::env::var("PLANFILES_GUEST_KERNEL_DIR") {
         Ok(dir) => PathBuf::from(dir),
         Err(_) => {
