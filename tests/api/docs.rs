@@ -48,7 +48,11 @@ fn mapped_files(doc: &str) -> BTreeSet<String> {
             } else if span.starts_with("src/") {
                 base = span.rsplit_once('/').unwrap().0.to_owned() + "/";
                 files.insert(span.to_owned());
-            } else if span.ends_with(".rs") && !base.is_empty() {
+            } else if span.ends_with(".rs")
+                && !base.is_empty()
+                && (!root().join(span).exists() || root().join(&base).join(span).exists())
+            {
+                // A bare name is in the folder named before it (`build.rs` is the root's).
                 files.insert(format!("{base}{span}"));
             } else {
                 files.insert(span.to_owned());
