@@ -14,9 +14,13 @@ use verified::VerifiedTokens;
 /// Why a request is not authenticated. The token itself is never part of the error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {
-    /// No `Authorization: Bearer` header.
+    /// No `Authorization` header.
     #[error("a bearer token is required")]
     Missing,
+    /// An `Authorization` header that is not `Bearer <token>` (another scheme): no bearer
+    /// credentials, so as `Missing` (RFC 6750), with what is wrong with it.
+    #[error("a bearer token is required: {0}")]
+    NotBearer(String),
     /// A token was sent and refused.
     #[error("the token is not valid: {0}")]
     Invalid(String),
@@ -103,9 +107,11 @@ impl Verifier {
 
     /// Verifies an `Authorization` header value and returns who is calling.
     pub fn verify_header(&self, header: Option<&[u8]>) -> Result<Principal, AuthError> {
-        self.verify_bytes(
-            bearer_token(header.ok_or(AuthError::Missing)?).ok_or(AuthError::Missing)?,
-        )
+        let header = header.ok_or(AuthError::Missing)?;
+        match bearer_token(header) {
+            Some(token) => self.verify_bytes(token),
+            None => Err(not_bearer(header)),
+        }
     }
 
     /// Verifies a token: signature with the configured algorithm, `exp`, `nbf`, `iat`,
@@ -125,7 +131,7 @@ impl Verifier {
         let token = std::str::from_utf8(token)
             .map_err(|_| AuthError::Invalid("the token is not UTF-8".into()))?;
         let data = jsonwebtoken::decode::<claims::Claims>(token, &self.key, &self.validation)
-            .map_err(|e| AuthError::Invalid(e.to_string()))?;
+            .map_err(|e| AuthError::Invalid(self.explain(&e, token)))?;
         let claims = data.claims;
         if let Some(iat) = claims.iat {
             if iat.is_after(now + self.leeway) {
@@ -137,6 +143,94 @@ impl Verifier {
         self.verified.insert(token, principal.clone(), exp);
         Ok(principal)
     }
+}
+
+impl Verifier {
+    /// Why `token` was refused, in words a caller can act on: the library's error kinds are
+    /// its own business. The token's claims are read (unverified) only to name a moment.
+    fn explain(&self, e: &jsonwebtoken::errors::Error, token: &str) -> String {
+        use jsonwebtoken::errors::ErrorKind as K;
+        let claim_time = |name: &str| {
+            jsonwebtoken::dangerous::insecure_decode::<serde_json::Value>(token)
+                .ok()
+                .and_then(|d| d.claims.get(name).and_then(serde_json::Value::as_u64))
+                .map(|secs| {
+                    humantime::format_rfc3339_seconds(
+                        UNIX_EPOCH + std::time::Duration::from_secs(secs),
+                    )
+                    .to_string()
+                })
+        };
+        let expected = format!("{:?}", self.validation.algorithms[0]);
+        match e.kind() {
+            K::InvalidToken => "it is not a JWT (three base64url parts separated by dots)".into(),
+            K::InvalidSignature => "its signature does not match: it was signed with another \
+                 key than this service's (auth.secret, or the public key)"
+                .into(),
+            K::InvalidAlgorithm | K::InvalidAlgorithmName | K::UnsupportedAlgorithm => {
+                let got = jsonwebtoken::decode_header(token)
+                    .map(|h| format!("{:?}", h.alg))
+                    .unwrap_or_else(|_| "another algorithm".into());
+                format!("it is signed with {got}; this service accepts {expected} only")
+            }
+            K::ExpiredSignature => match claim_time("exp") {
+                Some(at) => format!("it expired at {at} (with {} s of leeway)", self.leeway),
+                None => "it has expired".into(),
+            },
+            K::ImmatureSignature => match claim_time("nbf") {
+                Some(at) => format!("it is not valid before {at}"),
+                None => "it is not valid yet".into(),
+            },
+            K::MissingRequiredClaim(claim) => format!("it has no `{claim}` claim"),
+            K::InvalidClaimFormat(claim) => format!("its `{claim}` claim has the wrong type"),
+            K::InvalidIssuer => "its issuer (`iss`) is not the one this service accepts".into(),
+            K::InvalidAudience => "its audience (`aud`) is not the one this service accepts".into(),
+            K::InvalidSubject => "its subject (`sub`) is not accepted".into(),
+            K::Base64(_) => "a part of it is not base64url text".into(),
+            K::Utf8(_) => "its header or claims are not UTF-8 text".into(),
+            K::Json(detail) => {
+                let detail = detail.to_string();
+                let detail = detail.split(" at line").next().unwrap_or_default();
+                match detail
+                    .strip_prefix("missing field `")
+                    .and_then(|rest| rest.split('`').next())
+                {
+                    Some(claim) => format!("it has no `{claim}` claim"),
+                    None => format!(
+                        "its header or claims are not JSON of the expected shape ({detail})"
+                    ),
+                }
+            }
+            K::InvalidEcdsaKey | K::InvalidEddsaKey | K::InvalidRsaKey(_) | K::InvalidKeyFormat => {
+                "this service's key cannot verify it".into()
+            }
+            _ => "it could not be verified".into(),
+        }
+    }
+}
+
+/// An `Authorization` header that is not `Bearer <token>`: the scheme it names (a short word
+/// only; the rest may be a credential and is never echoed).
+fn not_bearer(header: &[u8]) -> AuthError {
+    let header = header.trim_ascii();
+    let word: String = String::from_utf8_lossy(header)
+        .split_whitespace()
+        .next()
+        .unwrap_or("")
+        .chars()
+        .take(20)
+        .collect();
+    if header.is_empty() {
+        return AuthError::NotBearer("the Authorization header is empty".into());
+    }
+    let says = if word.eq_ignore_ascii_case("bearer") {
+        "the `Bearer` scheme is there but no token follows it".to_owned()
+    } else if word.chars().all(|c| c.is_ascii_alphabetic()) && header.contains(&b' ') {
+        format!("the Authorization header names the `{word}` scheme; it must be `Bearer <token>`")
+    } else {
+        "the Authorization header must be `Bearer <token>` (the `Bearer ` is missing)".to_owned()
+    };
+    AuthError::NotBearer(says)
 }
 
 fn now() -> u64 {
@@ -241,8 +335,15 @@ mod tests {
         assert_eq!(v.verify_header(None).unwrap_err(), AuthError::Missing);
         assert_eq!(
             v.verify_header(Some(b"Basic abc")).unwrap_err(),
-            AuthError::Missing
+            AuthError::NotBearer(
+                "the Authorization header names the `Basic` scheme; it must be `Bearer <token>`"
+                    .into()
+            )
         );
+        assert!(matches!(
+            v.verify_header(Some(b"eyJhbGciOi.x.y")),
+            Err(AuthError::NotBearer(m)) if m.contains("the `Bearer ` is missing")
+        ));
         assert!(matches!(
             v.verify_header(Some(b"Bearer abc")),
             Err(AuthError::Invalid(_))

@@ -124,7 +124,7 @@ impl ApiError {
                 "method_not_allowed",
                 "Method not allowed",
             ),
-            Unauthorized(AuthError::Missing) => (
+            Unauthorized(AuthError::Missing | AuthError::NotBearer(_)) => (
                 StatusCode::UNAUTHORIZED,
                 "unauthorized",
                 "Authentication required",
@@ -319,7 +319,7 @@ impl ResponseError for ApiError {
             _ => detail,
         };
         match inner {
-            ApiError::Unauthorized(AuthError::Missing) => {
+            ApiError::Unauthorized(AuthError::Missing | AuthError::NotBearer(_)) => {
                 res.insert_header((header::WWW_AUTHENTICATE, "Bearer"));
             }
             ApiError::Unauthorized(AuthError::Invalid(_)) => {

@@ -1061,3 +1061,93 @@ async fn every_authenticated_endpoint_sends_the_bearer_challenge() {
         assert_eq!(res.status(), 200, "{path}");
     }
 }
+
+/// A refused token says why in words a caller can act on, never the JWT library's names:
+/// another key, an expiry with its moment, not a JWT, another algorithm, a claim missing, the
+/// `Bearer ` scheme missing.
+#[tokio::test]
+async fn a_refused_token_says_why_in_words() {
+    let app = TestApp::spawn().await;
+    let claims =
+        |exp: u64| json!({"tenant_id": "acme", "permissions": ALL, "exp": exp, "sub": "t"});
+    let hs256 = json!({"alg": "HS256", "typ": "JWT"});
+    let expired_at = common::now() - 3600;
+    let at = humantime::format_rfc3339_seconds(
+        std::time::UNIX_EPOCH + std::time::Duration::from_secs(expired_at),
+    )
+    .to_string();
+    let cases: Vec<(&str, String, String)> = vec![
+        (
+            "another key",
+            format!(
+                "Bearer {}",
+                common::sign_hs256(
+                    "another-secret-0123456789",
+                    &hs256,
+                    &claims(common::now() + 600)
+                )
+            ),
+            "signed with another key".into(),
+        ),
+        (
+            "expired",
+            format!(
+                "Bearer {}",
+                common::sign_hs256(common::SECRET, &hs256, &claims(expired_at))
+            ),
+            format!("expired at {at}"),
+        ),
+        ("not a JWT", "Bearer not-a-token".into(), "not a JWT".into()),
+        (
+            "another algorithm",
+            format!(
+                "Bearer {}",
+                common::sign_hs256(
+                    common::SECRET,
+                    &json!({"alg": "HS512", "typ": "JWT"}),
+                    &claims(common::now() + 600)
+                )
+            ),
+            "signed with HS512; this service accepts HS256 only".into(),
+        ),
+        (
+            "no exp",
+            format!(
+                "Bearer {}",
+                common::sign_hs256(
+                    common::SECRET,
+                    &hs256,
+                    &json!({"tenant_id": "acme", "permissions": ALL})
+                )
+            ),
+            "has no `exp` claim".into(),
+        ),
+        (
+            "no scheme",
+            token("acme", ALL),
+            "the `Bearer ` is missing".into(),
+        ),
+    ];
+    for (name, header, says) in cases {
+        let res = app
+            .client
+            .get(app.url("/plans/integration-file"))
+            .header("authorization", header)
+            .send()
+            .await
+            .unwrap();
+        let (status, body) = problem(res).await;
+        assert_eq!(status, 401, "{name}");
+        let detail = body["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains(&says), "{name}: {detail}");
+        for internal in [
+            "InvalidSignature",
+            "ExpiredSignature",
+            "Base64",
+            "InvalidToken",
+            "Json(",
+        ] {
+            assert!(!detail.contains(internal), "{name}: {detail}");
+        }
+    }
+}

@@ -99,9 +99,8 @@ fn the_functions_the_architecture_names_exist() {
         let Some((owner, name)) = span.rsplit_once("::") else {
             continue;
         };
-        let is_ident = |s: &str| {
-            !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        };
+        let is_ident =
+            |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         let owner = owner.rsplit("::").next().unwrap();
         if !is_ident(owner) || !is_ident(name) {
             continue;
@@ -120,8 +119,7 @@ fn the_functions_the_architecture_names_exist() {
             .iter()
             .any(|p| source.contains(p.as_str()))
         } else {
-            source.contains(&format!("fn {name}("))
-                || source.contains(&format!("fn {name}<"))
+            source.contains(&format!("fn {name}(")) || source.contains(&format!("fn {name}<"))
         };
         let owner_found = if owner.chars().next().unwrap().is_ascii_uppercase() {
             ["struct", "enum", "trait", "type"]
@@ -178,7 +176,10 @@ fn headings_by_lines(text: &str) -> (Vec<String>, bool) {
             (Some(open), Some(m)) if m == open => balanced = false,
             (None, None) if line.starts_with('#') => {
                 let title = line.trim_start_matches('#').trim();
-                if line.chars().nth(line.len() - line.trim_start_matches('#').len()) == Some(' ')
+                if line
+                    .chars()
+                    .nth(line.len() - line.trim_start_matches('#').len())
+                    == Some(' ')
                 {
                     headings.push(title.to_owned());
                 }
@@ -198,12 +199,13 @@ fn headings_parsed(text: &str) -> (Vec<String>, bool) {
     for (event, range) in Parser::new(text).into_offset_iter() {
         match event {
             Event::Start(Tag::Heading {
-                level: HeadingLevel::H1
-                | HeadingLevel::H2
-                | HeadingLevel::H3
-                | HeadingLevel::H4
-                | HeadingLevel::H5
-                | HeadingLevel::H6,
+                level:
+                    HeadingLevel::H1
+                    | HeadingLevel::H2
+                    | HeadingLevel::H3
+                    | HeadingLevel::H4
+                    | HeadingLevel::H5
+                    | HeadingLevel::H6,
                 ..
             }) => current = Some(String::new()),
             Event::End(TagEnd::Heading(_)) => headings.extend(current.take()),
