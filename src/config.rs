@@ -19,10 +19,10 @@ pub struct Config {
     pub cluster: ClusterConfig,
 }
 
-/// A parse error with its line, column and message only. toml's own `Display` quotes the
-/// source line, and serde's messages quote the value at fault (`invalid type: integer `…``):
-/// either could print the secret into a terminal or a log, so values are cut out. A key at
-/// fault (`unknown field`) is kept: it is no secret and says what to fix.
+/// A parse error with its line, column, the setting it is about and toml's message, which
+/// names the key and the value at fault. toml's own `Display` (which quotes the source line)
+/// is not used, and no value of `[auth]` (where the secret is) is shown.
+/// A section name at fault is called a section (`[sever]`), not a field.
 fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
     let span = e.span().unwrap_or(0..0);
     let start = span.start.min(text.len());
@@ -33,26 +33,61 @@ fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
         .count()
         + 1;
     let message = e.message().trim();
-    let spanned = text.get(span.clone()).unwrap_or("");
-    let is_key = text
-        .get(span.end..)
-        .is_some_and(|rest| rest.trim_start_matches([' ', '\t']).starts_with('='));
-    let message = if is_key {
-        message.to_owned()
+    let line_text = text.lines().nth(line - 1).unwrap_or("").trim();
+    // The section in effect at the error: the last `[name]` header at or above its line.
+    let section = text
+        .lines()
+        .take(line)
+        .filter_map(|l| {
+            let l = l.trim();
+            l.strip_prefix('[')
+                .and_then(|l| l.split(']').next())
+                .map(|name| name.trim().trim_matches('[').to_owned())
+        })
+        .last();
+    let key = line_text
+        .split_once('=')
+        .map(|(k, _)| k.trim().trim_matches(['"', '\'']).to_owned());
+    let message = if line_text.starts_with('[') && message.starts_with("unknown field") {
+        // An unknown table at the top: a section, named as it is written.
+        let names: Vec<&str> = message.split('`').skip(1).step_by(2).collect();
+        match names.split_first() {
+            Some((unknown, expected)) if !expected.is_empty() => format!(
+                "unknown section [{unknown}], expected one of {}",
+                expected
+                    .iter()
+                    .map(|n| format!("[{n}]"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Some((unknown, _)) => format!("unknown section [{unknown}]"),
+            None => message.to_owned(),
+        }
     } else {
-        let (found, expected) = message
-            .split_once(", expected")
-            .map_or((message, ""), |(f, x)| (f, x));
-        let mut found = redact_quoted(found);
+        message.to_owned()
+    };
+    // `[auth]` holds the secret, and a secret pasted under another key of it (or a typo of
+    // `secret`) is one too: its values are never shown.
+    let secret = section.as_deref() == Some("auth")
+        || key
+            .as_deref()
+            .is_some_and(|k| k.starts_with("auth.") || k.contains("secret"));
+    let message = if secret {
+        let spanned = text.get(span.clone()).unwrap_or("");
+        let mut found = redact_quoted(&message);
         let value = spanned.trim().trim_matches(['"', '\'']);
         if !value.is_empty() {
             found = found.replace(value, "…");
         }
-        if expected.is_empty() {
-            found
-        } else {
-            format!("{found}, expected{expected}")
+        found
+    } else {
+        message
+    };
+    let message = match (&section, &key) {
+        (Some(section), Some(key)) if !line_text.starts_with('[') => {
+            format!("{section}.{key}: {message}")
         }
+        _ => message,
     };
     ConfigError::Parse {
         path: path.into(),
@@ -62,16 +97,24 @@ fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
     }
 }
 
-/// Replaces each `` `quoted` `` part of a message with `` `…` ``.
+/// Replaces each `` `quoted` `` and `"quoted"` part of a message with `…`.
 fn redact_quoted(message: &str) -> String {
     let mut out = String::with_capacity(message.len());
-    let mut parts = message.split('`');
-    out.push_str(parts.next().unwrap_or(""));
-    let mut inside = true;
-    for part in parts {
-        out.push('`');
-        out.push_str(if inside { "…" } else { part });
-        inside = !inside;
+    let mut quote: Option<char> = None;
+    for c in message.chars() {
+        match (quote, c) {
+            (None, '`' | '"') => {
+                quote = Some(c);
+                out.push(c);
+                out.push('…');
+            }
+            (Some(q), c) if c == q => {
+                quote = None;
+                out.push(c);
+            }
+            (Some(_), _) => {}
+            (None, c) => out.push(c),
+        }
     }
     out
 }
@@ -188,6 +231,9 @@ impl Config {
     }
 
     fn check(&self) -> Result<(), ConfigError> {
+        if let Some(problem) = self.server.bind_problem() {
+            return Err(ConfigError::Invalid(problem));
+        }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(ConfigError::Invalid(format!(
                 "log.format must be \"text\" or \"json\", not {:?}",

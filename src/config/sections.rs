@@ -249,6 +249,44 @@ impl ServerConfig {
             .map(String::as_str)
     }
 
+    /// What is wrong with `bind`, if anything: it must be `host:port`, the host an IP address
+    /// (`[v6]` in brackets) or a host name, the port a number from 0 to 65535.
+    pub fn bind_problem(&self) -> Option<String> {
+        let bind = self.bind.trim();
+        let example =
+            "for example \"127.0.0.1:8080\" (this host only) or \"0.0.0.0:8080\" (every interface)";
+        let Some((host, port)) = bind.rsplit_once(':') else {
+            return Some(format!(
+                "server.bind = {bind:?} has no port: write host:port, {example}"
+            ));
+        };
+        if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) {
+            return Some(format!(
+                "server.bind = {bind:?}: an IPv6 address goes in brackets with its port, as \"[::1]:8080\""
+            ));
+        }
+        if port.parse::<u16>().is_err() {
+            return Some(format!(
+                "server.bind = {bind:?}: the port {port:?} is not a number from 0 to 65535; {example}"
+            ));
+        }
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let is_ip = bare.parse::<std::net::IpAddr>().is_ok();
+        let is_name = !bare.is_empty()
+            && bare.len() <= 253
+            && bare.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
+        if !is_ip && !is_name {
+            return Some(format!(
+                "server.bind = {bind:?}: {host:?} is neither an IP address nor a host name; {example}"
+            ));
+        }
+        None
+    }
+
     /// Whether `bind` names a loopback address (127.0.0.0/8, `::1`, `localhost`), which only
     /// this host can reach. Any other host, name or form counts as reachable.
     pub fn binds_loopback(&self) -> bool {

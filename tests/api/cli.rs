@@ -733,3 +733,64 @@ fn tenant_create_refuses_an_id_that_differs_only_in_case() {
         .collect();
     assert_eq!((created, races.len()), (1, 1), "{races:?}");
 }
+
+/// A config that cannot be served says what is wrong with it, naming the setting and showing
+/// the value at fault, except in `[auth]`, where the secret is: a bind without a port is not a
+/// weak secret, and a section is a section.
+#[test]
+fn config_errors_name_the_setting_and_show_the_value_but_not_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    let secret = "Zq8vK2pL9xR4tW7mN3bH6cJ1";
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "[server]\nbind = \"127.0.0.1\"\n",
+            &["server.bind = \"127.0.0.1\" has no port", "host:port"],
+        ),
+        (
+            "[server]\nbind = \"nonsense\"\n",
+            &["server.bind = \"nonsense\" has no port"],
+        ),
+        (
+            "[server]\nbind = \"::1:8080\"\n",
+            &["IPv6 address goes in brackets", "[::1]:8080"],
+        ),
+        (
+            "[server]\nbind = \"127.0.0.1:80808\"\n",
+            &["the port \"80808\" is not a number from 0 to 65535"],
+        ),
+        (
+            "[server]\nbind = \"bad host!:80\"\n",
+            &["\"bad host!\" is neither an IP address nor a host name"],
+        ),
+        (
+            "[sever]\nbind = \"127.0.0.1:8080\"\n",
+            &[
+                "unknown section [sever]",
+                "expected one of [server], [storage]",
+            ],
+        ),
+        (
+            "[server]\nbody_limit = \"big\"\n",
+            &["line 2", "server.body_limit", "\"big\"", "expected usize"],
+        ),
+        (
+            "[storage]\ndurability = \"fast\"\n",
+            &["storage.durability", "`fast`", "`auto`"],
+        ),
+        (
+            "[auth]\nalgorithm = \"Zq8vK2pL9xR4tW7mN3bH6cJ1\"\n",
+            &["auth.algorithm", "unknown variant"],
+        ),
+    ];
+    for (text, expected) in cases {
+        std::fs::write(&config, text).unwrap();
+        let (code, _, err) = run(dir.path(), &["--config", config.to_str().unwrap(), "serve"]);
+        assert_ne!(code, 0, "{text}");
+        for e in *expected {
+            assert!(err.contains(e), "{text}: {err}");
+        }
+        assert!(!err.contains("demo HS256 secret"), "{text}: {err}");
+        assert!(!err.contains(secret), "{text}: the secret was shown: {err}");
+    }
+}
