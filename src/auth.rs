@@ -11,6 +11,33 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 use verified::VerifiedTokens;
 
+/// Every permission the service checks, with what it grants: what `planfiles token` accepts
+/// without `--custom-permission`.
+pub const PERMISSIONS: [(&str, &str); 7] = [
+    ("jit.integrations.read", "read the integration file"),
+    (
+        "jit.integrations.write",
+        "read and write the integration file",
+    ),
+    ("jit.preferences.read", "read the configuration file"),
+    (
+        "jit.preferences.write",
+        "read and write the configuration file",
+    ),
+    (
+        "planfiles.repos.read",
+        "clone and fetch the tenant's repository",
+    ),
+    (
+        "planfiles.repos.import",
+        "import the tenant into a shard (tenant move)",
+    ),
+    (
+        "planfiles.metrics.read",
+        "read /metrics when metrics.require_token is on",
+    ),
+];
+
 /// Why a request is not authenticated. The token itself is never part of the error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AuthError {

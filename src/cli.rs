@@ -27,26 +27,50 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the HTTP service (the default).
+    #[command(
+        long_about = "Run the HTTP service (the default).\n\nIt reads its settings from \
+        the built-in defaults, then the config file (--config, PLANFILES_CONFIG, or \
+        ./config.toml when present), then these environment variables:\n  \
+        PLANFILES_BIND        server.bind (host:port)\n  \
+        PLANFILES_DATA_DIR    storage.data_dir\n  \
+        PLANFILES_JWT_SECRET  auth.secret (HS256; at least 32 bytes on a public bind)\n  \
+        PLANFILES_LOG         log.filter (info, debug, planfiles=debug,...)\n  \
+        PLANFILES_LOG_FORMAT  log.format (text or json)\n\n\
+        docs/OPERATIONS.md lists every setting."
+    )]
     Serve,
     /// Print a token signed with the configured HS256 secret.
     Token {
+        /// The tenant the token is for (its tenant_id claim).
         #[arg(long)]
         tenant: String,
         /// A permission to grant; repeat for several. Default: read and write both files.
-        #[arg(long = "permission")]
+        #[arg(long = "permission", value_parser = clap::builder::PossibleValuesParser::new(
+            auth::PERMISSIONS.map(|(name, what)| clap::builder::PossibleValue::new(name).help(what))
+        ))]
         permissions: Vec<String>,
+        /// A permission this service does not know, granted as it is (for another service
+        /// that reads the same tokens); repeat for several.
+        #[arg(long = "custom-permission")]
+        custom_permissions: Vec<String>,
+        /// The caller's id (the sub claim); the commit author's name when --name is absent.
         #[arg(long)]
         sub: Option<String>,
+        /// The commit author's email (the email claim).
         #[arg(long)]
         email: Option<String>,
+        /// The commit author's name (the name claim).
         #[arg(long)]
         name: Option<String>,
-        /// Lifetime in seconds.
+        /// Lifetime in seconds (the exp claim is now plus this).
         #[arg(long, default_value_t = 3600)]
         ttl: u64,
     },
     /// Pack each repository into one pack now: one tenant, or every tenant.
-    Maintain { tenant: Option<String> },
+    Maintain {
+        /// The tenant to pack (default: every tenant).
+        tenant: Option<String>,
+    },
     /// Manage tenants.
     Tenant {
         #[command(subcommand)]
@@ -58,6 +82,7 @@ pub enum Command {
 pub enum TenantAction {
     /// Create a tenant repository with its first commit.
     Create {
+        /// The tenant's id (1-64 characters: a-z, 0-9, '-' and '_').
         id: String,
         /// The tenant has an active source-hosting installation.
         #[arg(long)]
@@ -65,7 +90,10 @@ pub enum TenantAction {
     },
     /// Change a tenant's settings.
     Set {
+        /// The tenant's id.
         id: String,
+        /// Whether the tenant has an active source-hosting installation (then a PUT of its
+        /// integration file may carry file_sha).
         #[arg(long, value_enum)]
         source_hosting: OnOff,
     },
@@ -142,19 +170,19 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve => serve(config),
         Command::Token {
             tenant,
-            permissions,
+            mut permissions,
+            custom_permissions,
             sub,
             email,
             name,
             ttl,
         } => {
-            let permissions = if permissions.is_empty() {
-                ["jit.integrations.write", "jit.preferences.write"]
+            if permissions.is_empty() && custom_permissions.is_empty() {
+                permissions = ["jit.integrations.write", "jit.preferences.write"]
                     .map(String::from)
-                    .to_vec()
-            } else {
-                permissions
-            };
+                    .to_vec();
+            }
+            permissions.extend(custom_permissions);
             let req = MintRequest {
                 tenant: tenant_id(&tenant)?,
                 permissions,
@@ -352,4 +380,55 @@ fn serve(config: Config) -> Result<(), CliError> {
         .map_err(|e| CliError::Io(format!("server: {e}")))?;
     tracing::info!("planfiles stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+
+    /// Every argument of every command says what it is for in `--help`.
+    #[test]
+    fn every_argument_has_a_help_line() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() {
+                    missing.push(format!("{path} {} (no about)", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "planfiles", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:?}");
+    }
+
+    /// `serve --help` names the environment variables it reads.
+    #[test]
+    fn serve_help_names_the_environment_variables() {
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        for name in crate::config::ENV_OVERRIDES
+            .iter()
+            .chain(["PLANFILES_CONFIG"].iter())
+        {
+            assert!(
+                help.contains(name),
+                "{name} missing from serve --help:\n{help}"
+            );
+        }
+    }
 }

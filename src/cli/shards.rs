@@ -9,6 +9,7 @@ use std::path::PathBuf;
 /// `tenant move`'s arguments.
 #[derive(Debug, clap::Args)]
 pub struct MoveArgs {
+    /// The tenant to move.
     pub id: String,
     /// The target shard's base URL (as this host reaches it).
     #[arg(long)]
@@ -50,6 +51,7 @@ pub struct MoveArgs {
 /// `tenant import`'s arguments.
 #[derive(Debug, clap::Args)]
 pub struct ImportArgs {
+    /// The tenant to import.
     pub id: String,
     /// A shard's base URL, or a repository's path.
     #[arg(long)]
@@ -61,6 +63,8 @@ pub struct ImportArgs {
     /// configured HS256 secret).
     #[arg(long, env = "PLANFILES_MOVE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Turn the tenant's source-hosting flag on here (a mirror or backup does not carry it;
+    /// from a shard, its flag there is carried over).
     #[arg(long)]
     pub source_hosting: bool,
 }

@@ -794,3 +794,46 @@ fn config_errors_name_the_setting_and_show_the_value_but_not_secrets() {
         assert!(!err.contains(secret), "{text}: the secret was shown: {err}");
     }
 }
+
+/// A permission `planfiles token` does not know is refused at once (exit 2, the known ones
+/// listed, the near one suggested), unless it is asked for as a custom one.
+#[test]
+fn token_refuses_an_unknown_permission_unless_it_is_custom() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = run(
+        dir.path(),
+        &[
+            "token",
+            "--tenant",
+            "acme",
+            "--permission",
+            "jit.integration.write",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("jit.integrations.write") && err.contains("planfiles.repos.read"),
+        "{err}"
+    );
+    let (code, out, err) = run(
+        dir.path(),
+        &[
+            "token",
+            "--tenant",
+            "acme",
+            "--custom-permission",
+            "billing.read",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let claims = out.trim().split('.').nth(1).unwrap().to_owned();
+    use base64::Engine;
+    let claims: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(claims)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(claims["permissions"], serde_json::json!(["billing.read"]));
+}
