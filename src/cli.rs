@@ -203,7 +203,15 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
 }
 
 fn open_storage(config: &Config) -> Result<Storage, CliError> {
-    Ok(crate::startup::open_storage(config)?.0)
+    let made = !config.storage.data_dir.is_dir();
+    let storage = crate::startup::open_storage(config)?.0;
+    if made {
+        eprintln!(
+            "planfiles: note: the data dir {} did not exist, so it was made",
+            crate::startup::absolute(&config.storage.data_dir).display()
+        );
+    }
+    Ok(storage)
 }
 
 fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {

@@ -159,8 +159,22 @@ pub fn open_storage(
         config.storage.trust_syncfs,
         volume.as_ref(),
     )?;
+    let made = !config.storage.data_dir.is_dir();
     let storage = Storage::open(&config.storage.data_dir, committer, durability)?;
+    if made {
+        // Once, at start: a mistyped path would otherwise serve an empty (or seeded) data dir
+        // without a word.
+        tracing::warn!(
+            data_dir = %absolute(&config.storage.data_dir).display(),
+            "the data dir did not exist, so it was made: check storage.data_dir (or PLANFILES_DATA_DIR) if this is not the one you meant"
+        );
+    }
     Ok((storage, volume, durability))
+}
+
+/// `path` made absolute against the working folder (for a message), as it is when that fails.
+pub fn absolute(path: &std::path::Path) -> std::path::PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_owned())
 }
 
 /// Seeds an empty data dir from `storage.seed_from`, when it is set and exists.

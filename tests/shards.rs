@@ -273,6 +273,11 @@ fn a_mistaken_move_refuses_no_write_and_a_started_one_can_be_aborted() {
             "has no backend shard_c",
         ),
         (vec!["--to", &b.url], "--no-router"),
+        // The router's URL: it sends the tenant's requests back to this shard.
+        (
+            vec!["--to", &cluster.front, "--no-router"],
+            "is probably the router",
+        ),
         (vec!["--to", &b.url, "--map-file", &map], "--backend"),
         (vec!["--to", "shard-b", "--no-router"], "--to"),
         (

@@ -109,6 +109,7 @@ impl Move {
         let placement = self.placement(storage)?;
         let moved = matches!(placement, Some(Placement::Moved { .. }));
         if !moved {
+            self.check_target_is_another_shard()?;
             let check = self.ask_target(None, true)?;
             if check.found == "served" && placement.is_none() {
                 return Err(MoveError::TargetServes {
@@ -230,6 +231,30 @@ impl Move {
             .into());
         }
         Ok(placement)
+    }
+
+    /// The target (`--to`) is another shard, not this one reached another way: an `--to`
+    /// that names the router sends the tenant's requests here. Asks where the tenant is
+    /// there; a shard that answers with this shard's own URL is this one.
+    fn check_target_is_another_shard(&self) -> Result<(), MoveError> {
+        let answer = match super::peer::placement_at(&self.to, &self.tenant, &self.token) {
+            Ok(answer) => answer,
+            // Not there (404), or an older shard: the dry run that follows says the rest.
+            Err(_) => return Ok(()),
+        };
+        let answered_by = answer
+            .shard
+            .as_deref()
+            .and_then(|s| ShardUrl::parse(s).ok());
+        if answered_by.as_ref() == Some(&self.from) {
+            return Err(MoveError::Router(format!(
+                "--to {} reaches this shard ({}), not another one: it is probably the router \
+                 (HAProxy), which sends {}'s requests here. Give the target shard's own URL, \
+                 as this host reaches it",
+                self.to, self.from, self.tenant
+            )));
+        }
+        Ok(())
     }
 
     /// `POST /admin/tenants/<id>/import` on the target: a dry run, or the import of `head`.

@@ -74,6 +74,9 @@ pub struct PeerPlacement {
     /// The shard it is moving or moved to.
     pub to: Option<String>,
     pub source_hosting: bool,
+    /// The shard that answered (its `cluster.self_url`), when it says.
+    #[serde(default)]
+    pub shard: Option<String>,
 }
 
 /// Asks the shard `source` where `tenant` is there.

@@ -178,6 +178,9 @@ pub struct PlacementAnswer {
     /// The shard it is moving or moved to.
     pub to: Option<String>,
     pub source_hosting: bool,
+    /// The shard that answers (its `cluster.self_url`, when set): a `tenant move --to` that
+    /// reaches the source itself (through the router, say) is told so.
+    pub shard: Option<String>,
 }
 
 #[utoipa::path(
@@ -225,5 +228,6 @@ pub async fn placement(
         placement: word,
         to,
         source_hosting: info.source_hosting,
+        shard: state.cluster.me.as_ref().map(ToString::to_string),
     }))
 }

@@ -122,23 +122,38 @@ pub async fn request_context(
         HeaderValue::from_str(request_id.as_str()).expect("request ids are header-safe"),
     );
     super::cors::expose(res.headers_mut());
-    if request_log_enabled() {
+    // Probes (load balancers ask every few seconds) are logged at debug: the log is for
+    // requests people make.
+    let probe = matches!(res.request().path(), "/healthz" | "/readyz") && status.is_success();
+    if (probe && tracing::enabled!(tracing::Level::DEBUG)) || (!probe && request_log_enabled()) {
         let extensions = res.request().extensions();
         let tenant = extensions
             .get::<Principal>()
             .map(|who| who.tenant().as_str());
         let commit = written.filter(|w| w.changed).map(|w| w.commit.to_string());
-        tracing::info!(
-            request_id = %request_id,
-            method = %method,
-            // The path only: a query string may carry a token and is never logged.
-            route = %res.request().path(),
-            status = status.as_u16(),
-            latency_ms = started.elapsed().as_secs_f64() * 1000.0,
-            tenant = tenant.unwrap_or("-"),
-            commit = commit.as_deref().unwrap_or("-"),
-            "request"
-        );
+        // To the microsecond: more digits are noise.
+        let latency_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0;
+        macro_rules! request_line {
+            ($level:expr) => {
+                tracing::event!(
+                    $level,
+                    request_id = %request_id,
+                    method = %method,
+                    // The path only: a query string may carry a token and is never logged.
+                    route = %res.request().path(),
+                    status = status.as_u16(),
+                    latency_ms,
+                    tenant = tenant.unwrap_or("-"),
+                    commit = commit.as_deref().unwrap_or("-"),
+                    "request"
+                )
+            };
+        }
+        if probe {
+            request_line!(tracing::Level::DEBUG);
+        } else {
+            request_line!(tracing::Level::INFO);
+        }
     }
     Ok(res)
 }

@@ -837,3 +837,45 @@ fn token_refuses_an_unknown_permission_unless_it_is_custom() {
     .unwrap();
     assert_eq!(claims["permissions"], serde_json::json!(["billing.read"]));
 }
+
+/// A data dir that does not exist is made, and that is said once, with its absolute path: a
+/// mistyped path does not quietly serve an empty service.
+#[test]
+fn a_data_dir_that_did_not_exist_is_made_and_said_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("typo/data");
+    let mut cmd = planfiles(dir.path());
+    cmd.env("PLANFILES_DATA_DIR", &missing);
+    let server = common::process::serve_command(cmd);
+    let log = server.log.lock().unwrap().join("\n");
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("the data dir did not exist"))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(said[0].contains("\"level\":\"WARN\""), "{}", said[0]);
+    assert!(said[0].contains(missing.to_str().unwrap()), "{}", said[0]);
+    drop(server);
+    // The next start finds it: nothing more is said.
+    let mut cmd = planfiles(dir.path());
+    cmd.env("PLANFILES_DATA_DIR", &missing);
+    let server = common::process::serve_command(cmd);
+    assert!(!server
+        .log
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|l| l.contains("did not exist")));
+    // The command line says it too.
+    let other = dir.path().join("other/data");
+    let out = planfiles(dir.path())
+        .env("PLANFILES_DATA_DIR", &other)
+        .args(["tenant", "list"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("did not exist") && err.contains(other.to_str().unwrap()),
+        "{err}"
+    );
+}

@@ -634,10 +634,60 @@ async fn each_request_logs_one_structured_line() {
     assert_eq!(write["status"], 200);
     assert_eq!(write["commit"], commit.as_str());
     assert!(write["latency_ms"].as_f64().is_some_and(|ms| ms > 0.0));
+    // Rounded to the microsecond: no run of float noise.
+    let shown = serde_json::to_string(&write["latency_ms"]).unwrap();
+    assert!(
+        shown.split('.').nth(1).is_none_or(|frac| frac.len() <= 3),
+        "latency_ms = {shown}"
+    );
     let refused = line("log-line-2");
     assert_eq!(refused["status"], 401);
     assert_eq!(refused["tenant"], "-");
     assert_eq!(refused["commit"], "-");
+}
+
+/// Probes are not request lines at the default level (a load balancer asks every few
+/// seconds); at debug they are.
+#[tokio::test]
+async fn probes_are_logged_at_debug_only() {
+    for (level, logged) in [("info", false), ("debug", true)] {
+        let dir = data_dir_with_fixture();
+        let server = serve(
+            dir.path(),
+            &[("PLANFILES_LOG_FORMAT", "json"), ("PLANFILES_LOG", level)],
+        );
+        let client = reqwest::Client::new();
+        for (path, id) in [
+            ("/healthz", "probe-1"),
+            ("/readyz", "probe-2"),
+            ("/openapi.json", "other"),
+        ] {
+            let res = client
+                .get(server.url(path))
+                .header("x-request-id", id)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200);
+        }
+        let started = std::time::Instant::now();
+        let has = |id: &str| {
+            server
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| serde_json::from_str::<Value>(l).is_ok_and(|v| v["request_id"] == id))
+        };
+        while !has("other") {
+            assert!(
+                started.elapsed().as_secs() < 5,
+                "no log line for the other request"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(has("probe-1") && has("probe-2"), logged, "at {level}");
+    }
 }
 
 /// SIGINT (as SIGTERM): a request whose body is still arriving is answered, new connections
