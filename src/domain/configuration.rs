@@ -12,23 +12,36 @@ pub struct ConfigurationDoc {
 }
 
 impl ConfigurationDoc {
-    /// From the `payload` field of a PUT. Errors point into the request body.
+    /// From the `payload` field of a PUT: a mapping (JSON object), emitted as YAML, or YAML
+    /// text, stored byte for byte (its comments too). Errors point into the request body.
     pub fn from_request(payload: Value) -> Result<Self, ContentError> {
         const AT: &str = "/payload";
-        let map = match payload {
-            Value::Object(map) => map,
+        let (map, raw) = match payload {
+            Value::Object(map) => {
+                check_shape(&map, AT)?;
+                let raw = yaml::emit(&map).map_err(|e| ContentError::new(AT, e.to_string()))?;
+                (map, raw)
+            }
+            Value::String(text) => {
+                let map = yaml::parse_client_text(&text).map_err(|e| match e.located() {
+                    Some((pointer, message)) => {
+                        ContentError::new(format!("{AT}{pointer}"), message)
+                    }
+                    None => ContentError::new(AT, e.to_string()),
+                })?;
+                check_shape(&map, AT)?;
+                (map, text)
+            }
             other => {
                 return Err(ContentError::new(
                     AT,
                     format!(
-                        "must be a mapping (JSON object), found {}",
+                        "must be a mapping (JSON object) or YAML text, found {}",
                         yaml::kind(&other)
                     ),
                 ))
             }
         };
-        check_shape(&map, AT)?;
-        let raw = yaml::emit(&map).map_err(|e| ContentError::new(AT, e.to_string()))?;
         Ok(Self { content: map, raw })
     }
 

@@ -69,6 +69,23 @@ pub struct ConfigurationFile {
 }
 
 /// The new integration configuration: a mapping, or YAML text whose top level is a mapping.
+/// The configuration's `payload`: a mapping, or YAML text stored as it is.
+fn configuration_payload() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Ref, Type};
+    OneOfBuilder::new()
+        .item(Ref::from_schema_name("ConfigurationContent"))
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .description(Some(
+                    "YAML text whose top level is a mapping of the same shape, stored byte for \
+                     byte (comments included)",
+                )),
+        )
+        .build()
+        .into()
+}
+
 fn integration_content() -> utoipa::openapi::schema::Schema {
     use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Type};
     OneOfBuilder::new()
@@ -121,7 +138,8 @@ pub struct ConfigurationContent {
 #[derive(Debug, ToSchema)]
 #[allow(dead_code)]
 pub struct PutConfigurationFile {
-    pub payload: ConfigurationContent,
+    #[schema(schema_with = configuration_payload)]
+    pub payload: Value,
     /// The sha from the last read, or a commit in the tenant's history to force the update.
     /// (An `If-Match` header may stand in for it.)
     #[schema(pattern = "^[0-9a-fA-F]{40}$")]
@@ -158,7 +176,8 @@ pub struct PutIntegrationPart {
 #[derive(Debug, ToSchema)]
 #[allow(dead_code)]
 pub struct PutConfigurationPart {
-    pub payload: ConfigurationContent,
+    #[schema(schema_with = configuration_payload)]
+    pub payload: Value,
     #[schema(pattern = "^[0-9a-fA-F]{40}$")]
     pub file_sha: String,
 }

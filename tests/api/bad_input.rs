@@ -441,10 +441,10 @@ fn cases() -> Vec<Case> {
         )
         .at("/payload"),
         json_case(
-            "payload is a string",
+            "payload is YAML text that is no mapping",
             CONFIGURATION,
             "acme",
-            json!({"payload": "folders: []", "file_sha": sha40}),
+            json!({"payload": "- folders", "file_sha": sha40}),
             422,
             "invalid_content",
         )

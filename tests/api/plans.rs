@@ -727,3 +727,62 @@ async fn a_no_op_put_answers_the_current_state_after_checking_its_preconditions(
     }
     assert_eq!(app.head("acme"), head);
 }
+
+/// The configuration file's `payload` may be YAML text, as the integration file's `content`
+/// may: stored byte for byte (its comments kept), checked against the same shape, and the same
+/// in `POST /plans/commits`.
+#[tokio::test]
+async fn a_configuration_payload_of_yaml_text_is_stored_byte_for_byte() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let current: Value = app.get_configuration(&t).await.json().await.unwrap();
+    let text = "# scanned nightly\nfolders:\n  - path: services   # the monorepo\n    exclude: ['**/testdata/**']\n";
+    let res = app
+        .put_configuration(&t, &json!({"payload": text, "file_sha": current["sha"]}))
+        .await;
+    assert_eq!(res.status(), 200);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(
+        body["content"],
+        json!({"folders": [{"path": "services", "exclude": ["**/testdata/**"]}]})
+    );
+    assert_eq!(
+        app.git("acme", &["show", "main:configuration.yml"]) + "\n",
+        text
+    );
+    // The shape is checked as for JSON: the pointer is into the request.
+    let bad = app
+        .put_configuration(
+            &t,
+            &json!({"payload": "folders:\n  - exclude: [x]\n", "file_sha": body["sha"]}),
+        )
+        .await;
+    let (status, problem) = common::problem(bad).await;
+    assert_eq!(status, 422, "{problem}");
+    assert!(
+        problem.to_string().contains("/payload/folders/0"),
+        "{problem}"
+    );
+    let ambiguous = app
+        .put_configuration(
+            &t,
+            &json!({"payload": "folders:\n  - path: on\n", "file_sha": body["sha"]}),
+        )
+        .await;
+    assert_eq!(ambiguous.status(), 422);
+    // And as a part of one commit.
+    let text2 = "folders: []  # nothing to scan\n";
+    let res = app
+        .post_commits(
+            &t,
+            "",
+            &json!({"configuration-file": {"payload": text2, "file_sha": body["sha"]}}),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        app.git("acme", &["show", "main:configuration.yml"]) + "\n",
+        text2
+    );
+    app.fsck("acme");
+}

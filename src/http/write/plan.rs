@@ -196,11 +196,12 @@ pub(in crate::http) fn new_doc(
         }
         PlanFile::Configuration => {
             let payload: Value = body.take("payload")?;
+            let json = payload.is_object();
             (
                 NewDoc::Configuration(
                     ConfigurationDoc::from_request(payload).map_err(ApiError::InvalidContent)?,
                 ),
-                true,
+                json,
             )
         }
     })
