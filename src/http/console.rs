@@ -32,6 +32,10 @@ static FILES: &[(&str, &[u8])] = &[
         include_bytes!(concat!(env!("OUT_DIR"), "/dom.js.gz")),
     ),
     (
+        "draft.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/draft.js.gz")),
+    ),
+    (
         "editor.js",
         include_bytes!(concat!(env!("OUT_DIR"), "/editor.js.gz")),
     ),
@@ -74,6 +78,10 @@ static FILES: &[(&str, &[u8])] = &[
     (
         "sync.js",
         include_bytes!(concat!(env!("OUT_DIR"), "/sync.js.gz")),
+    ),
+    (
+        "textdiff.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/textdiff.js.gz")),
     ),
     (
         "views.js",

@@ -261,6 +261,22 @@ def shot_el(page, art, name, selector):
     print(f"  screenshot {path}")
 
 
+def overflow(page):
+    """How wide the page is, and the visible elements that reach past the viewport's edge."""
+    return page.evaluate("""() => {
+    const w = document.documentElement.clientWidth;
+    const out = [];
+    for (const el of document.querySelectorAll('body *')) {
+        // Hidden parts, code (which scrolls in its own box) and the skip link, which
+        // waits off screen until it has the focus.
+        if (el.closest('[hidden]') || el.closest('pre') || el.closest('.skip, .visually-hidden')) continue;
+        const r = el.getBoundingClientRect();
+        if (r.width > 0 && (r.right > w + 1 || r.left < -1)) out.push(el.tagName + (el.id ? '#' + el.id : '') + '.' + el.className);
+    }
+    return { w, scroll: document.documentElement.scrollWidth, out: out.slice(0, 8) };
+}""")
+
+
 def sign_in(page, token):
     page.fill("#token", token)
     page.click("#signin-form button[type=submit]")
@@ -443,9 +459,22 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     page.select_option("#compare-from", seed["commit_sha"])
     page.select_option("#compare-to", "")
     page.click("#compare-form button[type=submit]")
-    wait_js(page, "document.querySelector('#compare-body .compare-sides')?.textContent.includes('(current)')")
+    wait_js(page, "document.querySelector('#compare-body .compare-sides')?.textContent.includes('(the current version)')")
     items = page.eval_on_selector_all("#compare-body .changes li", "ls => ls.map(l => l.textContent)")
     check(any("added account 999988887777" in i for i in items), "a compare of any two versions works too")
+    check(page.is_hidden("#compare-stale"), "a fresh comparison is not marked out of date")
+    check("commit" in page.inner_text("#compare-body .compare-sides"), "the compared versions are named as commits")
+
+    step("view one version")
+    page.click(f'table.history tr[data-commit="{seed["commit_sha"]}"] button:has-text("View")')
+    wait_js(page, "document.getElementById('current-h').textContent === 'An older version'")
+    page.wait_for_selector("#current-body pre.code")
+    check(code_text(page) == SEED_YAML, "'View' shows the file as stored in that commit")
+    check(seed["commit_sha"][:10] in page.inner_text("#current-body .notice"), "…and names its commit")
+    check(page.is_hidden("#edit-open"), "an older version is not edited")
+    page.click("#view-back")
+    wait_js(page, "document.getElementById('current-h').textContent === 'Current version'")
+    check(code_text(page) == other.ok("GET", "/plans/integration-file")["raw_content"], "'Back' shows the current version again")
 
     step("live: a PUT by another client")
     rid = "console-live-" + uuid.uuid4().hex[:8]
@@ -456,6 +485,7 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     check(rid in page.locator("table.history tbody tr").first.inner_text(), "…with its request id")
     wait_js(page, "sha => document.querySelector('#current-body .meta code')?.title === sha", arg=ans["file_sha"], timeout=3000)
     check(code_text(page) == text, "the file view is refreshed to the new text")
+    check(page.is_visible("#compare-stale"), "the comparison with the current version says it is out of date")
 
     step("live: a plain git commit")
     started = time.monotonic()
@@ -512,7 +542,9 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
         page.wait_for_selector("#editor-result .conflict")
         page.wait_for_selector("#editor-result .conflict .changes li")
     check("Changed since you opened it" in page.inner_text("#editor-result"), "the conflict is explained")
-    check("precondition_failed" in page.inner_text("#editor-result .problem"), "the problem's code is shown")
+    check("If-Match" not in page.inner_text("#editor-result"), "in words, without HTTP's names")
+    page.click("#editor-result details:has-text('What the service answered') summary")
+    check("precondition_failed" in page.inner_text("#editor-result .problem"), "the service's answer is there to open")
     items = page.eval_on_selector_all("#editor-result .conflict .changes li", "ls => ls.map(l => l.textContent)")
     check(any("added account 555566667777" in i for i in items), f"the other change's diff is shown ({items})")
     check(other.ok("GET", "/plans/integration-file")["file_sha"] == between["file_sha"], "nothing was overwritten")
@@ -544,23 +576,47 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     check(f"Restored-From: {seed['commit_sha']}" in restored["message"] and restored["message"].startswith("Back to the seed"), "the commit names what it restored")
     page.wait_for_selector(f'table.history tr[data-commit="{restored["commit_sha"]}"]', timeout=3000)
 
-    step("the configuration file: edit as JSON, preview and save")
+    step("the configuration file: edit its YAML text, preview and save")
     select_file(page, CONF)
     page.wait_for_selector("#edit-open:not([hidden])")
     page.click("#edit-open")
     page.wait_for_selector("#editor:not([hidden])")
-    check(page.inner_text("#editor-label") == "Content as JSON", "the configuration is edited as JSON (the API takes no YAML text for it)")
-    payload = json.loads(page.input_value("#editor-text"))
-    payload["folders"][0]["exclude"].append("*.tmp")
-    payload["folders"].append({"path": "docs/"})
-    page.fill("#editor-text", json.dumps(payload, indent=2))
+    check(page.inner_text("#editor-label") == "YAML text", "the configuration is edited as its YAML text")
+    stored_conf = other.stored_text("/plans/configuration-file")
+    check(page.input_value("#editor-text") == stored_conf, "the editor holds the stored text, comments included")
+    # Rewritten as a person would: block style, a comment, one folder more.
+    edited_conf = ('# Folders to scan\nfolders:\n  - path: src/  # the sources\n    exclude: ["*.log"]\n'
+                   '  - path: web\n  - path: docs/\n')
+    page.fill("#editor-text", edited_conf)
     page.click("#editor-preview")
     page.wait_for_selector("#editor-result .preview .changes li")
     items = page.eval_on_selector_all("#editor-result .changes li", "ls => ls.map(l => l.textContent)")
-    check("+ exclude of folder src/: + *.tmp" in items and "+ added folder docs/" in items, f"folder changes are keyed by path ({items})")
+    check("+ added folder docs/" in items, f"folder changes are keyed by path ({items})")
+    diff = page.inner_text("#editor-result pre.diff")
+    check("+  - path: docs/" in diff and "# the sources" in diff, "the preview shows the text diff, the comment included")
     page.click("#editor-save")
     wait_js(page, "document.getElementById('flash').textContent.startsWith('Saved')")
-    check(other.ok("GET", "/plans/configuration-file")["content"] == payload, "the configuration was saved")
+    check(other.stored_text("/plans/configuration-file") == edited_conf, "the configuration's text was stored byte for byte")
+    step("a change of comments only is previewed as a change, and saved as one")
+    page.click("#edit-open")
+    page.wait_for_selector("#editor:not([hidden])")
+    page.fill("#editor-text", "# reviewed by the console test\n" + edited_conf)
+    page.click("#editor-preview")
+    page.wait_for_selector("#editor-result .preview pre.diff")
+    preview = page.inner_text("#editor-result .preview")
+    check("Only the text changes" in preview and "no commit" not in preview, f"no 'no commit' for a text change ({preview[:80]!r})")
+    check("+# reviewed by the console test" in page.inner_text("#editor-result pre.diff"), "the text diff shows the comment line")
+    shot(page, art, "5-edit-preview-comment")
+    page.click("#editor-save")
+    page.wait_for_selector("#editor", state="hidden")
+    wait_js(page, "document.getElementById('flash').textContent.startsWith('Saved')")
+    check(other.stored_text("/plans/configuration-file").startswith("# reviewed by the console test\n"), "saving made the commit")
+    page.click("#edit-open")
+    page.wait_for_selector("#editor:not([hidden])")
+    page.click("#editor-preview")
+    page.wait_for_selector("#editor-result .preview .changes-empty")
+    check("saving would make no commit" in page.inner_text("#editor-result .preview"), "an unchanged text says 'no commit'")
+    page.click("#editor-cancel")
     select_file(page, INT)
     watch.assert_clean("writes")
 
@@ -644,13 +700,75 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     shot(page, art, "9-read-only")
     sign_out(page)
 
-    step("an expiring token asks for a new one")
-    short_token = binary.token(tenant, ttl=6)
+    step("an expiring token: a warning first, then sign in again and the draft comes back")
+    short_token = binary.token(tenant, ttl=10)
     tokens.append(short_token)
     sign_in(page, short_token)
+    page.wait_for_selector("#expiry:not([hidden])", timeout=5000)
+    check("expires at" in page.inner_text("#expiry") and "comes back" in page.inner_text("#expiry"), "the page warns before the token ends")
+    page.wait_for_selector("#edit-open:not([hidden])")
+    page.click("#edit-open")
+    page.wait_for_selector("#editor:not([hidden])")
+    draft_text = page.input_value("#editor-text") + "# unsaved when the token ended\n"
+    page.fill("#editor-text", draft_text)
+    page.fill("#editor-message", "Kept across sign-ins")
     page.wait_for_selector("#signin:not([hidden])", timeout=15000)
-    check("expired" in page.inner_text("#signin-msg"), "after its expiry the console asks for a token again")
-    check(page.evaluate("sessionStorage.length") == 0, "the expired token is forgotten")
+    msg = page.locator("#signin-msg")
+    check("expired" in msg.inner_text(), "after its expiry the console asks for a token again")
+    check("problem" in (msg.get_attribute("class") or ""), "…in the error style")
+    check(page.evaluate("sessionStorage.getItem('planfiles.token')") is None, "the expired token is forgotten")
+    sign_in(page, writer)
+    wait_js(page, "t => document.getElementById('editor-text')?.value === t", arg=draft_text)
+    check(page.input_value("#editor-message") == "Kept across sign-ins", "signing in again brings the editor back with the unsaved text")
+    check("brought back" in page.inner_text("#flash"), "…and says so")
+    page.click("#editor-cancel")
+    check(page.evaluate(f"sessionStorage.getItem('planfiles.draft.{tenant}.integration-file')") is None, "cancel drops the draft")
+    sign_out(page)
+
+    step("sign-in errors, and a tenant that does not exist")
+    page.fill("#token", "not a token")
+    page.click("#signin-form button[type=submit]")
+    check("problem" in (page.get_attribute("#signin-msg", "class") or ""), "a token that is no JWT is an error, in the error style")
+    ghost = binary.token("no-such-tenant-" + uuid.uuid4().hex[:6])
+    tokens.append(ghost)
+    started = time.monotonic()
+    with watch.expecting(r"status of 404"):
+        page.fill("#token", ghost)
+        page.click("#signin-form button[type=submit]")
+        page.wait_for_selector("#current-body .problem", timeout=5000)
+    took = time.monotonic() - started
+    check("tenant_not_found" in page.inner_text("#current-body .problem"), "an unknown tenant shows its 404")
+    check(took < 2.0, f"…at once ({took:.2f} s), not after a wait")
+    sign_out(page)
+
+    step("a phone, 390 px wide")
+    page.set_viewport_size({"width": 390, "height": 844})
+    sign_in(page, writer)
+    page.wait_for_selector("#current-body pre.code")
+    wide = overflow(page)
+    check(wide["scroll"] <= 390, f"the page does not scroll sideways (scrollWidth {wide['scroll']} px)")
+    check(not wide["out"], f"no element reaches past the screen's edge ({wide['out']})")
+    box = page.locator("#sign-out").bounding_box()
+    check(box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, "Sign out is on the screen")
+    row = page.locator("table.history tbody tr[data-commit]").first
+    row_box = row.bounding_box()
+    check(row_box["width"] <= 390, f"a history entry fits the screen as a card ({row_box['width']:.0f} px)")
+    rows = page.locator("table.history tbody tr[data-commit]")
+    restore = rows.nth(1).locator("button:has-text('Restore')")
+    restore.scroll_into_view_if_needed()
+    rb = restore.bounding_box()
+    check(rb is not None and rb["x"] + rb["width"] <= 390 and rb["height"] >= 24, f"Restore can be reached and tapped ({rb['width']:.0f}x{rb['height']:.0f} px)")
+    shot(page, art, "11-phone")
+    rows.nth(1).locator("button:has-text('Compare with previous')").click()
+    page.wait_for_selector("#compare-body .compare-sides")
+    wait_js(page, """() => { const r = document.getElementById('compare').getBoundingClientRect();
+                            return r.top < innerHeight && r.bottom > 0; }""", timeout=5000)
+    check(True, "the comparison is scrolled into view")
+    wide = overflow(page)
+    check(wide["scroll"] <= 390 and not wide["out"], f"…and the page still does not scroll sideways ({wide})")
+    shot(page, art, "12-phone-compare")
+    sign_out(page)
+    page.set_viewport_size({"width": 1300, "height": 1000})
 
     step("keyboard alone")
     page.reload()

@@ -56,9 +56,10 @@ export class Api {
   getFile(file, ref) {
     return this.call("GET", `/plans/${file}`, ref ? { query: { ref } } : {});
   }
-  /** The file's stored text as it is (`Accept: application/yaml`): `{text, etag}`. */
-  getText(file) {
-    return this.call("GET", `/plans/${file}`, { accept: "application/yaml" });
+  /** The file's stored text as it is (`Accept: application/yaml`), at `ref` or the head:
+   * `{text, etag}`. */
+  getText(file, ref) {
+    return this.call("GET", `/plans/${file}`, { accept: "application/yaml", query: ref ? { ref } : undefined });
   }
   history(file, limit, cursor) {
     const query = { limit: String(limit) };

@@ -13,6 +13,8 @@ import * as restore from "./restore.js";
 import { sync, fileState } from "./sync.js";
 
 const NAMES = Object.keys(FILES);
+/** How long before the token's end the page warns. */
+const WARN_BEFORE_MS = 3 * 60 * 1000;
 
 const app = {
   session: null,
@@ -25,7 +27,12 @@ const app = {
   timers: [],
 
   ctx(file) {
-    return { canRead: this.session.canRead(file), canWrite: this.session.canWrite(file), head: this.head };
+    return {
+      canRead: this.session.canRead(file),
+      canWrite: this.session.canWrite(file),
+      head: this.head,
+      stopViewing: () => this.stopViewing(this.files[file]),
+    };
   },
 
   // ---- sign in and out ----
@@ -36,11 +43,11 @@ const app = {
       session = new Session(token);
     } catch (e) {
       forget();
-      return showSignIn(e.message);
+      return showSignIn(e.message, "error");
     }
     if (session.expired()) {
       forget();
-      return showSignIn(`This token expired at ${session.expires.toLocaleString()}. Paste a new token.`);
+      return showSignIn(`This token expired at ${when(session.expires.toISOString()).text}. Paste a new token.`, "error");
     }
     store(token);
     this.start(session);
@@ -50,7 +57,7 @@ const app = {
     this.session = session;
     const api = new Api(() => session.token, (err) => {
       // Only this session's own requests may end it (not a late answer to an earlier one).
-      if (this.api === api) this.signOut(`The service refused the token (${err.message}). Paste a new token.`);
+      if (this.api === api) this.signOut(`The service refused the token: ${err.message}. Paste a new token; unsaved text in the editor comes back.`, "error");
     });
     this.api = api;
     this.files = Object.fromEntries(NAMES.map((f) => [f, fileState(f)]));
@@ -60,11 +67,14 @@ const app = {
     showWho(session);
     const left = session.expires.getTime() - Date.now();
     this.timers.push(setTimeout(() => this.expire(), Math.min(left, 2 ** 31 - 1)));
+    // A few minutes before the end, a warning (at once when less is left).
+    this.timers.push(setTimeout(() => this.warnExpiry(), Math.max(0, Math.min(left - WARN_BEFORE_MS, 2 ** 31 - 1))));
     $("signin").hidden = true;
     $("app").hidden = false;
     $("who").hidden = false;
     this.select(NAMES.find((f) => session.canRead(f)) || NAMES[0]);
     this.live = new Live(this.api, {
+      unavailable: () => this.loadOnce(),
       head: (d) => this.onHead(d),
       reset: (d) => this.onReset(d),
       "integration-file": (d, id) => this.onFileEvent("integration-file", d, id),
@@ -76,17 +86,28 @@ const app = {
     focusOn($("main"));
   },
 
+  warnExpiry() {
+    if (!this.session || this.session.expired()) return;
+    const el = $("expiry");
+    const at = when(this.session.expires.toISOString());
+    const mins = Math.max(1, Math.round((this.session.expires.getTime() - Date.now()) / 60000));
+    fill(el, `Your token expires at ${at.text} (in about ${mins} minute${mins === 1 ? "" : "s"}). `,
+      "Text you are editing is kept in this tab: when it has expired, sign in with a new token and it comes back.");
+    el.hidden = false;
+  },
+
   expire() {
     if (!this.session) return;
     if (!this.session.expired()) {
       this.timers.push(setTimeout(() => this.expire(), Math.min(this.session.expires.getTime() - Date.now() + 50, 2 ** 31 - 1)));
       return;
     }
-    this.signOut(`Your token expired at ${this.session.expires.toLocaleString()}. Paste a new token to go on.`);
+    this.signOut(`Your token expired at ${when(this.session.expires.toISOString()).text}. Paste a new token to go on; unsaved text in the editor comes back.`, "error");
   },
 
-  signOut(message) {
+  signOut(message, kind) {
     if (!this.session) return;
+    if (this.files && this.current) editor.remember(this, this.files[this.current]);
     if (this.live) this.live.stop();
     this.timers.forEach(clearTimeout);
     this.timers = [];
@@ -95,10 +116,10 @@ const app = {
     for (const id of ["current-body", "history-body", "compare-body", "compare-from", "compare-to", "editor-result", "restore-body", "who-tenant", "who-perms", "who-exp"]) fill($(id));
     $("editor-text").value = "";
     $("editor-message").value = "";
-    $("editor").hidden = $("restore").hidden = $("flash").hidden = true;
+    $("editor").hidden = $("restore").hidden = $("flash").hidden = $("expiry").hidden = true;
     $("app").hidden = true;
     $("who").hidden = true;
-    showSignIn(message);
+    showSignIn(message, kind);
   },
 
   // ---- rendering ----
@@ -111,12 +132,26 @@ const app = {
       else tab.removeAttribute("aria-current");
     }
     $("flash").hidden = true;
+    for (const name of NAMES) {
+      this.files[name].compared = null;
+      this.files[name].viewing = null;
+    }
     fill($("compare-body"));
     fill($("compare-from"));
     fill($("compare-to"));
     this.renderFile();
     this.renderHistory();
     editor.render(this, this.files[f]);
+    this.bringBackDraft(f);
+  },
+
+  /** Opens the editor on the draft of `f` kept in this tab (after a sign-in), once the file
+   * is loaded and when the token may write it. */
+  bringBackDraft(f) {
+    const st = this.files && this.files[f];
+    if (!st || st.edit || !st.data || this.current !== f || !this.session.canWrite(f)) return;
+    const kept = editor.keptDraft(this, st);
+    if (kept) editor.open(this, st, kept);
   },
 
   renderFile() {
@@ -124,18 +159,43 @@ const app = {
     const st = this.files[this.current];
     const ctx = this.ctx(this.current);
     keepFocus($("current-body"), () => renderCurrent($("current-body"), st, ctx));
-    $("edit-open").hidden = !(ctx.canWrite && st.data && !st.edit);
+    $("edit-open").hidden = !(ctx.canWrite && st.data && !st.edit && !st.viewing);
+    $("current-h").textContent = st.viewing ? "An older version" : "Current version";
   },
 
   renderHistory() {
     if (!this.session) return;
     const st = this.files[this.current];
     keepFocus($("history-body"), () => renderHistory($("history-body"), st, this.ctx(this.current), {
+      view: (e) => this.view(st, e),
       compareWithPrevious: (e) => compare.compareWithPrevious(this, st, e),
       restore: (e) => restore.start(this, st, e),
       older: () => this.older(st.file),
     }));
     compare.renderOptions(st);
+  },
+
+  /** Shows the file as it was in `entry`'s commit in the "Current version" section, until
+   * "Back to the current version". */
+  async view(st, entry) {
+    st.viewing = { entry, data: null, text: null, error: null };
+    this.renderFile();
+    focusOn($("current-h"));
+    try {
+      const [data, text] = await Promise.all([this.api.getFile(st.file, entry.commit_sha), this.api.getText(st.file, entry.commit_sha)]);
+      if (st.viewing?.entry !== entry) return;
+      st.viewing = { entry, data, text: text.text, error: null };
+    } catch (err) {
+      if (st.viewing?.entry !== entry) return;
+      st.viewing = { entry, data: null, text: null, error: err };
+    }
+    this.renderFile();
+  },
+
+  stopViewing(st) {
+    st.viewing = null;
+    this.renderFile();
+    focusOn($("current-h"));
   },
 
   flash(text) {
@@ -183,10 +243,13 @@ function liveStatus(text, state) {
   el.className = `live live-${state}`;
 }
 
-function showSignIn(message) {
+/** The sign-in form, with `message` as an error (`kind` "error": what went wrong) or a notice. */
+function showSignIn(message, kind) {
   const msg = $("signin-msg");
   msg.hidden = !message;
   msg.textContent = message || "";
+  msg.className = kind === "error" ? "problem" : "notice";
+  msg.setAttribute("role", kind === "error" ? "alert" : "status");
   $("signin").hidden = false;
   $("app").hidden = true;
   focusOn($("token"));
@@ -196,7 +259,7 @@ function wire() {
   $("signin-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const token = $("token").value.trim().replace(/^Bearer\s+/i, "");
-    if (!token) return showSignIn("Paste a token first.");
+    if (!token) return showSignIn("Paste a token first.", "error");
     app.signIn(token);
   });
   $("sign-out").addEventListener("click", () => app.signOut("You signed out."));
@@ -205,8 +268,16 @@ function wire() {
   }
   const st = () => app.files[app.current];
   $("edit-open").addEventListener("click", () => editor.open(app, st()));
-  $("editor-text").addEventListener("input", (e) => st().edit && (st().edit.text = e.target.value));
-  $("editor-message").addEventListener("input", (e) => st().edit && (st().edit.message = e.target.value));
+  $("editor-text").addEventListener("input", (e) => {
+    if (!st().edit) return;
+    st().edit.text = e.target.value;
+    editor.remember(app, st());
+  });
+  $("editor-message").addEventListener("input", (e) => {
+    if (!st().edit) return;
+    st().edit.message = e.target.value;
+    editor.remember(app, st());
+  });
   $("editor-preview").addEventListener("click", () => editor.preview(app, st()));
   $("editor-form").addEventListener("submit", (e) => {
     e.preventDefault();

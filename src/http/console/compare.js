@@ -23,6 +23,7 @@ export function renderOptions(st) {
 export async function compare(app, st, from, to) {
   const body = $("compare-body");
   if (!from) return fill(body, h("p", { class: "muted" }, "Pick a version to compare from."));
+  st.compared = null;
   fill(body, h("p", { class: "muted", role: "status" }, "Comparing…"));
   try {
     const [diff, before] = await Promise.all([
@@ -31,14 +32,28 @@ export async function compare(app, st, from, to) {
     ]);
     if (app.current !== st.file) return;
     const items = readable(diff.patch, before.content);
+    st.compared = { from, to, head: diff.to.commit_sha };
     fill(body,
-      h("p", { class: "compare-sides" }, "From ", commitRef(diff.from.commit_sha), " to ",
-        commitRef(diff.to.commit_sha), to ? "" : " (current)", `: ${items.length} change${items.length === 1 ? "" : "s"}.`),
+      h("div", { id: "compare-stale", class: "note", role: "status", hidden: true }),
+      h("p", { class: "compare-sides" }, "From commit ", commitRef(diff.from.commit_sha), " to commit ",
+        commitRef(diff.to.commit_sha), to ? "" : " (the current version)", `: ${items.length} change${items.length === 1 ? "" : "s"}.`),
       diffPair(items, diff.text));
   } catch (err) {
     fill(body, problem(err, "The versions could not be compared."));
   }
   focusOn($("compare-h"));
+  // On a narrow screen the result is below the form: bring it up.
+  body.scrollIntoView({ block: "start" });
+}
+
+/** A comparison with the current version goes out of date when the file changes: it says
+ * so (the result stays, to read). */
+export function markStale(st) {
+  if (!st.compared || st.compared.to) return;
+  const note = $("compare-stale");
+  if (!note) return;
+  note.textContent = "The file has changed since this comparison: the current version is newer than the one compared. Compare again to see it.";
+  note.hidden = false;
 }
 
 /** The commit before `entry` in the file's history (loading one more page when needed). */

@@ -1,40 +1,61 @@
-// The "Edit" section: edit the text, preview the write (dry run), save it guarded by If-Match,
-// and the "changed since you opened it" path of a 409 or 412.
+// The "Edit" section: edit a file's stored YAML text (both files, comments included), preview
+// the write (a dry run: the changes and the text diff), save it guarded by the version it
+// started from, and the "changed since you opened it" path of a refused save. Unsaved text is
+// kept per tenant and file in this tab (draft.js), so a new sign-in brings it back.
 import { h, fill, $, focusOn } from "./dom.js";
 import { short } from "./format.js";
 import { readable } from "./patch.js";
-import { problem, changes, diffPair, commitRef } from "./views.js";
+import { problem, commitRef, diffPair } from "./views.js";
 import { shaOf, textOf } from "./fileview.js";
+import { unifiedDiff } from "./textdiff.js";
+import * as draft from "./draft.js";
 
-const NOTES = {
-  "integration-file": "Edit the YAML text. It is stored byte for byte, comments included.",
-  "configuration-file": "The API takes the configuration file as JSON (its payload), not as YAML text, so you edit " +
-    "its content as JSON here. The service keeps the stored file's comments and layout for what you leave unchanged.",
-};
+const NOTE = "Edit the YAML text. It is stored as you write it, comments and layout included.";
 
-/** Starts editing the version shown now. */
-export function open(app, st) {
+/** The commit that made the version `blob` of the file, when the loaded history has it. */
+const commitOf = (st, blob) => st.entries.find((e) => e.file_sha === blob)?.commit_sha || null;
+
+/** Starts editing the version shown now (or `kept`, a draft brought back after a sign-in). */
+export function open(app, st, kept) {
   const d = st.data;
-  const text = st.file === "integration-file" ? textOf(st.file, d).text : JSON.stringify(d.content, null, 2) + "\n";
-  st.edit = { baseSha: shaOf(st.file, d), baseContent: d.content, text, message: st.edit ? st.edit.message : "" };
+  const baseSha = kept ? kept.baseSha : shaOf(st.file, d);
+  const baseText = textOf(st.file, d).text;
+  st.edit = {
+    baseSha,
+    baseText: kept && kept.baseSha !== shaOf(st.file, d) ? kept.baseText ?? baseText : baseText,
+    baseContent: d.content,
+    text: kept ? kept.text : baseText,
+    message: kept ? kept.message || "" : st.edit ? st.edit.message : "",
+  };
   app.clearFlash();
   render(app, st);
   app.renderFile();
+  if (kept) app.flash("Your unsaved text was brought back.");
   focusOn($("editor-text"));
 }
 
 export function close(app, st) {
   st.edit = null;
+  draft.drop(app.session.tenant, st.file);
   render(app, st);
   app.renderFile();
 }
+
+/** Keeps the editor's text and message for a sign-in to come. */
+export function remember(app, st) {
+  const ed = st.edit;
+  if (ed) draft.keep(app.session.tenant, st.file, { baseSha: ed.baseSha, baseText: ed.baseText, text: ed.text, message: ed.message });
+}
+
+/** The draft of `st`'s file kept in this tab, if any. */
+export const keptDraft = (app, st) => draft.kept(app.session.tenant, st.file);
 
 export function render(app, st) {
   const sec = $("editor");
   const ed = st && st.edit;
   sec.hidden = !ed;
   if (!ed) return fill($("editor-result"));
-  $("editor-label").textContent = st.file === "integration-file" ? "YAML text" : "Content as JSON";
+  $("editor-label").textContent = "YAML text";
   $("editor-text").value = ed.text;
   $("editor-message").value = ed.message;
   note(st);
@@ -46,58 +67,49 @@ export function note(st) {
   const ed = st && st.edit;
   if (!ed) return;
   const current = st.data && shaOf(st.file, st.data);
-  fill($("editor-note"), NOTES[st.file], " You opened blob ", commitRef(ed.baseSha), ".",
+  const from = commitOf(st, ed.baseSha);
+  fill($("editor-note"), NOTE, " You started from the version of ",
+    from ? ["commit ", commitRef(from)] : "an older commit", ".",
     current && current !== ed.baseSha
-      ? h("strong", { class: "stale" }, " The file has changed since: saving will be refused unless you start again.")
+      ? h("strong", { class: "stale" }, " The file has changed since: saving will be refused; start again from the current version.")
       : null);
 }
 
-/** The write's body from the editor, or throws an Error to show. */
+/** The write's body from the editor: the text, stored as it is. */
 function body(st) {
   const ed = st.edit;
-  const out = {};
-  if (st.file === "integration-file") {
-    out.content = ed.text;
-  } else {
-    try {
-      out.payload = JSON.parse(ed.text);
-    } catch (e) {
-      throw new Error(`The text is not valid JSON: ${e.message}`);
-    }
-  }
+  const out = st.file === "integration-file" ? { content: ed.text } : { payload: ed.text };
   const message = ed.message.trim();
   if (message) out.message = message;
   return out;
 }
 
-function local(err) {
-  return problem({ problem: { title: "Cannot send this", detail: err.message } });
-}
-
 /** Sends the editor's text as a dry run or as the write, saying `pending` meanwhile; the
- * answer goes to `answered`, a refusal (or an error in `answered`) to `failed`. */
+ * answer goes to `answered`, a refusal to `failed`. */
 async function send(app, st, pending, dryRun, answered) {
   const res = $("editor-result");
-  let b;
-  try {
-    b = body(st);
-  } catch (e) {
-    return fill(res, local(e));
-  }
   fill(res, h("p", { class: "muted", role: "status" }, pending));
   try {
-    answered(await app.api.put(st.file, b, st.edit.baseSha, dryRun));
+    answered(await app.api.put(st.file, body(st), st.edit.baseSha, dryRun));
   } catch (err) {
     await failed(app, st, err);
   }
 }
 
 export function preview(app, st) {
+  const ed = st.edit;
+  const text = ed.text;
   return send(app, st, "Previewing…", true, (ans) => {
-    const items = readable(ans.patch, st.edit.baseContent);
+    const items = readable(ans.patch, ed.baseContent);
+    const sameBlob = shaOf(st.file, ans) === ed.baseSha;
+    const textDiff = unifiedDiff(ed.baseText, text);
+    let summary;
+    if (sameBlob) summary = h("p", { class: "muted changes-empty" }, "No changes: saving would make no commit.");
+    else if (!items.length) summary = h("p", { class: "note" }, "Only the text changes (comments or layout): the content stays the same, and saving makes a commit.");
     fill($("editor-result"), h("div", { class: "preview" },
       h("h3", { id: "preview-h", tabindex: "-1" }, "Preview: what saving would change"),
-      changes(items, "No changes: saving would make no commit.")));
+      summary,
+      sameBlob ? null : diffPair(items, textDiff)));
     focusOn($("preview-h"));
   });
 }
@@ -120,8 +132,8 @@ async function failed(app, st, err) {
 
 /** The newest commit of the history whose file is `blob` (paging as far as needed). */
 async function commitOfBlob(app, st, blob) {
-  const hit = st.entries.find((e) => e.file_sha === blob);
-  if (hit) return hit.commit_sha;
+  const hit = commitOf(st, blob);
+  if (hit) return hit;
   let cursor = st.cursor;
   for (let i = 0; cursor && i < 50; i++) {
     const page = await app.api.history(st.file, 200, cursor);
@@ -138,8 +150,9 @@ async function conflict(app, st, err) {
   const other = h("div", {}, h("p", { class: "muted", role: "status" }, "Loading the other change…"));
   fill(res, h("div", { class: "conflict" },
     h("h3", { id: "conflict-h", tabindex: "-1" }, "Changed since you opened it"),
-    h("p", {}, "Someone changed this file after you opened it. Your text was not saved."),
-    problem(err),
+    h("p", {}, "Someone saved this file after you opened it, so your text was not saved: ",
+      "it would have undone their change. Look at what they changed, then start again from the ",
+      "current version (your text is below to copy from)."),
     h("h4", {}, "The other change"),
     other,
     h("div", { class: "actions" },
@@ -147,13 +160,14 @@ async function conflict(app, st, err) {
         "Start again from the current version")),
     h("details", {}, h("summary", {}, "Your text (to copy from)"),
       h("label", { for: "conflict-mine" }, "Your text"),
-      h("textarea", { id: "conflict-mine", class: "code-input", rows: "10", readonly: true, value: ed.text }))));
+      h("textarea", { id: "conflict-mine", class: "code-input", rows: "10", readonly: true, value: ed.text })),
+    h("details", {}, h("summary", {}, "What the service answered"), problem(err))));
   focusOn($("conflict-h"));
   try {
     const from = await commitOfBlob(app, st, ed.baseSha);
     if (!from) return fill(other, h("p", { class: "muted" }, "The version you opened is not in the file's history any more."));
     const diff = await app.api.diff(st.file, from);
-    fill(other, h("p", {}, "From the version you opened (", commitRef(from), ") to the current one (",
+    fill(other, h("p", {}, "From the version you opened (commit ", commitRef(from), ") to the current one (commit ",
       commitRef(diff.to.commit_sha), "):"), diffPair(readable(diff.patch, ed.baseContent), diff.text));
   } catch (e) {
     fill(other, problem(e, "The other change could not be loaded."));
@@ -164,8 +178,10 @@ async function restart(app, st) {
   const message = st.edit ? st.edit.message : "";
   await app.loadFile(st.file);
   if (!st.data) return;
+  draft.drop(app.session.tenant, st.file);
   open(app, st);
   st.edit.message = message;
   $("editor-message").value = message;
   app.flash("The editor now holds the current version.");
 }
+

@@ -1,6 +1,7 @@
 // The "Current version" section: status, blob id, head commit, errors and the YAML text.
 import { h, fill } from "./dom.js";
 import { render as yaml } from "./yaml.js";
+import { when } from "./format.js";
 import { problem, code, commitRef } from "./views.js";
 
 export const shaOf = (file, data) => (file === "integration-file" ? data.file_sha : data.sha);
@@ -12,8 +13,26 @@ export function textOf(file, data) {
   return { text: yaml(data.content), stored: false };
 }
 
+/** An older version of the file (a history row's "View"), with the way back. */
+function renderVersion(el, st, ctx) {
+  const v = st.viewing;
+  const t = when(v.entry.date);
+  const back = h("button", { type: "button", id: "view-back", class: "secondary", on: { click: () => ctx.stopViewing() } }, "Back to the current version");
+  const head = h("div", { class: "notice", role: "status" }, "You are looking at the version of commit ", commitRef(v.entry.commit_sha), ", ",
+    h("time", { datetime: v.entry.date, title: t.title }, t.text), ". ", back);
+  if (v.error) return fill(el, head, problem(v.error, "This version could not be read."));
+  if (!v.data) return fill(el, head, h("p", { class: "muted" }, "Loading…"));
+  return fill(el, head,
+    h("dl", { class: "facts meta" },
+      h("div", {}, h("dt", {}, "Status"), h("dd", {}, h("span", { class: `badge badge-${v.data.status || "valid"}` }, v.data.status || "valid"))),
+      h("div", {}, h("dt", {}, "Blob id"), h("dd", {}, commitRef(shaOf(st.file, v.data))))),
+    h("h3", {}, "Stored YAML text in this version"),
+    code(v.text, "Stored YAML text of this version with line numbers"));
+}
+
 export function renderCurrent(el, st, ctx) {
   if (!ctx.canRead) return fill(el, h("p", { class: "muted" }, "Your token may not read this file."));
+  if (st.viewing) return renderVersion(el, st, ctx);
   if (st.error) return fill(el, problem(st.error, "The file could not be read."));
   if (!st.data) return fill(el, h("p", { class: "muted" }, "Loading…"));
   const d = st.data;

@@ -11,15 +11,20 @@ export function renderHistory(el, st, ctx, actions) {
     const restored = trailers(e.message)["restored-from"];
     const older = st.entries[i + 1];
     return h("tr", { class: isNew ? "is-new" : null, dataset: { commit: e.commit_sha } },
-      h("td", {}, h("time", { datetime: e.date, title: t.title }, t.text),
+      h("td", { dataset: { label: "When" } }, h("time", { datetime: e.date, title: t.title }, t.text),
         isNew ? [" ", h("span", { class: "badge badge-new" }, "new")] : null),
-      h("td", {}, h("span", { title: e.author.email }, e.author.name)),
-      h("td", { class: "msg" }, subject(e.message),
+      h("td", { dataset: { label: "Author" } }, h("span", { title: e.author.email }, e.author.name)),
+      h("td", { class: "msg", dataset: { label: "Message" } }, subject(e.message),
         restored ? h("span", { class: "muted" }, " (restored from ", commitRef(restored), ")") : null),
-      h("td", {}, e.forced ? h("span", { class: "badge badge-forced" }, "forced") : h("span", { class: "muted" }, "no")),
-      h("td", {}, requestId(e) ? h("code", { class: "rid" }, requestId(e)) : h("span", { class: "muted" }, "—")),
-      h("td", {}, commitRef(e.commit_sha)),
+      h("td", { dataset: { label: "Forced" } }, e.forced ? h("span", { class: "badge badge-forced" }, "forced") : h("span", { class: "muted" }, "no")),
+      h("td", { dataset: { label: "Request id" } }, requestId(e) ? h("code", { class: "rid" }, requestId(e)) : h("span", { class: "muted" }, "—")),
+      h("td", { dataset: { label: "Commit" } }, commitRef(e.commit_sha)),
       h("td", { class: "row-actions" },
+        h("button", {
+          type: "button", class: "small secondary",
+          "aria-label": `View the file as it was in ${e.commit_sha.slice(0, 10)}`,
+          on: { click: () => actions.view(e) },
+        }, "View"),
         h("button", {
           type: "button", class: "small secondary",
           disabled: !older && !st.cursor,

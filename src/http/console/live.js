@@ -38,8 +38,10 @@ export class Live {
       ticket = (await this.api.ticket()).ticket;
     } catch (err) {
       if (err.status >= 400 && err.status < 500 && err.status !== 408 && err.status !== 429) {
-        // 401 signs out (see Api); 403 (may read neither file), 404 (no such tenant): nothing to follow.
+        // 401 signs out (see Api); 403 (may read neither file), 404 (no such tenant): nothing to
+        // follow, and nothing to wait for before reading (which shows why).
         this.status(`off (${err.code || err.status})`, "off");
+        if (this.on.unavailable) this.on.unavailable(err);
         return;
       }
       return this.retry();

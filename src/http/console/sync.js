@@ -3,6 +3,7 @@
 import { FILES } from "./session.js";
 import { shaOf } from "./fileview.js";
 import * as editor from "./editor.js";
+import * as compare from "./compare.js";
 
 /** History page size: `?limit=N` on the console's URL (1-500), else 20. */
 const LIMIT = (() => {
@@ -17,6 +18,7 @@ export function fileState(file) {
     file, data: null, sha: null, error: null, gen: 0,
     entries: [], known: new Set(), fresh: new Set(), cursor: null,
     loadingHistory: false, historyError: null, edit: null, restore: null, refresh: null, older: null,
+    viewing: null, compared: null,
   };
 }
 
@@ -63,6 +65,7 @@ export const sync = {
     if (this.current === f) {
       this.renderFile();
       editor.note(st);
+      this.bringBackDraft(f);
     }
   },
 
@@ -149,6 +152,7 @@ export const sync = {
       st.fresh.add(entry.commit_sha);
     }
     st.sha = entry.file_sha;
+    compare.markStale(st);
     // A replay brings many events at once: read the file once after them.
     clearTimeout(st.refresh);
     st.refresh = setTimeout(() => this.loadFile(f), 50);
