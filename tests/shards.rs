@@ -429,3 +429,43 @@ fn a_mistaken_move_refuses_no_write_and_a_started_one_can_be_aborted() {
         .unwrap();
     assert_eq!(res.status(), 401);
 }
+
+/// docs/SCALING.md's recipe for one machine, run as a reader would (`scripts/local-shards.sh
+/// --try`) with the shipped `deploy/haproxy.cfg` and `deploy/tenants.map`: globex moves from
+/// shard a to shard b under a write loop through HAProxy, and every acknowledged write is in
+/// shard b's history.
+#[test]
+fn the_one_machine_recipe_moves_a_tenant_with_no_lost_write() {
+    if haproxy_missing() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [
+        cluster::free_port(),
+        cluster::free_port(),
+        cluster::free_port(),
+    ];
+    let out = std::process::Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/local-shards.sh"),
+    )
+    .arg("--try")
+    .env("PLANFILES_BIN", env!("CARGO_BIN_EXE_planfiles"))
+    .env("PLANFILES_LOCAL_DIR", dir.path())
+    .env(
+        "PLANFILES_LOCAL_PORTS",
+        format!("{} {} {}", ports[0], ports[1], ports[2]),
+    )
+    .output()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{stdout}");
+    assert!(
+        out.status.success() && stdout.ends_with("PASS\n"),
+        "the recipe failed:\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains(", 0 of them missing from shard b's history"),
+        "{stdout}"
+    );
+}

@@ -28,8 +28,18 @@ pub enum HaproxyError {
 /// How long one runtime API command may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Sends one command to the runtime API at `addr` (`/run/haproxy/admin.sock`, `unix:PATH` or
-/// `HOST:PORT`) and returns its answer.
+/// The UNIX socket `addr` names, if it names one: `unix:PATH`, or any path (absolute or
+/// relative, such as `target/local-shards/admin.sock`, or `admin.sock`), which a `HOST:PORT`
+/// never looks like (no `/`, one `:`).
+fn socket_path(addr: &str) -> Option<&str> {
+    if let Some(path) = addr.strip_prefix("unix:") {
+        return Some(path);
+    }
+    (addr.contains('/') || !addr.contains(':')).then_some(addr)
+}
+
+/// Sends one command to the runtime API at `addr` (a socket path, `unix:PATH` or `HOST:PORT`)
+/// and returns its answer.
 fn command(addr: &str, command: &str) -> Result<String, HaproxyError> {
     let connect = |source| HaproxyError::Connect {
         addr: addr.to_owned(),
@@ -37,8 +47,7 @@ fn command(addr: &str, command: &str) -> Result<String, HaproxyError> {
     };
     let line = format!("{command}\n");
     let mut answer = String::new();
-    let path = addr.strip_prefix("unix:").unwrap_or(addr);
-    if path.starts_with('/') {
+    if let Some(path) = socket_path(addr) {
         let mut s = std::os::unix::net::UnixStream::connect(path).map_err(connect)?;
         s.set_read_timeout(Some(TIMEOUT)).map_err(connect)?;
         s.write_all(line.as_bytes()).map_err(connect)?;
@@ -198,6 +207,25 @@ mod tests {
             std::fs::read_to_string(&path).unwrap(),
             "# tenant backend\nacme shard_b\nglobex shard_a\ninitech shard_b\n"
         );
+    }
+
+    #[test]
+    fn a_runtime_api_address_is_a_socket_path_unless_it_is_host_and_port() {
+        for (addr, path) in [
+            ("/run/haproxy/admin.sock", Some("/run/haproxy/admin.sock")),
+            (
+                "target/local-shards/admin.sock",
+                Some("target/local-shards/admin.sock"),
+            ),
+            ("./admin.sock", Some("./admin.sock")),
+            ("admin.sock", Some("admin.sock")),
+            ("unix:admin.sock", Some("admin.sock")),
+            ("127.0.0.1:9999", None),
+            ("haproxy.internal:9999", None),
+            ("[::1]:9999", None),
+        ] {
+            assert_eq!(socket_path(addr), path, "{addr}");
+        }
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The documents tell the truth about the code: ARCHITECTURE.md's code map names every file under `src/` and only files and functions that exist, and every Markdown file of the repository parses as written (a CommonMark parser finds every heading the text has, and every code fence is closed).
+//! The documents tell the truth about the code: ARCHITECTURE.md's code map names every file under `src/` and only files and functions that exist, and every Markdown file of the repository parses as written (a CommonMark parser finds every heading the text has, and every code fence is closed), and every relative link reaches its file and heading.
 use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Parser, Tag, TagEnd};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -254,4 +254,92 @@ fn every_markdown_file_parses_as_written() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The anchor GitHub gives a heading: lower case, spaces as `-`, and only letters, digits,
+/// `-` and `_` kept (the heading's code spans count by their text).
+fn anchor_of(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The relative links and images of `text`: (destination, line number).
+fn relative_links(text: &str) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for (event, range) in Parser::new(text).into_offset_iter() {
+        let dest = match event {
+            Event::Start(Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. }) => dest_url,
+            _ => continue,
+        };
+        if dest.contains("://") || dest.starts_with("mailto:") {
+            continue;
+        }
+        let line = text[..range.start].lines().count().max(1);
+        out.push((dest.to_string(), line));
+    }
+    out
+}
+
+/// Every relative link of every Markdown file reaches a file that exists, and a `#anchor`
+/// reaches a heading of that file: moving a section cannot leave a link behind.
+#[test]
+fn every_relative_link_reaches_a_file_and_heading() {
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let name = file.strip_prefix(root()).unwrap().display().to_string();
+        for (dest, line) in relative_links(&text) {
+            checked += 1;
+            let (path, anchor) = dest.split_once('#').unwrap_or((&dest, ""));
+            let target = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().unwrap().join(path)
+            };
+            if !target.exists() {
+                problems.push(format!("{name}:{line}: {dest}: no such file"));
+                continue;
+            }
+            if anchor.is_empty() || target.extension().is_none_or(|e| e != "md") {
+                continue;
+            }
+            let headings = headings_parsed(&std::fs::read_to_string(&target).unwrap()).0;
+            let anchors: Vec<String> = headings.iter().map(|h| anchor_of(h)).collect();
+            if !anchors.iter().any(|a| a == anchor) {
+                problems.push(format!("{name}:{line}: {dest}: no heading has that anchor"));
+            }
+        }
+    }
+    assert!(
+        checked > 20,
+        "only {checked} links found: is the parser reading links?"
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_heading_anchor_is_the_one_github_makes() {
+    for (heading, anchor) in [
+        ("Change events", "change-events"),
+        ("Clone over HTTP (backups)", "clone-over-http-backups"),
+        (
+            "Versions: several files, restore, diff, dry run, safe retries",
+            "versions-several-files-restore-diff-dry-run-safe-retries",
+        ),
+        ("`planfiles tenant move`", "planfiles-tenant-move"),
+        (
+            "Health, OpenAPI, metrics and logs",
+            "health-openapi-metrics-and-logs",
+        ),
+    ] {
+        assert_eq!(anchor_of(heading), anchor, "{heading}");
+    }
 }

@@ -258,12 +258,12 @@ async fn sigterm_during_writes_finishes_in_flight_requests_and_exits_0() {
     git_in(&repo, &["fsck", "--strict", "--no-dangling"]);
 }
 
-/// The README's configuration reference and `config.toml` list the same keys.
+/// The configuration reference (docs/OPERATIONS.md) and `config.toml` list the same keys.
 #[test]
-fn readme_configuration_reference_matches_config_toml() {
+fn the_configuration_reference_matches_config_toml() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let section = readme.split("\n## Configuration\n").nth(1).unwrap();
+    let reference = std::fs::read_to_string(root.join("docs/OPERATIONS.md")).unwrap();
+    let section = reference.split("\n## Configuration\n").nth(1).unwrap();
     let section = section.split("\n## ").next().unwrap();
     let documented: BTreeSet<String> = section
         .lines()
@@ -293,7 +293,7 @@ fn readme_configuration_reference_matches_config_toml() {
     }
     assert_eq!(
         documented, keys,
-        "README configuration table vs config.toml"
+        "docs/OPERATIONS.md configuration table vs config.toml"
     );
     // config.toml holds the built-in defaults (the commented-out keys default to none).
     let file = planfiles::config::Config::from_file(&root.join("config.toml")).unwrap();
@@ -302,7 +302,7 @@ fn readme_configuration_reference_matches_config_toml() {
         planfiles::config::Config::default(),
         "config.toml vs built-in defaults"
     );
-    // And the README's default column gives each key's value in config.toml.
+    // And the reference's default column gives each key's value in config.toml.
     let values: std::collections::BTreeMap<String, String> = {
         let mut section = String::new();
         let mut out = std::collections::BTreeMap::new();
@@ -317,8 +317,8 @@ fn readme_configuration_reference_matches_config_toml() {
         }
         out
     };
-    let readme_section = readme.split("\n## Configuration\n").nth(1).unwrap();
-    for line in readme_section.lines() {
+    let reference_section = reference.split("\n## Configuration\n").nth(1).unwrap();
+    for line in reference_section.lines() {
         let cells: Vec<&str> = line.split('|').map(str::trim).collect();
         let [_, key, default, ..] = cells[..] else {
             continue;
@@ -331,7 +331,11 @@ fn readme_configuration_reference_matches_config_toml() {
             assert_eq!(default, "demo value");
             continue;
         }
-        assert_eq!(default.trim_matches('`'), value, "README default of {key}");
+        assert_eq!(
+            default.trim_matches('`'),
+            value,
+            "docs/OPERATIONS.md default of {key}"
+        );
     }
 }
 
@@ -441,10 +445,11 @@ async fn openapi_document_is_valid_and_complete() {
         doc["components"]["securitySchemes"]["bearer"]["scheme"],
         "bearer"
     );
-    // Every problem code the service answers is in the README's table.
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .unwrap();
+    // Every problem code the service answers is in docs/API.md's table.
+    let api_doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/API.md"),
+    )
+    .unwrap();
     for code in [
         "invalid_json",
         "invalid_file_sha",
@@ -471,7 +476,7 @@ async fn openapi_document_is_valid_and_complete() {
         "idempotency_key_reused",
     ] {
         assert!(
-            readme.contains(&format!("`{code}`")),
+            api_doc.contains(&format!("`{code}`")),
             "{code} not documented"
         );
     }

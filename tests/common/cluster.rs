@@ -143,14 +143,23 @@ impl Cluster {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/haproxy.cfg"),
         )
         .unwrap();
-        // The shipped example, pointed at this test's files and ports.
-        let cfg = template
-            .replace("/etc/haproxy/tenants.map", self.map().to_str().unwrap())
-            .replace("/run/haproxy/admin.sock", self.socket().to_str().unwrap())
-            .replace("bind :8080", &format!("bind 127.0.0.1:{front}"))
-            .replace("10.0.0.1:8080", &format!("127.0.0.1:{}", ports[0]))
-            .replace("10.0.0.2:8080", &format!("127.0.0.1:{}", ports[1]))
-            .replace(" check\n", " check inter 500ms\n");
+        // The shipped example, pointed at this test's files and ports (each piece must be
+        // there: the example and this test cannot drift apart unnoticed).
+        let mut cfg = template;
+        for (from, to) in [
+            ("map(tenants.map,", format!("map({},", self.map().display())),
+            (
+                "unix@admin.sock",
+                format!("unix@{}", self.socket().display()),
+            ),
+            ("bind 127.0.0.1:8080", format!("bind 127.0.0.1:{front}")),
+            ("127.0.0.1:8081", format!("127.0.0.1:{}", ports[0])),
+            ("127.0.0.1:8082", format!("127.0.0.1:{}", ports[1])),
+            (" check\n", " check inter 500ms\n".to_owned()),
+        ] {
+            assert!(cfg.contains(from), "deploy/haproxy.cfg has no {from:?}");
+            cfg = cfg.replace(from, &to);
+        }
         let path = self.root.join("haproxy.cfg");
         std::fs::write(&path, cfg).unwrap();
         let _ = self.haproxy.wait();
