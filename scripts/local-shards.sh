@@ -38,10 +38,13 @@ done
 bin=${PLANFILES_BIN:-}
 if [ -z "$bin" ]; then
   cargo build --release --quiet
-  bin=$root/target/release/planfiles
+  bin=${CARGO_TARGET_DIR:-$root/target}/release/planfiles
 fi
+bin=$(realpath "$bin")
 rm -rf "$dir"
 mkdir -p "$dir/a/data" "$dir/b/data"
+# The binary these run, as $dir/planfiles: the commands of docs/SCALING.md use that name.
+ln -s "$bin" "$dir/planfiles"
 
 pids=()
 stop() {
@@ -100,7 +103,7 @@ wait_ready "http://127.0.0.1:$router" haproxy
 sleep 0.5 # HAProxy's first health checks
 
 front=http://127.0.0.1:$router
-move=("$bin" --config "$dir/a.toml" tenant move globex --to "http://127.0.0.1:$port_b"
+move=("$dir/planfiles" --config "$dir/a.toml" tenant move globex --to "http://127.0.0.1:$port_b"
   --haproxy "$dir/admin.sock" --map tenants.map --map-file "$dir/tenants.map" --backend shard_b)
 
 if ! $try; then
@@ -113,7 +116,7 @@ Running (logs and configs in $dir):
 
 In another terminal, in $root:
 
-  TOKEN=\$($bin --config $dir/a.toml token --tenant globex)
+  TOKEN=\$($dir/planfiles --config $dir/a.toml token --tenant globex)
   curl -s $front/plans/configuration-file -H "Authorization: Bearer \$TOKEN"
 
 Move globex to shard b (docs/SCALING.md, "Try it on one machine", has a write loop to run

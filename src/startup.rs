@@ -166,7 +166,7 @@ pub fn open_storage(
         // without a word.
         tracing::warn!(
             data_dir = %absolute(&config.storage.data_dir).display(),
-            "the data dir did not exist, so it was made: check storage.data_dir (or PLANFILES_DATA_DIR) if this is not the one you meant"
+            "the data dir did not exist, so it was made (as on a first start); if you meant another, set storage.data_dir or PLANFILES_DATA_DIR"
         );
     }
     Ok((storage, volume, durability))

@@ -564,6 +564,8 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     page.wait_for_selector("#restore-confirm")
     items = page.eval_on_selector_all("#restore-body .changes li", "ls => ls.map(l => l.textContent)")
     check(any("removed account 999988887777" in i for i in items), f"the restore's dry run lists its changes ({items})")
+    diff = page.inner_text("#restore-body pre.diff")
+    check("-# revision 0" in diff, "the restore's text diff shows the comment lines it would remove")
     check(other.ok("GET", "/plans/integration-file")["file_sha"] == before["file_sha"], "the dry run wrote nothing")
     shot(page, art, "7-restore")
     shot_el(page, art, "7-restore-panel", "#restore")

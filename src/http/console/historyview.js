@@ -8,7 +8,9 @@ export function renderHistory(el, st, ctx, actions) {
   const rows = st.entries.map((e, i) => {
     const t = when(e.date);
     const isNew = st.fresh.has(e.commit_sha);
-    const restored = trailers(e.message)["restored-from"];
+    // "(restored from …)" unless the subject names that commit already (the default one does).
+    const from = trailers(e.message)["restored-from"];
+    const restored = from && !subject(e.message).includes(from.slice(0, 10)) ? from : null;
     const older = st.entries[i + 1];
     return h("tr", { class: isNew ? "is-new" : null, dataset: { commit: e.commit_sha } },
       h("td", { dataset: { label: "When" } }, h("time", { datetime: e.date, title: t.title }, t.text),

@@ -2,8 +2,9 @@
 import { h, fill, $, focusOn } from "./dom.js";
 import { short, when, subject } from "./format.js";
 import { readable } from "./patch.js";
-import { problem, changes, commitRef } from "./views.js";
-import { shaOf } from "./fileview.js";
+import { problem, commitRef, diffPair } from "./views.js";
+import { shaOf, textOf } from "./fileview.js";
+import { unifiedDiff } from "./textdiff.js";
 
 export function cancel(st) {
   if (st) st.restore = null;
@@ -24,20 +25,31 @@ export async function start(app, st, entry) {
   focusOn($("restore-h"));
   const sha = st.data && shaOf(st.file, st.data);
   try {
-    const ans = await app.api.restore(st.file, entry.commit_sha, sha, true);
+    // The dry run's patch, and the text as it is against the text restoring gives back
+    // (the stored bytes of that version), so a change of comments or layout shows too.
+    const [ans, old] = await Promise.all([
+      app.api.restore(st.file, entry.commit_sha, sha, true),
+      app.api.getText(st.file, entry.commit_sha),
+    ]);
     if (st.restore?.entry !== entry) return;
     const items = readable(ans.patch, st.data.content);
+    const same = shaOf(st.file, ans) === sha;
+    const textDiff = unifiedDiff(textOf(st.file, st.data).text, old.text);
+    let summary;
+    if (same) summary = h("p", { class: "muted changes-empty" }, "No changes: the file is already this version.");
+    else if (!items.length) summary = h("p", { class: "note" }, "Only the text changes (comments or layout): the content stays the same, and restoring makes a commit.");
     const msg = h("input", { id: "restore-message", type: "text", maxlength: "200", autocomplete: "off" });
     fill(body, intro,
       h("h3", { id: "restore-preview-h" }, "Preview: what restoring would change"),
-      changes(items, "No changes: the file is already this version."),
-      items.length ? [
+      summary,
+      same ? null : [
+        diffPair(items, textDiff),
         h("label", { for: "restore-message" }, "Commit message ", h("span", { class: "muted" }, "(optional)")),
         msg,
-      ] : null,
+      ],
       h("div", { class: "actions" },
-        items.length ? h("button", { type: "button", id: "restore-confirm", on: { click: () => confirm(app, st, entry, sha, msg.value) } }, "Confirm restore") : null,
-        h("button", { type: "button", class: "secondary", id: "restore-cancel", on: { click: () => cancel(st) } }, items.length ? "Cancel" : "Close")));
+        same ? null : h("button", { type: "button", id: "restore-confirm", on: { click: () => confirm(app, st, entry, sha, msg.value) } }, "Confirm restore"),
+        h("button", { type: "button", class: "secondary", id: "restore-cancel", on: { click: () => cancel(st) } }, same ? "Close" : "Cancel")));
     focusOn($("restore-confirm") || $("restore-cancel"));
   } catch (err) {
     failed(app, st, entry, body, intro, err);
