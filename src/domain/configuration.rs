@@ -159,7 +159,7 @@ mod tests {
     fn points_at_the_first_bad_element() {
         let cases = [
             (json!([]), "/payload"),
-            (json!("folders: []"), "/payload"),
+            (json!("- a list, not a mapping"), "/payload"),
             (json!({"folders": {}}), "/payload/folders"),
             (json!({"folders": ["src"]}), "/payload/folders/0"),
             (
