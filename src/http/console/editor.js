@@ -116,8 +116,9 @@ export function preview(app, st) {
 
 export function save(app, st) {
   const base = st.edit.baseSha;
+  const text = st.edit.text;
   return send(app, st, "Saving…", false, (ans) => {
-    app.applyWrite(st, ans);
+    app.applyWrite(st, ans, text);
     close(app, st);
     const same = shaOf(st.file, ans) === base;
     app.flash(same ? "Nothing changed, so no commit was made." : `Saved as commit ${short(ans.commit_sha)}.`);

@@ -32,6 +32,7 @@ export async function start(app, st, entry) {
       app.api.getText(st.file, entry.commit_sha),
     ]);
     if (st.restore?.entry !== entry) return;
+    st.restore.text = old.text;
     const items = readable(ans.patch, st.data.content);
     const same = shaOf(st.file, ans) === sha;
     const textDiff = unifiedDiff(textOf(st.file, st.data).text, old.text);
@@ -71,7 +72,7 @@ async function confirm(app, st, entry, sha, message) {
   const intro = body.firstChild;
   try {
     const ans = await app.api.restore(st.file, entry.commit_sha, sha, false, message.trim() || undefined);
-    app.applyWrite(st, ans);
+    app.applyWrite(st, ans, st.restore?.text);
     cancel(st);
     app.flash(`Restored the version of ${short(entry.commit_sha)} as commit ${short(ans.commit_sha)}.`);
   } catch (err) {

@@ -164,8 +164,16 @@ export const sync = {
 
   // ---- writes ----
 
-  applyWrite(st, ans) {
+  /** A write's answer becomes the version shown. `text` is the text it stored, when the
+   * caller knows it: the configuration's answer has no text, and an editor opened on a
+   * rendering instead of the stored bytes would rewrite the file's layout. Without it the
+   * stored text is read again. */
+  applyWrite(st, ans, text) {
     const { commit_sha, patch, ...data } = ans;
+    if (st.file === "configuration-file") {
+      if (typeof text === "string") data.stored_text = text;
+      else setTimeout(() => this.loadFile(st.file), 0);
+    }
     st.data = data;
     st.sha = shaOf(st.file, data);
     if (commit_sha) this.head = commit_sha;
