@@ -86,8 +86,10 @@ wait_ready() { # url what
 "$bin" --config "$dir/a.toml" serve >"$dir/a.log" 2>&1 &
 pids+=($!)
 wait_ready "http://127.0.0.1:$port_a" a
-# Cursors and idempotency keys must hold on a tenant's next shard: b gets a's data dir key.
+# Cursors and idempotency keys must hold on a tenant's next shard, and its commits keep their
+# signer: b gets a's data dir key and commit signing key.
 cp "$dir/a/data/cursor.key" "$dir/b/data/cursor.key"
+cp -p "$dir/a/data/signing_key" "$dir/b/data/signing_key"
 "$bin" --config "$dir/b.toml" serve >"$dir/b.log" 2>&1 &
 pids+=($!)
 wait_ready "http://127.0.0.1:$port_b" b

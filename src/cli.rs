@@ -76,6 +76,19 @@ pub enum Command {
         #[command(subcommand)]
         action: TenantAction,
     },
+    /// The keys that sign the service's commits.
+    Signing {
+        #[command(subcommand)]
+        action: SigningAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SigningAction {
+    /// Print the lines of a git allowed_signers file that trust this service's keys (the
+    /// current one and each of signing.previous_public_keys) for its committer email; then
+    /// git -c gpg.ssh.allowedSignersFile=FILE verify-commit checks any commit it made.
+    AllowedSigners,
 }
 
 #[derive(Debug, Subcommand)]
@@ -199,6 +212,23 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Tenant { action } => tenant(&config, action),
         Command::Maintain { tenant } => maintain(&config, tenant.as_deref()),
+        Command::Signing {
+            action: SigningAction::AllowedSigners,
+        } => {
+            if !config.signing.enabled {
+                return Err(CliError::Usage(
+                    "signing.enabled is off: the service signs no commits".into(),
+                ));
+            }
+            let storage = open_storage(&config)?;
+            print!(
+                "{}",
+                storage
+                    .signing_keys()
+                    .allowed_signers(&config.commit.committer_email)
+            );
+            Ok(())
+        }
     }
 }
 

@@ -13,6 +13,7 @@ pub struct Config {
     pub storage: StorageConfig,
     pub auth: AuthConfig,
     pub commit: CommitConfig,
+    pub signing: SigningConfig,
     pub log: LogConfig,
     pub metrics: MetricsConfig,
     pub events: EventsConfig,
@@ -185,6 +186,14 @@ fn env_overrides(
 }
 
 impl Config {
+    /// The commit signing key's file: `signing.key_file`, else `<data_dir>/signing_key`.
+    pub fn signing_key_file(&self) -> PathBuf {
+        self.signing
+            .key_file
+            .clone()
+            .unwrap_or_else(|| self.storage.data_dir.join("signing_key"))
+    }
+
     /// Built-in defaults, then the config file, then environment overrides.
     /// Without an explicit file, `config.toml` in the current directory is used if present.
     pub fn load(sources: &Sources) -> Result<Self, ConfigError> {
@@ -265,6 +274,10 @@ impl Config {
                     "events.{name} must be at least 1, not 0"
                 )));
             }
+        }
+        for key in &self.signing.previous_public_keys {
+            crate::signing::Keyring::check_public_key(key)
+                .map_err(|e| ConfigError::Invalid(format!("signing.previous_public_keys: {e}")))?;
         }
         let peers = self.cluster.peer_urls().map_err(ConfigError::Invalid)?;
         if !peers.is_empty()

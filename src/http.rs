@@ -21,6 +21,7 @@ mod query;
 mod restore;
 pub mod routes;
 mod schema;
+mod signing;
 mod socket;
 mod sse;
 mod views;

@@ -9,6 +9,7 @@ pub mod events;
 pub mod gates;
 pub mod http;
 pub mod metrics;
+pub mod signing;
 pub mod startup;
 pub mod storage;
 pub mod telemetry;

@@ -160,7 +160,13 @@ pub fn open_storage(
         volume.as_ref(),
     )?;
     let made = !config.storage.data_dir.is_dir();
-    let storage = Storage::open(&config.storage.data_dir, committer, durability)?;
+    let mut storage = Storage::open(&config.storage.data_dir, committer, durability)?;
+    if config.signing.enabled {
+        storage = storage.sign_commits(
+            &config.signing_key_file(),
+            &config.signing.previous_public_keys,
+        )?;
+    }
     if made {
         // Once, at start: a mistyped path would otherwise serve an empty (or seeded) data dir
         // without a word.

@@ -41,7 +41,9 @@ pub fn limit_open_packs(files: usize) {
 #[derive(Debug, Clone)]
 pub struct Storage {
     tenants_dir: PathBuf,
-    committer: Identity,
+    committer: repo::signatures::Committer,
+    /// The keys whose commit signatures count, and the verdicts found so far.
+    signing: Arc<repo::signatures::Signing>,
     /// Present in group-commit mode.
     sync: Option<Arc<disk::durable::SyncGroup>>,
     /// Which tenants' `main` is known not to have moved since it was read.
@@ -97,7 +99,11 @@ impl Storage {
         };
         Ok(Self {
             tenants_dir,
-            committer,
+            committer: repo::signatures::Committer {
+                identity: committer,
+                signer: None,
+            },
+            signing: Arc::default(),
             sync,
             watch: Arc::default(),
             upload_packs: Arc::new(repo::upload_pack::CloneTurns::new(
@@ -110,6 +116,37 @@ impl Storage {
             recent_keys: Arc::default(),
             open_repos: Arc::default(),
         })
+    }
+
+    /// Signs every commit this process makes with the ed25519 key in `key_file` (an OpenSSH
+    /// private key, made there at mode 0600 when absent), and counts as verified the commits
+    /// signed by it or by one of `previous` (retired keys, as OpenSSH public key lines).
+    pub fn sign_commits(
+        mut self,
+        key_file: &Path,
+        previous: &[String],
+    ) -> Result<Self, StorageError> {
+        let signer = disk::signing_key::load_or_create(key_file, self.committer.identity.email())?;
+        let keyring = crate::signing::Keyring::new(Some(&signer), previous).map_err(|e| {
+            StorageError::io(
+                "read signing.previous_public_keys",
+                key_file,
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
+            )
+        })?;
+        self.committer.signer = Some(Arc::new(signer));
+        self.signing = Arc::new(repo::signatures::Signing::new(keyring));
+        Ok(self)
+    }
+
+    /// The committer email on the service's commits.
+    pub fn committer_email(&self) -> &str {
+        self.committer.identity.email()
+    }
+
+    /// The keys whose signatures count, current first (none when commits are not signed).
+    pub fn signing_keys(&self) -> &crate::signing::Keyring {
+        &self.signing.keyring
     }
 
     /// Sets the write hook (tests only; see [`WriteHook`]).

@@ -4,10 +4,12 @@
 //!     cargo bench --bench http            # full run, about 3 minutes
 //!     cargo bench --bench http -- --quick # shorter runs, smaller histories
 //!     cargo bench --bench http -- --splice-only [--quick]  # JSON PUTs: edited vs emitted
+//!     cargo bench --bench http -- --signing-only [--quick] # PUTs with signed commits vs not
 mod fixtures;
 mod floor;
 mod load;
 mod server;
+mod signing;
 mod splice;
 mod volume;
 
@@ -101,6 +103,12 @@ fn main() {
         )
         .unwrap();
         for (what, got, ok) in splice::run(&st, quick) {
+            println!("| {what} | {got} | {} |", verdict(ok));
+        }
+        return;
+    }
+    if std::env::args().any(|a| a == "--signing-only") {
+        for (what, got, ok) in signing::run(quick) {
             println!("| {what} | {got} | {} |", verdict(ok));
         }
         return;

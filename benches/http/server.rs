@@ -30,6 +30,11 @@ pub fn token(tenant: &str) -> String {
 /// Starts planfiles over `data_dir` on a random port, in its own thread, built as `serve`
 /// builds it (`Application::build`) with group commit; returns its address.
 pub fn start_planfiles(data_dir: &Path) -> String {
+    start_planfiles_with(data_dir, |_| {})
+}
+
+/// As [`start_planfiles`], with the config changed by `edit` first.
+pub fn start_planfiles_with(data_dir: &Path, edit: impl FnOnce(&mut Config)) -> String {
     storage::init_git();
     let mut config = Config::default();
     config.server.bind = "127.0.0.1:0".into();
@@ -40,6 +45,7 @@ pub fn start_planfiles(data_dir: &Path) -> String {
     config.storage.durability = DurabilitySetting::Group;
     config.commit.committer_email = "p@localhost".into();
     config.auth.secret = SECRET.into();
+    edit(&mut config);
     let app = Application::build(&config).unwrap();
     let addr = format!("http://{}", app.addr().unwrap());
     std::thread::spawn(move || {

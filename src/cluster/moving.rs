@@ -62,6 +62,12 @@ pub enum MoveError {
     Haproxy(#[from] haproxy::HaproxyError),
     #[error("{0}")]
     Abort(String),
+    #[error("the target at {to} signs commits with {target}, this shard with {here}: a tenant's history would change signer with the move. Give both shards the same signing.key_file (and list retired keys in signing.previous_public_keys) first")]
+    SigningKey {
+        to: ShardUrl,
+        here: String,
+        target: String,
+    },
     #[error("the shard at {shard} still takes {tenant}'s writes (it is {placement} there): start the move there with planfiles tenant move")]
     SourceWritable {
         shard: ShardUrl,
@@ -91,6 +97,9 @@ pub struct MoveReport {
 #[derive(Debug, Deserialize)]
 struct TargetAnswer {
     found: String,
+    /// Absent from shards that predate signed commits.
+    #[serde(default)]
+    signing_keys: Option<Vec<String>>,
     head: Option<String>,
     already: bool,
     millis: u64,
@@ -117,6 +126,7 @@ impl Move {
                     tenant: t.clone(),
                 });
             }
+            self.check_signing_key(storage, &check)?;
         }
         self.check_router()?;
         progress(&format!(
@@ -255,6 +265,24 @@ impl Move {
             )));
         }
         Ok(())
+    }
+
+    /// Both shards sign with the same key (a shard that does not say predates signing).
+    fn check_signing_key(&self, storage: &Storage, check: &TargetAnswer) -> Result<(), MoveError> {
+        let Some(theirs) = &check.signing_keys else {
+            return Ok(());
+        };
+        let none = || "no key (signing is off)".to_owned();
+        let here = storage.signing_keys().fingerprints().into_iter().next();
+        let there = theirs.first().cloned();
+        if here == there {
+            return Ok(());
+        }
+        Err(MoveError::SigningKey {
+            to: self.to.clone(),
+            here: here.unwrap_or_else(none),
+            target: there.unwrap_or_else(none),
+        })
     }
 
     /// `POST /admin/tenants/<id>/import` on the target: a dry run, or the import of `head`.

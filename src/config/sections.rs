@@ -1,4 +1,4 @@
-//! The sections of `config.toml` (`[server]`, `[storage]`, `[auth]`, `[commit]`, `[log]`, `[metrics]`, `[events]`, `[cluster]`): each setting, its default and what it means.
+//! The sections of `config.toml` (`[server]`, `[storage]`, `[auth]`, `[commit]`, `[signing]`, `[log]`, `[metrics]`, `[events]`, `[cluster]`): each setting, its default and what it means.
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -188,6 +188,30 @@ pub struct CommitConfig {
     pub committer_name: String,
     /// Committer email on every commit the service makes.
     pub committer_email: String,
+}
+
+/// `[signing]`: the SSH signature (ed25519, namespace `git`) on every commit the service makes.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SigningConfig {
+    /// Sign commits. Off only to measure what signing costs; readers then see `verified:
+    /// false` on every new commit.
+    pub enabled: bool,
+    /// The private key (OpenSSH ed25519, mode 0600), made at the first start when absent;
+    /// default `<data_dir>/signing_key`. Shards share it, as they share `cursor.key`.
+    pub key_file: Option<PathBuf>,
+    /// Retired keys whose signatures still verify (OpenSSH public key lines).
+    pub previous_public_keys: Vec<String>,
+}
+
+impl Default for SigningConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            key_file: None,
+            previous_public_keys: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, PartialEq)]

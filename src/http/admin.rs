@@ -44,6 +44,9 @@ pub struct ImportAnswer {
     /// The tenant was here and writable at the head asked for or after it (a rerun).
     pub already: bool,
     pub dry_run: bool,
+    /// The `SHA256:` fingerprints of the keys that sign commits here, current first: a move
+    /// checks that the target signs with the source's key.
+    pub signing_keys: Vec<String>,
     pub millis: u64,
 }
 
@@ -156,6 +159,7 @@ pub async fn import(
         head: head.map(|h| h.to_string()),
         already,
         dry_run,
+        signing_keys: state.storage.signing_keys().fingerprints(),
         millis,
     }))
 }

@@ -102,6 +102,7 @@ fn view(page: storage::HistoryPage) -> HistoryPage {
                 date: humantime::format_rfc3339_seconds(e.time).to_string(),
                 message: e.message,
                 forced: e.forced,
+                verified: e.verified,
             })
             .collect(),
         next_cursor: page.next.map(|c| c.to_string()),

@@ -5,9 +5,9 @@ use super::schema::{
     Author, CommitsAnswer, ConfigurationContent, ConfigurationFile, DiffSide, FileDiff, FileEvent,
     FileStatus, Folder, GitBytes, HeadEvent, Health, HistoryEntry, HistoryPage, IntegrationFile,
     PatchOp, PostCommits, PutConfigurationFile, PutConfigurationPart, PutIntegrationFile,
-    PutIntegrationPart, RestoreFile, Ticket,
+    PutIntegrationPart, RestoreFile, SigningKey, SigningKeys, Ticket,
 };
-use super::{admin, commits, diff, events, git, handlers, history, ops, restore};
+use super::{admin, commits, diff, events, git, handlers, history, ops, restore, signing};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -38,6 +38,7 @@ use utoipa::{Modify, OpenApi};
         git::refuse_push,
         admin::import,
         admin::placement,
+        signing::signing_keys,
         ops::healthz,
         ops::readyz,
         ops::metrics,
@@ -48,7 +49,8 @@ use utoipa::{Modify, OpenApi};
         ConfigurationContent, Folder, FileStatus, Problem, Health, HistoryPage, HistoryEntry,
         Author, GitBytes, HeadEvent, FileEvent, Ticket,
         Author, GitBytes, PostCommits, PutIntegrationPart, PutConfigurationPart, CommitsAnswer,
-        RestoreFile, FileDiff, DiffSide, PatchOp, ImportRequest, ImportAnswer, PlacementAnswer
+        RestoreFile, FileDiff, DiffSide, PatchOp, ImportRequest, ImportAnswer, PlacementAnswer,
+        SigningKeys, SigningKey
     )),
     modifiers(&BearerJwt),
 )]

@@ -1,6 +1,8 @@
 //! Every path the service answers, in one table: its methods and their handlers, its name in the request log and the metrics, and whether the OpenAPI document describes it. [`configure`] registers the table; a test checks the OpenAPI document against it.
 use super::problem::ApiError;
-use super::{admin, commits, console, diff, events, git, handlers, history, openapi, ops, restore};
+use super::{
+    admin, commits, console, diff, events, git, handlers, history, openapi, ops, restore, signing,
+};
 use actix_web::{web, HttpResponse};
 
 /// One path of the service.
@@ -56,6 +58,13 @@ pub const ROUTES: &[Route] = &[
         name: Some("/plans/configuration-file/history"),
         allow: "GET",
         handlers: || vec![web::get().to(history::configuration)],
+        documented: true,
+    },
+    Route {
+        path: "/plans/signing-keys",
+        name: Some("/plans/signing-keys"),
+        allow: "GET",
+        handlers: || vec![web::get().to(signing::signing_keys)],
         documented: true,
     },
     Route {

@@ -273,6 +273,31 @@ pub struct HistoryEntry {
     pub message: String,
     /// True when the write did not name the current file (a forced write).
     pub forced: bool,
+    /// True when the commit carries a signature by the service's key (or a retired one it
+    /// still lists): false for plain git's commits, other keys and altered commits.
+    pub verified: bool,
+}
+
+/// The keys that sign the service's commits (`GET /plans/signing-keys`).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SigningKeys {
+    /// The committer email on every commit the service makes: the principal of the
+    /// `allowed_signers` lines.
+    pub committer_email: String,
+    /// The SSH signature namespace of commits.
+    pub namespace: &'static str,
+    /// The current key first, then the retired ones still listed (none when signing is off).
+    pub keys: Vec<SigningKey>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SigningKey {
+    /// An OpenSSH public key line (`ssh-ed25519 AAAA...`).
+    pub public_key: String,
+    /// `SHA256:...`, as `ssh-keygen -l` prints it.
+    pub fingerprint: String,
+    /// The key that signs new commits.
+    pub current: bool,
 }
 
 /// A page of a file's history, newest first.
@@ -319,6 +344,8 @@ pub struct FileEvent {
     pub message: String,
     /// True when the commit carries the `Forced: true` trailer.
     pub forced: bool,
+    /// True when the commit is signed by the service's key (as in the history).
+    pub verified: bool,
     /// The `Request-Id` trailer; null when the commit has none (plain git).
     pub request_id: Option<String>,
 }

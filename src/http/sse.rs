@@ -404,6 +404,7 @@ fn file_event(change: &FileChange) -> String {
         date: humantime::format_rfc3339_seconds(e.time).to_string(),
         message: e.message.clone(),
         forced: e.forced,
+        verified: e.verified,
         request_id: change.request_id.as_ref().map(|r| r.as_str().to_owned()),
     };
     frame(event_name(change.file), &e.commit, &data)

@@ -145,6 +145,14 @@ pub const YAML: &str = "application/yaml; charset=utf-8";
 /// JSON, YAML or anything (and is not refused with `q=0`) is `application/yaml`. Without
 /// `Accept`, or with JSON first, the answer is the JSON document, as ever.
 pub fn wants_yaml(req: &actix_web::HttpRequest) -> bool {
+    prefers(req, "application/yaml")
+}
+
+/// Whether `Accept` asks for `media` rather than JSON: the first media range that names
+/// JSON, `media`, either's type with `*`, or anything (and is not refused with `q=0`) is
+/// `media`.
+pub fn prefers(req: &actix_web::HttpRequest, media_wanted: &str) -> bool {
+    let kind = media_wanted.split('/').next().unwrap_or_default();
     let Some(accept) = req
         .headers()
         .get(header::ACCEPT)
@@ -161,14 +169,13 @@ pub fn wants_yaml(req: &actix_web::HttpRequest) -> bool {
                 p.strip_prefix("q=")
                     .is_some_and(|q| q.parse::<f32>().is_ok_and(|q| q <= 0.0))
             });
-            let known = matches!(
-                media.as_str(),
-                "application/json" | "application/yaml" | "application/*" | "*/*"
-            );
+            let known = matches!(media.as_str(), "application/json" | "application/*" | "*/*")
+                || media == media_wanted
+                || media.strip_suffix("/*") == Some(kind);
             (known && !refused).then_some(media)
         })
         .next()
-        .is_some_and(|media| media == "application/yaml")
+        .is_some_and(|m| m == media_wanted)
 }
 
 /// A file's stored bytes as they are, for a GET that asked for YAML.

@@ -2,6 +2,7 @@
 pub(super) mod dir_key;
 pub(super) mod durable;
 pub(super) mod faults;
+pub(super) mod signing_key;
 pub(super) mod volume;
 
 use super::StorageError;

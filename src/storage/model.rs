@@ -125,6 +125,9 @@ pub struct HistoryEntry {
     pub message: String,
     /// True when the commit carries the `Forced: true` trailer.
     pub forced: bool,
+    /// True when the commit is signed by the service's key, or one of its retired keys
+    /// still listed; false for plain git's commits, other keys and bad signatures.
+    pub verified: bool,
 }
 
 /// A page of history, and where the next page starts.

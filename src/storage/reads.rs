@@ -32,8 +32,14 @@ impl Storage {
         to: CommitId,
         max_commits: usize,
     ) -> Result<Replay, StorageError> {
-        self.repo_for(tenant, Access::Read)?
-            .replay(from, to, max_commits)
+        let repo = self.repo_for(tenant, Access::Read)?;
+        let mut replay = repo.replay(from, to, max_commits)?;
+        if let Replay::Changes { changes, .. } = &mut replay {
+            for change in changes {
+                repo.mark_verified(std::slice::from_mut(&mut change.entry), &self.signing);
+            }
+        }
+        Ok(replay)
     }
 
     /// How to replay from `from` to `to` in steps of at most `step` commits (see
@@ -128,9 +134,9 @@ impl Storage {
                 }
             })?),
         };
-        let page = self
-            .repo_for(tenant, Access::Read)?
-            .history(file, limit, from)?;
+        let repo = self.repo_for(tenant, Access::Read)?;
+        let mut page = repo.history(file, limit, from)?;
+        repo.mark_verified(&mut page.0, &self.signing);
         Ok(HistoryPage {
             entries: page.0,
             next: page.1.map(|commit| self.dir_key.mint(tenant, commit)),

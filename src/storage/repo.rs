@@ -24,6 +24,7 @@ pub(super) mod recent_keys;
 mod refs;
 mod repack;
 mod replay;
+pub(super) mod signatures;
 mod source_hosting;
 mod staged;
 pub(super) mod upload_pack;

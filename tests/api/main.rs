@@ -30,6 +30,7 @@ mod plans;
 mod rebase;
 mod roundtrip;
 mod seed;
+mod signing;
 mod upkeep;
 mod yaml_ambiguity;
 mod yaml_splice;

@@ -43,14 +43,18 @@ struct Pair {
 
 impl Pair {
     fn start() -> Pair {
+        Self::start_with(true)
+    }
+
+    /// Two shards; with `same_key` false, B signs commits with a key of its own.
+    fn start_with(same_key: bool) -> Pair {
         let root = tempfile::tempdir().unwrap();
         let (pa, pb) = (free_port(), free_port());
         let relay = Relay::start(0, &format!("127.0.0.1:{pb}"));
         let a_url = format!("http://127.0.0.1:{pa}");
         let shard = |name: &str, port: u16, self_url: &str, peer: &str| {
             let dir = root.path().join(name);
-            std::fs::create_dir_all(dir.join("data")).unwrap();
-            std::fs::write(dir.join("data/cursor.key"), "5eed".repeat(16)).unwrap();
+            crate::common::shared_shard_secrets(&dir.join("data"));
             std::fs::write(
                 dir.join("config.toml"),
                 format!(
@@ -62,6 +66,14 @@ impl Pair {
         };
         let (a_dir, _) = shard("a", pa, &a_url, &relay.url());
         let (b_dir, _) = shard("b", pb, &relay.url(), &a_url);
+        if !same_key {
+            let other = planfiles::signing::Signer::from_seed(&[0x0b; 32], "b@localhost");
+            std::fs::write(
+                b_dir.join("data/signing_key"),
+                other.to_openssh().as_bytes(),
+            )
+            .unwrap();
+        }
         let created = planfiles(&a_dir)
             .args(["tenant", "create", TENANT])
             .output()
@@ -389,4 +401,22 @@ fn a_move_over_a_slow_link_finishes_and_loses_nothing() {
         "shard b took no write after the move"
     );
     pair.check(&acked, "a move over a slow link");
+}
+
+/// Shards that sign with different keys: the move stops before it refuses a write (a tenant's
+/// history would change signer, and its new commits would not verify with the keys its
+/// readers hold), and the tenant stays writable where it was.
+#[test]
+fn a_move_to_a_shard_with_another_signing_key_is_refused_before_anything() {
+    let pair = Pair::start_with(false);
+    let args = pair.move_args();
+    let (moving, _) = pair.command(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (ok, err) = finish(moving);
+    assert!(!ok, "the move ran");
+    assert!(
+        err.contains("signs commits with") && err.contains("signing.key_file"),
+        "{err}"
+    );
+    assert_eq!(pair.placement(&pair.a), "served");
+    assert_eq!(pair.placement(&pair.b), "absent");
 }

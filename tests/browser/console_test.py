@@ -483,6 +483,8 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     ans = other.put_integration(text, request_id=rid)
     wait_row(page, ans["commit_sha"], started, "the other client's PUT")
     check(rid in page.locator("table.history tbody tr").first.inner_text(), "…with its request id")
+    check(page.locator(f'table.history tr[data-commit="{ans["commit_sha"]}"] .badge-verified').count() == 1,
+          "…marked Verified (signed by the service)")
     wait_js(page, "sha => document.querySelector('#current-body .meta code')?.title === sha", arg=ans["file_sha"], timeout=3000)
     check(code_text(page) == text, "the file view is refreshed to the new text")
     check(page.is_visible("#compare-stale"), "the comparison with the current version says it is out of date")
@@ -493,6 +495,8 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     wait_row(page, commit, started, "the plain git commit")
     top = page.locator("table.history tbody tr").first.inner_text()
     check("Git Person" in top and "Plain git change from the console test" in top, "…with its author and subject")
+    check(page.locator(f'table.history tr[data-commit="{commit}"] .badge-unverified').count() == 1,
+          "…marked Unverified (plain git's commit carries no signature of the service)")
     wait_js(page, "() => document.querySelector('#current-body pre.code').textContent.includes('# plain git commit')", timeout=3000)
     check(code_text(page) == text, "the file view shows the plain git text")
     watch.assert_clean("live")

@@ -89,10 +89,7 @@ impl Cluster {
         let names = ["a", "b"];
         let shards = [0, 1].map(|i| {
             let dir = root.join(names[i]);
-            std::fs::create_dir_all(dir.join("data")).unwrap();
-            // Shards share the data dir secret (docs/SCALING.md): idempotency fingerprints
-            // and history cursors made on one hold on the others.
-            std::fs::write(dir.join("data/cursor.key"), "5eed".repeat(16)).unwrap();
+            crate::common::shared_shard_secrets(&dir.join("data"));
             let url = format!("http://127.0.0.1:{}", ports[i]);
             let peer = format!("http://127.0.0.1:{}", ports[1 - i]);
             std::fs::write(

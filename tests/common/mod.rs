@@ -45,8 +45,27 @@ thread_local! {
 }
 
 thread_local! {
+    /// Set by a test before `spawn` to start the server with these `[signing]` settings.
+    pub static SIGNING: std::cell::RefCell<Option<planfiles::config::SigningConfig>> = const { std::cell::RefCell::new(None) };
+}
+
+thread_local! {
     /// Set by a test before `spawn` to start the server with `server.cors_allowed_origins`.
     pub static CORS_ORIGINS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Gives a shard's data dir the secrets every shard shares (docs/SCALING.md): the data dir
+/// key (`cursor.key`: idempotency fingerprints and history cursors made on one shard hold on
+/// the others) and the commit signing key (`signing_key`, mode 0600: a tenant's history keeps
+/// its signer across a move, which checks it).
+pub fn shared_shard_secrets(data_dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(data_dir).unwrap();
+    std::fs::write(data_dir.join("cursor.key"), "5eed".repeat(16)).unwrap();
+    let key = planfiles::signing::Signer::from_seed(&[0x5e; 32], "planfiles@localhost");
+    let path = data_dir.join("signing_key");
+    std::fs::write(&path, key.to_openssh().as_bytes()).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
 
 pub fn fixture_dir() -> PathBuf {
@@ -204,6 +223,9 @@ impl TestApp {
             } else {
                 WatchRefs::Off
             };
+        }
+        if let Some(signing) = SIGNING.with(|s| s.borrow_mut().take()) {
+            config.signing = signing;
         }
         let hook = WRITE_HOOK.with(|h| h.borrow_mut().take());
         let app = Application::build_with(&config, hook).unwrap();
@@ -428,6 +450,15 @@ impl TestApp {
         .await
     }
 
+    /// `GET /plans/signing-keys` (no token), with `Accept` when given.
+    pub async fn signing_keys(&self, accept: Option<&str>) -> reqwest::Response {
+        let mut req = self.client.get(self.url("/plans/signing-keys"));
+        if let Some(accept) = accept {
+            req = req.header("accept", accept);
+        }
+        req.send().await.unwrap()
+    }
+
     /// `GET /plans/<file>/diff?<query>`.
     pub async fn diff(&self, token: &str, file: &str, query: &str) -> reqwest::Response {
         self.send(
@@ -483,6 +514,16 @@ impl TestApp {
     /// Asserts `git fsck --strict` finds nothing wrong.
     pub fn fsck(&self, tenant: &str) {
         git_in(&self.repo(tenant), &["fsck", "--strict", "--no-dangling"]);
+    }
+
+    /// Stops the server and hands its data dir back, to start another one on it.
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        self.events.shut_down();
+        self.handle.stop(true).await;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        std::mem::replace(&mut self.data_dir, tempfile::tempdir().unwrap())
     }
 
     /// Commits `content` as `file` with plain git, as someone outside the service would.
@@ -631,6 +672,20 @@ pub fn python_has(modules: &[&str]) -> bool {
             "CI must have the Python modules {modules:?} (.ci/run installs them)"
         );
         eprintln!("skipping a cross-check: python3 lacks one of {modules:?}");
+    }
+    ok
+}
+
+/// Whether `ssh-keygen` (OpenSSH's, which git runs to verify SSH signatures) is here. Where it
+/// is not, the cross-check with stock git is skipped (with a line saying so), except in CI.
+pub fn ssh_keygen_present() -> bool {
+    let ok = Command::new("ssh-keygen").arg("-?").output().is_ok();
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must have ssh-keygen (.ci/run installs openssh-client)"
+        );
+        eprintln!("skipping a cross-check with stock git: ssh-keygen is not installed");
     }
     ok
 }

@@ -3,6 +3,14 @@ import { h, fill } from "./dom.js";
 import { when, subject, requestId, trailers } from "./format.js";
 import { problem, commitRef } from "./views.js";
 
+/** "Verified" for a commit the service signed; "Unverified" for any other (plain git's, a
+ * key it does not list, a commit changed after signing). */
+function signed(e) {
+  return e.verified
+    ? h("span", { class: "badge badge-verified", title: "Signed by this service's key: git verify-commit accepts it with the keys of /plans/signing-keys" }, "Verified")
+    : h("span", { class: "badge badge-unverified", title: "Not signed by this service: made with plain git, or signed by a key it does not list, or changed after signing" }, "Unverified");
+}
+
 export function renderHistory(el, st, ctx, actions) {
   if (!ctx.canRead) return fill(el, h("p", { class: "muted" }, "Your token may not read this file."));
   const rows = st.entries.map((e, i) => {
@@ -20,7 +28,7 @@ export function renderHistory(el, st, ctx, actions) {
         restored ? h("span", { class: "muted" }, " (restored from ", commitRef(restored), ")") : null),
       h("td", { dataset: { label: "Forced" } }, e.forced ? h("span", { class: "badge badge-forced" }, "forced") : h("span", { class: "muted" }, "no")),
       h("td", { dataset: { label: "Request id" } }, requestId(e) ? h("code", { class: "rid" }, requestId(e)) : h("span", { class: "muted" }, "—")),
-      h("td", { dataset: { label: "Commit" } }, commitRef(e.commit_sha)),
+      h("td", { dataset: { label: "Commit" } }, commitRef(e.commit_sha), " ", signed(e)),
       h("td", { class: "row-actions" },
         h("button", {
           type: "button", class: "small secondary",

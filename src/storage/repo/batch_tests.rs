@@ -1,8 +1,9 @@
 //! Tests of a batch of writes against the same writes one by one: the same commits on `main`, each precondition checked against the writes before it.
 use super::commit::BatchResult;
+use super::signatures::{test_committer, Committer};
 use super::write_tests::git;
 use super::{create, TenantRepo};
-use crate::domain::{Identity, PlanFile, TenantId};
+use crate::domain::{PlanFile, TenantId};
 use crate::storage::{CommitRequest, Preconditions, ShaCheck, StorageError};
 use std::path::{Path, PathBuf};
 
@@ -12,18 +13,18 @@ fn blob_of(bytes: &str) -> ShaCheck {
     ShaCheck::Blob(super::to_id(oid))
 }
 
-fn new_tenant(dir: &Path) -> (TenantId, PathBuf, Identity) {
+fn new_tenant(dir: &Path) -> (TenantId, PathBuf, Committer) {
     crate::storage::init_git();
     let tenant = TenantId::parse("acme").unwrap();
     let path = dir.join("acme.git");
-    let committer = Identity::new("planfiles", "p@localhost", "localhost");
+    let committer = test_committer();
     create(&tenant, dir, &path, false, &committer).unwrap();
     (tenant, path, committer)
 }
 
 /// Four writes: the second one's `file_sha` is the blob the first replaced (a 409 once the
 /// first is in), the third's is the blob the first wrote, the fourth has no precondition.
-fn writes(repo: &TenantRepo, committer: &Identity) -> Vec<CommitRequest> {
+fn writes(repo: &TenantRepo, committer: &Committer) -> Vec<CommitRequest> {
     let before = repo.read(PlanFile::Integration).unwrap().blob;
     let at = |sha: ShaCheck| Preconditions {
         file_sha: Some(sha),
@@ -31,7 +32,12 @@ fn writes(repo: &TenantRepo, committer: &Identity) -> Vec<CommitRequest> {
     };
     let read_at = ShaCheck::Blob(before.0);
     let one = |file, bytes: &str, pre| {
-        CommitRequest::of(file, bytes.as_bytes().to_vec(), pre, committer.clone())
+        CommitRequest::of(
+            file,
+            bytes.as_bytes().to_vec(),
+            pre,
+            committer.identity.clone(),
+        )
     };
     vec![
         one(PlanFile::Integration, "first: 1\n", at(read_at)),
@@ -159,7 +165,7 @@ fn a_retried_batch_records_a_no_op_only_with_the_commit_main_got() {
         PlanFile::Integration,
         b"same: 1\n".to_vec(),
         Preconditions::default(),
-        committer.clone(),
+        committer.identity.clone(),
     );
     let mut keyed = first.clone();
     keyed.idempotency = Some(IdempotencyRecord {
@@ -215,7 +221,7 @@ fn an_unreadable_no_op_ref_fails_the_write_and_keeps_the_records() {
             PlanFile::Integration,
             repo.read(PlanFile::Integration).unwrap().bytes,
             Preconditions::default(),
-            committer.clone(),
+            committer.identity.clone(),
         );
         req.idempotency = Some(IdempotencyRecord {
             key: IdempotencyKey::parse(key.as_bytes()).unwrap(),

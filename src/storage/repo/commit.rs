@@ -1,10 +1,11 @@
 //! The write path: a batch of a tenant's writes, each checked against the head the ones before it made and each its own commit, all made durable by one sync of their staged objects and ref locks, then named (objects, one compare-and-swap of `main`, the no-op records) and made durable by a second sync; dry runs.
 use super::objects::{Checked, Head};
 use super::refs::RefMove;
+use super::signatures::Committer;
 use super::staged::Staged;
 use super::{backoff, git_err, to_id, to_oid, TenantRepo, MAIN, WRITE_DEADLINE};
 use crate::domain::yaml::splice::Made;
-use crate::domain::{BlobId, CommitId, Identity};
+use crate::domain::{BlobId, CommitId};
 use crate::storage::disk::durable::SyncGroup;
 use crate::storage::disk::sync_dir;
 use crate::storage::repo::recent_keys::RecentKeys;
@@ -26,7 +27,7 @@ impl TenantRepo {
     pub(in crate::storage) fn commit_batch(
         &self,
         reqs: &[&CommitRequest],
-        committer: &Identity,
+        committer: &Committer,
         sync: Option<&SyncGroup>,
         recent: &RecentKeys,
     ) -> Vec<BatchResult> {
@@ -105,7 +106,7 @@ impl TenantRepo {
     fn try_batch(
         &self,
         reqs: &[&CommitRequest],
-        committer: &Identity,
+        committer: &Committer,
         sync: Option<&SyncGroup>,
         recent: &RecentKeys,
         path: &'static str,

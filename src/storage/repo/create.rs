@@ -1,10 +1,12 @@
 //! Tenant creation: a new bare repository with its first commit, built in a temporary folder, synced and renamed into place.
+use super::objects::commit_text;
+use super::signatures::Committer;
 use super::source_hosting::SOURCE_HOSTING_KEY;
 use super::{git_err, lock_file_until, signature, to_id, FILE_MODE, MAIN, WRITE_DEADLINE};
-use crate::domain::{CommitId, Identity, PlanFile, TenantId};
+use crate::domain::{CommitId, PlanFile, TenantId};
 use crate::storage::disk::{sync_dir, sync_tree};
 use crate::storage::StorageError;
-use git2::{Oid, Repository, RepositoryInitOptions};
+use git2::{ObjectType, Oid, Repository, RepositoryInitOptions};
 use std::path::Path;
 use std::time::Instant;
 
@@ -69,7 +71,7 @@ pub(in crate::storage) fn create(
     tenants_dir: &Path,
     path: &Path,
     source_hosting: bool,
-    committer: &Identity,
+    committer: &Committer,
 ) -> Result<CommitId, StorageError> {
     let _turn = creation_turn(tenants_dir)?;
     if let Some(to) = crate::storage::placement::tombstone(tenants_dir, tenant) {
@@ -133,7 +135,7 @@ fn init_repo(
     tenant: &TenantId,
     path: &Path,
     source_hosting: bool,
-    committer: &Identity,
+    committer: &Committer,
 ) -> Result<Oid, StorageError> {
     let err = |op| git_err(tenant, op, "");
     let mut opts = RepositoryInitOptions::new();
@@ -158,16 +160,19 @@ fn init_repo(
     let tree = repo
         .find_tree(builder.write().map_err(err("write tree"))?)
         .map_err(err("read tree"))?;
-    let sig = signature(committer).map_err(err("signature"))?;
+    let sig = signature(&committer.identity).map_err(err("signature"))?;
+    let text = committer.finish(commit_text(
+        tree.id(),
+        &[],
+        &sig,
+        &sig,
+        &format!("Create tenant {tenant}\n"),
+    ));
     let commit = repo
-        .commit(
-            Some(MAIN),
-            &sig,
-            &sig,
-            &format!("Create tenant {tenant}\n"),
-            &tree,
-            &[],
-        )
+        .odb()
+        .and_then(|odb| odb.write(ObjectType::Commit, text.as_bytes()))
         .map_err(err("write commit"))?;
+    repo.reference(MAIN, commit, false, "create tenant")
+        .map_err(err("write main"))?;
     Ok(commit)
 }

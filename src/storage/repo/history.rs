@@ -155,6 +155,8 @@ pub(super) fn entry(commit: &git2::Commit<'_>, blob: Oid) -> HistoryEntry {
         time: UNIX_EPOCH + Duration::from_secs(seconds),
         forced: is_forced(&message),
         message,
+        // Set by the reader that knows the keys (`TenantRepo::mark_verified`).
+        verified: false,
     }
 }
 

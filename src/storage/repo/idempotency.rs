@@ -1,11 +1,12 @@
 //! Idempotency keys: their lookup in the last commits of `main` and of the no-op records, and the durable record of a keyed write that changed nothing.
 use super::objects::commit_text;
 use super::refs::{RefLock, RefMove};
+use super::signatures::Committer;
 use super::staged::Staged;
 use super::{
     git_err, signature, to_id, to_oid, TenantRepo, FINGERPRINT_TRAILER, KEY_TRAILER, MAIN, NO_OPS,
 };
-use crate::domain::{CommitId, Identity, ObjectId};
+use crate::domain::{CommitId, ObjectId};
 use crate::storage::repo::recent_keys::{key_hash, Line, RecentKeys, Scan, Seen};
 use crate::storage::{IdempotencyRecord, IdempotentHit, StorageError, IDEMPOTENCY_COMMITS};
 use git2::{ErrorCode, ObjectType, Oid};
@@ -140,20 +141,20 @@ impl NoOps {
         staged: &mut Staged,
         record: &IdempotencyRecord,
         head: Oid,
-        committer: &Identity,
+        committer: &Committer,
     ) -> Result<(), StorageError> {
         let err = |op| git_err(&repo.tenant, op, "");
         // The empty tree: an object git knows without storing it, written all the same so
         // that every reader finds it.
         let tree = repo.stage_object(staged, ObjectType::Tree, b"")?;
-        let who = signature(committer).map_err(err("committer signature"))?;
+        let who = signature(&committer.identity).map_err(err("committer signature"))?;
         let message = format!(
             "Idempotent write that changed nothing\n\n{KEY_TRAILER}{}\n{FINGERPRINT_TRAILER}{}\n{REPLAYS_TRAILER}{head}\n",
             record.key.as_str(),
             record.fingerprint,
         );
         let parents: Vec<Oid> = self.tip.into_iter().collect();
-        let text = commit_text(tree, &parents, &who, &who, &message);
+        let text = committer.finish(commit_text(tree, &parents, &who, &who, &message));
         let id = repo.stage_object(staged, ObjectType::Commit, text.as_bytes())?;
         self.tip = Some(id);
         Ok(())

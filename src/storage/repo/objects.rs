@@ -1,9 +1,10 @@
 //! The objects of a commit: each change's new bytes (a JSON content edited into the stored text), its blob, the head's tree with those entries replaced, the commit and its message; staged as loose objects by `staged.rs`, not by libgit2.
+use super::signatures::Committer;
 use super::staged::Staged;
 use super::{git_err, signature, TenantRepo, FILE_MODE, MAIN};
 use crate::domain::yaml::splice::{self, Made, Rewrite};
 use crate::domain::yaml::Mapping;
-use crate::domain::{Identity, PlanFile};
+use crate::domain::PlanFile;
 use crate::storage::{Change, CommitRequest, StorageError};
 use git2::{ObjectType, Oid, Signature};
 use std::borrow::Cow;
@@ -99,7 +100,7 @@ impl TenantRepo {
         head: &Head,
         req: &CommitRequest,
         checked: &[Checked],
-        committer: &Identity,
+        committer: &Committer,
     ) -> Result<Head, StorageError> {
         let path = req.changes.first().map_or("", |c| c.file.path());
         let err = |op| git_err(&self.tenant, op, path);
@@ -120,10 +121,10 @@ impl TenantRepo {
                 .map(|e| e.id),
         );
         let author = signature(&req.author).map_err(err("author signature"))?;
-        let committer = signature(committer).map_err(err("committer signature"))?;
+        let who = signature(&committer.identity).map_err(err("committer signature"))?;
         let forced = checked.iter().any(|k| !k.unchanged() && k.forced);
         let message = message(req, &set, forced);
-        let text = commit_text(tree, &[head.commit], &author, &committer, &message);
+        let text = committer.finish(commit_text(tree, &[head.commit], &author, &who, &message));
         let id = self.stage_object(staged, ObjectType::Commit, text.as_bytes())?;
         staged.commits.push(id);
         Ok(Head {

@@ -1,6 +1,7 @@
 //! Tests of the write path's failure handling, with `syncfs` results injected.
+use super::signatures::{test_committer, Committer};
 use super::{create, TenantRepo};
-use crate::domain::{Identity, PlanFile, TenantId};
+use crate::domain::{PlanFile, TenantId};
 use crate::storage::disk::durable::SyncGroup;
 use crate::storage::{CommitRequest, Preconditions};
 use std::io;
@@ -66,12 +67,12 @@ fn eio() -> io::Result<()> {
 
 /// A new tenant `acme` in a temporary folder: the folder, the id, the repository, the
 /// committer.
-fn new_tenant() -> (tempfile::TempDir, TenantId, PathBuf, Identity) {
+fn new_tenant() -> (tempfile::TempDir, TenantId, PathBuf, Committer) {
     crate::storage::init_git();
     let dir = tempfile::tempdir().unwrap();
     let tenant = TenantId::parse("acme").unwrap();
     let path = dir.path().join("acme.git");
-    let committer = Identity::new("planfiles", "p@localhost", "localhost");
+    let committer = test_committer();
     create(&tenant, dir.path(), &path, false, &committer).unwrap();
     (dir, tenant, path, committer)
 }
@@ -79,7 +80,7 @@ fn new_tenant() -> (tempfile::TempDir, TenantId, PathBuf, Identity) {
 /// One write of the integration file's `text`, a batch of one.
 fn write_one(
     repo: &TenantRepo,
-    committer: &Identity,
+    committer: &Committer,
     sync: Option<&SyncGroup>,
     text: &str,
 ) -> Result<crate::storage::Committed, crate::storage::StorageError> {
@@ -87,7 +88,7 @@ fn write_one(
         PlanFile::Integration,
         text.as_bytes().to_vec(),
         Preconditions::default(),
-        committer.clone(),
+        committer.identity.clone(),
     );
     repo.commit_batch(&[&req], committer, sync, &Default::default())
         .pop()
