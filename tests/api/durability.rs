@@ -90,6 +90,7 @@ async fn kill_9_during_writes_loses_no_acknowledged_write() {
         "[storage]\nrepack_loose_objects = 16\n",
         "",
     ];
+    let mut signed: Vec<(&str, String)> = Vec::new();
     for (round, config) in configs.into_iter().enumerate() {
         let batched = round == 3;
         let config_file = dir.path().join(format!("round-{round}.toml"));
@@ -167,6 +168,7 @@ async fn kill_9_during_writes_loses_no_acknowledged_write() {
                     out.success(),
                     "round {round}: acknowledged {commit} of {tenant} is not in history"
                 );
+                signed.push((tenant, commit));
             }
         }
         assert!(
@@ -181,6 +183,43 @@ async fn kill_9_during_writes_loses_no_acknowledged_write() {
         .put_integration("acme", json!({"after": "restart"}))
         .await;
     assert_eq!(res.status(), 200);
+    // Every acknowledged commit is signed by the key the service still publishes: the key
+    // made at the first start outlived four kills, and no signature was left half written.
+    let allowed = dir.path().join("allowed_signers");
+    let keys = reqwest::Client::new()
+        .get(server.url("/plans/signing-keys"))
+        .header("accept", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    std::fs::write(&allowed, keys.text().await.unwrap()).unwrap();
+    if !common::ssh_keygen_present() {
+        return;
+    }
+    for tenant in ["acme", "globex"] {
+        let commits: Vec<&str> = signed
+            .iter()
+            .filter(|(t, _)| *t == tenant)
+            .map(|(_, c)| c.as_str())
+            .collect();
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(repo(dir.path(), tenant))
+            .arg("-c")
+            .arg(format!("gpg.ssh.allowedSignersFile={}", allowed.display()))
+            .args(["log", "--no-walk=unsorted", "--format=%H %G?"])
+            .args(&commits)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.lines().count(), commits.len(), "{tenant}: {text}");
+        for line in text.lines() {
+            assert!(
+                line.ends_with(" G"),
+                "{tenant}: not a good signature: {line}"
+            );
+        }
+    }
 }
 
 /// When this machine booted, from `/proc/stat`.

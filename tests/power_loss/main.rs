@@ -13,7 +13,7 @@ use fs::{Image, PowerFs};
 use rand::Rng;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -238,15 +238,52 @@ struct Found {
     lost: usize,
     files_behind: usize,
     fsck_bad: usize,
+    /// Acknowledged commits on `main` without a good signature by the key on the image.
+    unsigned: usize,
     /// Batches of several writes the server had committed just before the cut.
     batched: usize,
 }
 
-/// Checks the image against what was acknowledged before the cut.
-fn check(image: &Image, acked: &Acked) -> Found {
+/// The image's signing key (written out under `out`): its public key line, and an
+/// `allowed_signers` file that trusts it.
+fn signing_key(out: &Path) -> Option<(String, PathBuf)> {
+    let text = std::fs::read_to_string(out.join("data/signing_key")).ok()?;
+    let signer = planfiles::signing::Signer::from_openssh(&text).ok()?;
+    let ring = planfiles::signing::Keyring::new(Some(&signer), &[]).unwrap();
+    let allowed = out.join("allowed_signers");
+    std::fs::write(&allowed, ring.allowed_signers("planfiles@localhost")).unwrap();
+    Some((signer.public_key(), allowed))
+}
+
+/// How many of `commits` lack a good signature by the key that `allowed` trusts.
+fn unsigned(repo: &Path, allowed: Option<&Path>, commits: &[&String]) -> usize {
+    let Some(allowed) = allowed.filter(|_| !commits.is_empty()) else {
+        return commits.len();
+    };
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .arg("-c")
+        .arg(format!("gpg.ssh.allowedSignersFile={}", allowed.display()))
+        .args(["log", "--no-walk=unsorted", "--format=%G?"])
+        .args(commits)
+        .output()
+        .unwrap();
+    let good = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| *l == "G")
+        .count();
+    commits.len() - good
+}
+
+/// Checks the image against what was acknowledged before the cut; with the image's signing
+/// key, which must not change from one cut to the next.
+fn check(image: &Image, acked: &Acked) -> (Found, Option<String>) {
     let out = tempfile::tempdir().unwrap();
     image.write_to(out.path());
     let tenants = out.path().join("data/tenants");
+    let key = signing_key(out.path());
+    let verify = !acked.commits.is_empty() && common::ssh_keygen_present();
     let mut found = Found::default();
     for tenant in TENANTS {
         let commits = acked.commits.get(tenant).cloned().unwrap_or_default();
@@ -258,6 +295,10 @@ fn check(image: &Image, acked: &Acked) -> Found {
             .map(str::to_owned)
             .collect();
         found.lost += commits.iter().filter(|c| !on_main.contains(*c)).count();
+        let kept: Vec<&String> = commits.iter().filter(|c| on_main.contains(*c)).collect();
+        if verify {
+            found.unsigned += unsigned(&repo, key.as_ref().map(|(_, a)| a.as_path()), &kept);
+        }
         if let Some(last) = acked.folders.get(tenant).and_then(|f| f.last()) {
             let file = git(&repo, &["show", "main:configuration.yml"]);
             if !String::from_utf8_lossy(&file.stdout).contains(last.as_str()) {
@@ -281,7 +322,7 @@ fn check(image: &Image, acked: &Acked) -> Found {
             }
         }
     }
-    found
+    (found, key.map(|(public, _)| public))
 }
 
 /// The service on a volume after a cut: it starts, every fixture tenant answers both GETs,
@@ -309,8 +350,9 @@ fn serves_every_tenant(server: &Server) {
 }
 
 /// One round of load on a volume from `image`, ended by a power cut at a random moment:
-/// what the writers acknowledged, checked against what survived, and that image.
-fn load_round(image: &Image, setup: Setup, first: bool) -> (Found, Image) {
+/// what the writers acknowledged, checked against what survived, that image and its
+/// signing key.
+fn load_round(image: &Image, setup: Setup, first: bool) -> (Found, Image, Option<String>) {
     let mounted = Mounted::new(image, setup.strict);
     let work = workdir(mounted.path(), setup, 30);
     let mut server = start(work.path(), mounted.path());
@@ -359,11 +401,8 @@ fn load_round(image: &Image, setup: Setup, first: bool) -> (Found, Image) {
         panic!("{panicked} client(s) panicked; the server's errors: {errors:#?}");
     }
     mounted.unmount();
-    let found = Found {
-        batched,
-        ..check(&cut, &acked.lock().unwrap())
-    };
-    (found, cut)
+    let (found, key) = check(&cut, &acked.lock().unwrap());
+    (Found { batched, ..found }, cut, key)
 }
 
 /// Rounds of load, each ended by a power cut; starts on an empty volume, so the service
@@ -372,13 +411,23 @@ fn load_round(image: &Image, setup: Setup, first: bool) -> (Found, Image) {
 fn load_rounds(setup: Setup, rounds: usize) -> Found {
     let mut total = Found::default();
     let mut image = Image::default();
+    let mut first_key = None;
     for round in 0..rounds {
-        let (found, cut) = load_round(&image, setup, round == 0);
+        let (found, cut, key) = load_round(&image, setup, round == 0);
+        // The key made at the first start outlives every cut (else the commits before a
+        // cut would no longer verify).
+        assert!(key.is_some(), "round {round}: no signing key on the volume");
+        assert_eq!(
+            first_key.get_or_insert_with(|| key.clone()),
+            &key,
+            "round {round}: the signing key changed"
+        );
         eprintln!("  round {round}: {found:?}");
         total.acknowledged += found.acknowledged;
         total.lost += found.lost;
         total.files_behind += found.files_behind;
         total.fsck_bad += found.fsck_bad;
+        total.unsigned += found.unsigned;
         total.batched += found.batched;
         image = cut;
     }
@@ -400,7 +449,7 @@ fn rounds() -> usize {
 
 fn row(model: &str, setup: Setup, found: &Found) {
     eprintln!(
-        "| {model} | {}{} | {} | {} | {} | {} | {} |",
+        "| {model} | {}{} | {} | {} | {} | {} | {} | {} |",
         setup.durability,
         if setup.trust_syncfs {
             " (trust_syncfs)"
@@ -411,6 +460,7 @@ fn row(model: &str, setup: Setup, found: &Found) {
         found.lost,
         found.files_behind,
         found.fsck_bad,
+        found.unsigned,
         found.batched
     );
 }
@@ -441,6 +491,10 @@ fn auto_durability_on_fuse_keeps_every_acknowledged_write_through_power_cuts() {
         );
         assert_eq!(found.files_behind, 0, "{model} {durability}: files behind");
         assert_eq!(found.fsck_bad, 0, "{model} {durability}: fsck");
+        assert_eq!(
+            found.unsigned, 0,
+            "{model} {durability}: acknowledged commits without a good signature"
+        );
         assert!(
             found.batched > 0,
             "{model} {durability}: no batch of several writes before a cut"
@@ -458,7 +512,7 @@ fn group_commit_forced_onto_fuse_loses_writes_and_the_check_sees_it() {
         durability: "group",
         trust_syncfs: true,
     };
-    let (found, _) = load_round(&Image::default(), setup, true);
+    let (found, _, _) = load_round(&Image::default(), setup, true);
     row("file data dropped unless fsynced", setup, &found);
     assert!(found.acknowledged > 0);
     assert!(
@@ -572,7 +626,7 @@ fn a_seed_cut_at_any_step_is_finished_by_the_next_start() {
         let tenants = out.path().join("data/tenants");
         assert_eq!(heads(&tenants), fixture, "cut before op {cut} of {ops}");
         let empty = Acked::default();
-        assert_eq!(check(&image, &empty).fsck_bad, 0, "cut before op {cut}");
+        assert_eq!(check(&image, &empty).0.fsck_bad, 0, "cut before op {cut}");
     }
 }
 
