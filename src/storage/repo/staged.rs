@@ -10,6 +10,27 @@ use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+thread_local! {
+    /// Each thread's zlib compressor, reset for every object: a new one allocates and zeroes
+    /// its tables (over 200 KiB) for objects of a few hundred bytes, which was a tenth of a
+    /// write's CPU at c=64 (docs/PERFORMANCE.md).
+    static DEFLATE: std::cell::RefCell<ZlibEncoder<Vec<u8>>> =
+        std::cell::RefCell::new(ZlibEncoder::new(Vec::new(), Compression::fast()));
+}
+
+/// A loose object's bytes: `<kind> <size>\0` and `data`, zlib-compressed.
+fn deflate(kind: ObjectType, data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let header = format!("{} {}\0", kind.str(), data.len());
+    DEFLATE.with_borrow_mut(|z| {
+        // `reset` also ends whatever an earlier failure left half done.
+        z.reset(Vec::with_capacity(data.len() / 2 + 64))?;
+        z.write_all(header.as_bytes())?;
+        z.write_all(data)?;
+        z.try_finish()?;
+        Ok(std::mem::take(z.get_mut()))
+    })
+}
+
 /// What an attempt wrote and has not named yet. Dropped unpublished (a retry, a failure),
 /// it removes its temporary files.
 pub(super) struct Staged {
@@ -177,13 +198,7 @@ impl TenantRepo {
             opened = create();
         }
         let mut file = opened.map_err(|e| io("create an object", &tmp, e))?;
-        let mut z = ZlibEncoder::new(Vec::with_capacity(data.len() / 2 + 64), Compression::fast());
-        let header = format!("{} {}\0", kind.str(), data.len());
-        let deflated = z
-            .write_all(header.as_bytes())
-            .and_then(|()| z.write_all(data))
-            .and_then(|()| z.finish())
-            .map_err(|e| io("deflate an object", &tmp, e))?;
+        let deflated = deflate(kind, data).map_err(|e| io("deflate an object", &tmp, e))?;
         let written = faults::check(Op::Write, &tmp)
             .and_then(|()| file.write_all(&deflated))
             .and_then(|()| {
@@ -229,6 +244,27 @@ mod tests {
             .unwrap();
         staged.publish().unwrap();
         (id, repo.loose_path(id))
+    }
+
+    #[test]
+    fn a_reused_compressor_gives_each_object_alone() {
+        use std::io::Read;
+        let big: Vec<u8> = (0..300_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
+        let inputs: [&[u8]; 4] = [b"", b"aws:\n- account_id: '123456789012'\n", &big, b"x"];
+        for _ in 0..2 {
+            for data in inputs {
+                let z = super::deflate(ObjectType::Blob, data).unwrap();
+                let mut out = Vec::new();
+                flate2::read::ZlibDecoder::new(&z[..])
+                    .read_to_end(&mut out)
+                    .unwrap();
+                let mut want = format!("blob {}\0", data.len()).into_bytes();
+                want.extend_from_slice(data);
+                assert_eq!(out, want, "{} bytes", data.len());
+            }
+        }
     }
 
     #[test]
