@@ -118,6 +118,56 @@ fn with_gpgsig(commit: &str, armored: &str) -> String {
     out
 }
 
+/// A commit object's bytes split as git splits them to verify it (`parse_buffer_signed_by_
+/// header`): the `gpgsig` headers' text (each continuation line without its leading space,
+/// several such headers joined), and the object without them, nor any other `gpgsig*`
+/// header (`gpgsig-sha256`). Only the headers are read: a `gpgsig` line in the message is
+/// message. `None` when there is no `gpgsig` header.
+pub fn split_signed(object: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let (mut payload, mut signature) = (Vec::with_capacity(object.len()), Vec::new());
+    let (mut in_signature, mut other_signature, mut rest) = (false, false, object);
+    while !rest.is_empty() {
+        let end = rest
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(rest.len(), |i| i + 1);
+        let line = &rest[..end];
+        rest = &rest[end..];
+        if line.first() == Some(&b'\n') {
+            // The blank line that ends the headers: the rest is the message, whole.
+            payload.extend_from_slice(line);
+            payload.extend_from_slice(rest);
+            break;
+        }
+        let sig = if in_signature && line.first() == Some(&b' ') {
+            Some(&line[1..])
+        } else if let Some(text) = line.strip_prefix(b"gpgsig ") {
+            other_signature = false;
+            Some(text)
+        } else {
+            if line.starts_with(b"gpgsig") {
+                other_signature = true;
+            } else if other_signature && line.first() != Some(&b' ') {
+                other_signature = false;
+            }
+            None
+        };
+        match sig {
+            Some(text) => {
+                signature.extend_from_slice(text);
+                in_signature = true;
+            }
+            None => {
+                if !other_signature {
+                    payload.extend_from_slice(line);
+                }
+                in_signature = false;
+            }
+        }
+    }
+    (!signature.is_empty()).then_some((payload, signature))
+}
+
 /// The keys whose signatures count: the current one and the retired ones still listed.
 #[derive(Debug, Clone, Default)]
 pub struct Keyring {
@@ -140,6 +190,19 @@ impl Keyring {
             keys.push(key);
         }
         Ok(Self { keys })
+    }
+
+    /// Whether the commit object `object` (its bytes as stored, without the `commit <size>`
+    /// header) carries a valid signature by one of these keys over the rest of its bytes,
+    /// split as git splits it ([`split_signed`]).
+    pub fn verifies_object(&self, object: &[u8]) -> bool {
+        match split_signed(object) {
+            Some((payload, signature)) => match std::str::from_utf8(&signature) {
+                Ok(signature) => self.verifies(&payload, signature),
+                Err(_) => false,
+            },
+            None => false,
+        }
     }
 
     /// Checks that a previous key line parses (for the configuration's check).
@@ -302,5 +365,55 @@ mod tests {
         let key = PrivateKey::from(pair_of_two_keys());
         let err = Signer::with_key(key).unwrap_err();
         assert!(err.to_string().contains("public half"), "{err}");
+    }
+
+    /// A signed commit as git stores it.
+    fn signed_object(s: &Signer) -> Vec<u8> {
+        s.sign_commit(COMMIT).into_bytes()
+    }
+
+    #[test]
+    fn a_commit_splits_as_git_splits_it() {
+        let s = signer(8);
+        let object = signed_object(&s);
+        let (payload, sig) = split_signed(&object).unwrap();
+        assert_eq!(payload, COMMIT.as_bytes(), "the headers come out whole");
+        assert!(String::from_utf8(sig)
+            .unwrap()
+            .starts_with("-----BEGIN SSH SIGNATURE-----\n"));
+        let ring = Keyring::new(Some(&s), &[]).unwrap();
+        assert!(ring.verifies_object(&object));
+        assert!(split_signed(COMMIT.as_bytes()).is_none(), "unsigned");
+        // Another signature header (gpgsig-sha256) is left out of what was signed, as git
+        // leaves it out.
+        let text = String::from_utf8(object.clone()).unwrap();
+        let with_other = text.replacen(
+            "\ngpgsig ",
+            "\ngpgsig-sha256 -----BEGIN X-----\n junk\n -----END X-----\ngpgsig ",
+            1,
+        );
+        assert!(ring.verifies_object(with_other.as_bytes()));
+    }
+
+    #[test]
+    fn a_signature_moved_or_bytes_added_do_not_verify() {
+        let s = signer(9);
+        let ring = Keyring::new(Some(&s), &[]).unwrap();
+        let object = String::from_utf8(signed_object(&s)).unwrap();
+        let start = object.find("gpgsig ").unwrap();
+        let end = object[start..].find("\n\n").unwrap() + start + 1;
+        let header = &object[start..end];
+        let unsigned = format!("{}{}", &object[..start], &object[end..]);
+        // The signature's header moved into the message, at its end and at its start.
+        let at_end = format!("{unsigned}{header}");
+        assert!(!ring.verifies_object(at_end.as_bytes()));
+        let blank = unsigned.find("\n\n").unwrap() + 2;
+        let at_start = format!("{}{header}{}", &unsigned[..blank], &unsigned[blank..]);
+        assert!(!ring.verifies_object(at_start.as_bytes()));
+        // Bytes after a NUL are bytes of the commit.
+        let mut nul = object.clone().into_bytes();
+        nul.extend_from_slice(b"\0\nhidden bytes\n");
+        assert!(!ring.verifies_object(&nul));
+        assert!(ring.verifies_object(object.as_bytes()));
     }
 }

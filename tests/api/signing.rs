@@ -333,6 +333,62 @@ async fn plain_git_another_key_and_an_altered_commit_read_unverified() {
     let allowed = allowed_signers(&app, scratch.path()).await;
     assert!(!git_verifies(&repo, &allowed, &forged).0, "git agrees");
     assert!(!git_verifies(&repo, &allowed, &foreign).0, "git agrees");
+
+    // The service's commit with its signature header moved into the message, and with bytes
+    // after a NUL: what was signed is not what git (or the service) reads as the commit.
+    let raw = raw_commit(&repo, &signed);
+    let text = String::from_utf8(raw.clone()).unwrap();
+    let start = text.find("\ngpgsig ").unwrap() + 1;
+    let end = text[start..].find("\n\n").unwrap() + start + 1;
+    let moved = format!("{}{}{}", &text[..start], &text[end..], &text[start..end]);
+    let mut nul = raw;
+    nul.extend_from_slice(b"\0\nhidden bytes\n");
+    for (what, bytes) in [
+        ("the signature moved into the message", moved.into_bytes()),
+        ("bytes after a NUL", nul),
+    ] {
+        let id = write_commit(&repo, &bytes);
+        git_in(&repo, &["update-ref", "refs/heads/main", &id]);
+        let history = verdicts(&app, "globex", "integration-file").await;
+        assert_eq!(history.first(), Some(&(id.clone(), false)), "{what}");
+        assert!(!git_verifies(&repo, &allowed, &id).0, "git agrees: {what}");
+    }
+}
+
+/// A commit object's bytes as stored (`git cat-file commit`).
+fn raw_commit(repo: &Path, id: &str) -> Vec<u8> {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(["cat-file", "commit", id])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+/// Writes `bytes` as a commit object as they are (no checks): its id.
+fn write_commit(repo: &Path, bytes: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args([
+            "hash-object",
+            "--literally",
+            "-t",
+            "commit",
+            "-w",
+            "--stdin",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
 #[actix_web::test]

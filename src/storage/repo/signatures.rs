@@ -92,13 +92,16 @@ impl TenantRepo {
         if let Some(v) = signing.verdicts.get(commit) {
             return v;
         }
-        let verdict = match self.repo.extract_signature(&commit, None) {
-            Ok((sig, signed)) => match sig.as_str() {
-                Ok(sig) => signing.keyring.verifies(&signed, sig),
-                Err(_) => false,
-            },
-            // No signature: a verdict. Anything else (a read that failed) is not cached.
-            Err(e) if e.code() == git2::ErrorCode::NotFound => false,
+        // The object's bytes, split here as git splits them: libgit2's extract_signature
+        // also takes a `gpgsig` line of the message, and stops at a NUL byte.
+        let read = self.repo.odb().and_then(|odb| {
+            let object = odb.read(commit)?;
+            Ok((object.kind() == git2::ObjectType::Commit)
+                .then(|| signing.keyring.verifies_object(object.data())))
+        });
+        let verdict = match read {
+            Ok(verdict) => verdict.unwrap_or(false),
+            // A read that failed is no verdict: not cached.
             Err(_) => return false,
         };
         signing.verdicts.put(commit, verdict);
