@@ -68,6 +68,8 @@ pub enum MoveError {
         here: String,
         target: String,
     },
+    #[error("the target at {to} does not list the retired signing key {key}, which signed commits here: they would read unverified there. List it in the target's signing.previous_public_keys first")]
+    RetiredKey { to: ShardUrl, key: String },
     #[error("the shard at {shard} still takes {tenant}'s writes (it is {placement} there): start the move there with planfiles tenant move")]
     SourceWritable {
         shard: ShardUrl,
@@ -267,22 +269,30 @@ impl Move {
         Ok(())
     }
 
-    /// Both shards sign with the same key (a shard that does not say predates signing).
+    /// Both shards sign with the same key, and the target counts every retired key this
+    /// shard counts, so that each commit that reads verified here does there (a shard that
+    /// does not say predates signing).
     fn check_signing_key(&self, storage: &Storage, check: &TargetAnswer) -> Result<(), MoveError> {
         let Some(theirs) = &check.signing_keys else {
             return Ok(());
         };
         let none = || "no key (signing is off)".to_owned();
-        let here = storage.signing_keys().fingerprints().into_iter().next();
-        let there = theirs.first().cloned();
-        if here == there {
-            return Ok(());
+        let ours = storage.signing_keys().fingerprints();
+        let (here, there) = (ours.first().cloned(), theirs.first().cloned());
+        if here != there {
+            return Err(MoveError::SigningKey {
+                to: self.to.clone(),
+                here: here.unwrap_or_else(none),
+                target: there.unwrap_or_else(none),
+            });
         }
-        Err(MoveError::SigningKey {
-            to: self.to.clone(),
-            here: here.unwrap_or_else(none),
-            target: there.unwrap_or_else(none),
-        })
+        match ours.iter().skip(1).find(|key| !theirs.contains(key)) {
+            Some(key) => Err(MoveError::RetiredKey {
+                to: self.to.clone(),
+                key: key.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// `POST /admin/tenants/<id>/import` on the target: a dry run, or the import of `head`.

@@ -43,11 +43,12 @@ struct Pair {
 
 impl Pair {
     fn start() -> Pair {
-        Self::start_with(true)
+        Self::start_with(true, "")
     }
 
-    /// Two shards; with `same_key` false, B signs commits with a key of its own.
-    fn start_with(same_key: bool) -> Pair {
+    /// Two shards; with `same_key` false, B signs commits with a key of its own. `a_config`
+    /// is added to A's configuration.
+    fn start_with(same_key: bool, a_config: &str) -> Pair {
         let root = tempfile::tempdir().unwrap();
         let (pa, pb) = (free_port(), free_port());
         let relay = Relay::start(0, &format!("127.0.0.1:{pb}"));
@@ -65,6 +66,9 @@ impl Pair {
             (dir, port)
         };
         let (a_dir, _) = shard("a", pa, &a_url, &relay.url());
+        let mut config = std::fs::read_to_string(a_dir.join("config.toml")).unwrap();
+        config.push_str(a_config);
+        std::fs::write(a_dir.join("config.toml"), config).unwrap();
         let (b_dir, _) = shard("b", pb, &relay.url(), &a_url);
         if !same_key {
             let other = planfiles::signing::Signer::from_seed(&[0x0b; 32], "b@localhost");
@@ -408,13 +412,36 @@ fn a_move_over_a_slow_link_finishes_and_loses_nothing() {
 /// readers hold), and the tenant stays writable where it was.
 #[test]
 fn a_move_to_a_shard_with_another_signing_key_is_refused_before_anything() {
-    let pair = Pair::start_with(false);
+    let pair = Pair::start_with(false, "");
     let args = pair.move_args();
     let (moving, _) = pair.command(&args.iter().map(String::as_str).collect::<Vec<_>>());
     let (ok, err) = finish(moving);
     assert!(!ok, "the move ran");
     assert!(
         err.contains("signs commits with") && err.contains("signing.key_file"),
+        "{err}"
+    );
+    assert_eq!(pair.placement(&pair.a), "served");
+    assert_eq!(pair.placement(&pair.b), "absent");
+}
+
+#[test]
+fn a_move_to_a_shard_that_does_not_count_a_retired_key_is_refused_before_anything() {
+    // The same current key; a retired one that only the source lists.
+    let retired = planfiles::signing::Signer::from_seed(&[0x0c; 32], "old@localhost");
+    let pair = Pair::start_with(
+        true,
+        &format!(
+            "[signing]\nprevious_public_keys = [\"{}\"]\n",
+            retired.public_key()
+        ),
+    );
+    let args = pair.move_args();
+    let (moving, _) = pair.command(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (ok, err) = finish(moving);
+    assert!(!ok, "the move ran");
+    assert!(
+        err.contains(&retired.fingerprint()) && err.contains("previous_public_keys"),
         "{err}"
     );
     assert_eq!(pair.placement(&pair.a), "served");
