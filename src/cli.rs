@@ -4,7 +4,7 @@ mod shards;
 use crate::auth::{self, MintRequest};
 use crate::config::{Config, ConfigError, Sources};
 use crate::domain::TenantId;
-use crate::startup::{Application, StartupError};
+use crate::startup::{Application, SigningKey, StartupError};
 use crate::storage::{self, Placement, Storage, StorageError};
 use crate::upkeep::Upkeep;
 use clap::{Parser, Subcommand, ValueEnum};
@@ -220,21 +220,23 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                     "signing.enabled is off: the service signs no commits".into(),
                 ));
             }
-            let storage = open_storage(&config)?;
-            print!(
-                "{}",
-                storage
-                    .signing_keys()
-                    .allowed_signers(&config.commit.committer_email)
-            );
+            let storage = open_storage(&config, SigningKey::ReadIfPresent)?;
+            let keys = storage.signing_keys();
+            if keys.public_keys().is_empty() {
+                return Err(CliError::Usage(format!(
+                    "no signing key at {}: `planfiles serve` makes it at its first start",
+                    config.signing_key_file().display()
+                )));
+            }
+            print!("{}", keys.allowed_signers(storage.committer_email()));
             Ok(())
         }
     }
 }
 
-fn open_storage(config: &Config) -> Result<Storage, CliError> {
+fn open_storage(config: &Config, key: SigningKey) -> Result<Storage, CliError> {
     let made = !config.storage.data_dir.is_dir();
-    let storage = crate::startup::open_storage(config)?.0;
+    let storage = crate::startup::open_storage(config, key)?.0;
     if made {
         eprintln!(
             "planfiles: note: the data dir {} did not exist, so it was made",
@@ -245,7 +247,12 @@ fn open_storage(config: &Config) -> Result<Storage, CliError> {
 }
 
 fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
-    let storage = open_storage(config)?;
+    // Only a new tenant's first commit is signed here.
+    let key = match action {
+        TenantAction::Create { .. } => SigningKey::MakeIfAbsent,
+        _ => SigningKey::ReadIfPresent,
+    };
+    let storage = open_storage(config, key)?;
     match action {
         TenantAction::Create { id, source_hosting } => {
             let id = tenant_id(&id)?;
@@ -344,7 +351,7 @@ fn list(storage: &Storage) -> Result<(), CliError> {
 }
 
 fn maintain(config: &Config, only: Option<&str>) -> Result<(), CliError> {
-    let storage = open_storage(config)?;
+    let storage = open_storage(config, SigningKey::ReadIfPresent)?;
     let tenants = match only {
         Some(id) => vec![tenant_id(id)?],
         None => storage.tenant_ids()?,

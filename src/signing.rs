@@ -205,6 +205,12 @@ impl Keyring {
         }
     }
 
+    /// Whether `line` (an OpenSSH public key line) is one of these keys.
+    pub fn lists(&self, line: &str) -> bool {
+        PublicKey::from_openssh(line.trim())
+            .is_ok_and(|k| self.keys.iter().any(|have| have.key_data() == k.key_data()))
+    }
+
     /// Checks that a previous key line parses (for the configuration's check).
     pub fn check_public_key(line: &str) -> Result<(), SigningError> {
         Self::new(None, &[line.to_owned()]).map(|_| ())

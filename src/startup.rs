@@ -60,7 +60,7 @@ impl Application {
     pub fn build_with(config: &Config, hook: Option<WriteHook>) -> Result<Self, StartupError> {
         check_secret(config)?;
         crate::auth::self_test()?;
-        let (storage, volume, durability) = open_storage(config)?;
+        let (storage, volume, durability) = open_storage(config, SigningKey::MakeIfAbsent)?;
         let filesystem = volume.map_or_else(|| "unknown".into(), |v| v.name());
         tracing::info!(
             %filesystem,
@@ -143,10 +143,22 @@ impl Application {
     }
 }
 
+/// Whether opening storage may make the commit signing key when there is none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SigningKey {
+    /// The service, and commands that commit: the first of them makes the key.
+    MakeIfAbsent,
+    /// Commands that make no commit: they sign nothing, so they read the key if it is there
+    /// and never make one (run as another user, they would leave a key the service cannot
+    /// read).
+    ReadIfPresent,
+}
+
 /// Storage over the data dir, its volume, and the durability mode chosen for that volume
 /// (`storage.durability`, `storage.trust_syncfs`).
 pub fn open_storage(
     config: &Config,
+    key: SigningKey,
 ) -> Result<(Storage, Option<storage::Volume>, Durability), StartupError> {
     let committer = Identity::new(
         &config.commit.committer_name,
@@ -161,11 +173,9 @@ pub fn open_storage(
     )?;
     let made = !config.storage.data_dir.is_dir();
     let mut storage = Storage::open(&config.storage.data_dir, committer, durability)?;
-    if config.signing.enabled {
-        storage = storage.sign_commits(
-            &config.signing_key_file(),
-            &config.signing.previous_public_keys,
-        )?;
+    let key_file = config.signing_key_file();
+    if config.signing.enabled && (key == SigningKey::MakeIfAbsent || key_file.exists()) {
+        storage = storage.sign_commits(&key_file, &config.signing.previous_public_keys)?;
     }
     if made {
         // Once, at start: a mistyped path would otherwise serve an empty (or seeded) data dir

@@ -119,14 +119,22 @@ impl Storage {
     }
 
     /// Signs every commit this process makes with the ed25519 key in `key_file` (an OpenSSH
-    /// private key, made there at mode 0600 when absent), and counts as verified the commits
-    /// signed by it or by one of `previous` (retired keys, as OpenSSH public key lines).
+    /// private key, made there at mode 0600 when absent, unless a key that `previous` does not
+    /// list signed in this data dir before), and counts as verified the commits signed by it or by one of `previous`
+    /// (retired keys, as OpenSSH public key lines).
     pub fn sign_commits(
         mut self,
         key_file: &Path,
         previous: &[String],
     ) -> Result<Self, StorageError> {
-        let signer = disk::signing_key::load_or_create(key_file, self.committer.identity.email())?;
+        let data_dir = self.tenants_dir.parent().unwrap_or(Path::new("."));
+        let retired = crate::signing::Keyring::new(None, previous).unwrap_or_default();
+        let (signer, before) = disk::signing_key::load_or_create(
+            key_file,
+            &data_dir.join(disk::signing_key::RECORD),
+            |key| retired.lists(key),
+            self.committer.identity.email(),
+        )?;
         let keyring = crate::signing::Keyring::new(Some(&signer), previous).map_err(|e| {
             StorageError::io(
                 "read signing.previous_public_keys",
@@ -134,6 +142,13 @@ impl Storage {
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
             )
         })?;
+        if let Some(before) = before.filter(|b| !keyring.lists(b)) {
+            tracing::warn!(
+                key_file = %key_file.display(),
+                previous_key = %before,
+                "the commit signing key changed, and the key before is not in signing.previous_public_keys: the commits it signed now read unverified"
+            );
+        }
         self.committer.signer = Some(Arc::new(signer));
         self.signing = Arc::new(repo::signatures::Signing::new(keyring));
         Ok(self)

@@ -194,11 +194,12 @@ pub struct CommitConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct SigningConfig {
-    /// Sign commits. Off only to measure what signing costs; readers then see `verified:
-    /// false` on every new commit.
+    /// Sign commits. Off only to measure what signing costs; no key then counts, so every
+    /// commit (also those signed before) reads `verified: false`.
     pub enabled: bool,
-    /// The private key (OpenSSH ed25519, mode 0600), made at the first start when absent;
-    /// default `<data_dir>/signing_key`. Shards share it, as they share `cursor.key`.
+    /// The private key (OpenSSH ed25519, mode 0600), made at the first start when absent and
+    /// no unlisted key signed in the data dir before (`signing-key-in-use.pub`); default
+    /// `<data_dir>/signing_key`. Shards share it, as they share `cursor.key`.
     pub key_file: Option<PathBuf>,
     /// Retired keys whose signatures still verify (OpenSSH public key lines).
     pub previous_public_keys: Vec<String>,

@@ -447,3 +447,51 @@ async fn a_retired_key_verifies_while_it_is_listed() {
     assert!(history.contains(&(old_commit, false)), "{history:?}");
     assert!(history.contains(&(new_commit, true)), "{history:?}");
 }
+
+/// `planfiles` with `args` on the data dir `data` (no config file): whether it succeeded, and
+/// what it printed on stdout and stderr.
+fn cli(data: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_planfiles"))
+        .current_dir(data)
+        .env_remove("PLANFILES_CONFIG")
+        .env("PLANFILES_DATA_DIR", data.join("data"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_lost_key_is_refused_and_commands_that_do_not_commit_make_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("data/signing_key");
+    // Reading commands on a data dir without a key make none.
+    let (ok, _, _) = cli(dir.path(), &["tenant", "list"]);
+    assert!(ok);
+    assert!(!key.exists(), "tenant list made a key");
+    let (ok, _, err) = cli(dir.path(), &["signing", "allowed-signers"]);
+    assert!(!ok && err.contains("no signing key"), "{err}");
+    assert!(!key.exists());
+    // The first commit makes it.
+    let (ok, _, err) = cli(dir.path(), &["tenant", "create", "first"]);
+    assert!(ok, "{err}");
+    let (ok, allowed, _) = cli(dir.path(), &["signing", "allowed-signers"]);
+    assert!(ok && allowed.contains("ssh-ed25519 "), "{allowed}");
+    let public = allowed
+        .split_whitespace()
+        .skip(2)
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    // Lost: the next command that would sign refuses, names the key, and makes no other.
+    std::fs::remove_file(&key).unwrap();
+    let (ok, _, err) = cli(dir.path(), &["tenant", "create", "second"]);
+    assert!(!ok, "a lost key was made anew");
+    assert!(err.contains("missing") && err.contains(&public), "{err}");
+    assert!(!key.exists());
+    assert!(!dir.path().join("data/tenants/second.git").exists());
+}

@@ -1,23 +1,69 @@
-//! The commit signing key's file: read at start, or made once (mode 0600, written aside, synced, then linked into place) when it is absent; its text is never logged.
+//! The commit signing key's file: read at start, or made once (mode 0600, written aside, synced, then linked into place) when it is absent and no key signed before; the public key in use, recorded in the data dir, so that a lost key is refused rather than silently made anew; its text is never logged.
 use crate::signing::Signer;
 use crate::storage::StorageError;
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-/// The key in `path` (an OpenSSH ed25519 private key), made there first when the file does
-/// not exist. Processes that start together make one key: a link into place fails when
-/// another made it first, and that key counts. `comment` names the key in the file.
+/// The file in the data dir that holds the public key of the last signing key used there.
+pub(in crate::storage) const RECORD: &str = "signing-key-in-use.pub";
+
+/// The key in `path` (an OpenSSH ed25519 private key), and the public key that `record` held
+/// before (the key in use until now, when it differs). When the file does not exist it is
+/// made first, unless `record` names a key that signed here before and that `retired` does
+/// not list: then the key was lost, and making another would leave every earlier commit
+/// unverified, so that is an error that says what to do. Processes that start together make
+/// one key: a link into place fails when another made it first, and that key counts.
+/// `comment` names the key in the file.
 pub(in crate::storage) fn load_or_create(
     path: &Path,
+    record: &Path,
+    retired: impl Fn(&str) -> bool,
     comment: &str,
-) -> Result<Signer, StorageError> {
+) -> Result<(Signer, Option<String>), StorageError> {
     let io = |op, e| StorageError::io(op, path, e);
-    match std::fs::read_to_string(path) {
-        Ok(text) => return parse(path, &text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+    let before = std::fs::read_to_string(record)
+        .ok()
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty());
+    let signer = match std::fs::read_to_string(path) {
+        Ok(text) => {
+            warn_if_others_can_read(path);
+            parse(path, &text)?
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match &before {
+            Some(public) if !retired(public) => {
+                return Err(io(
+                    "read the signing key",
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!(
+                            "it is missing, but this data dir's commits were signed with {public} (recorded in {}): restore the key from a backup; or, to sign with a new key from now on, list that public key in signing.previous_public_keys (its commits keep verifying) and start again",
+                            record.display(),
+                        ),
+                    ),
+                ))
+            }
+            _ => create(path, comment)?,
+        },
         Err(e) => return Err(io("read the signing key", e)),
+    };
+    let public = signer.public_key();
+    if before.as_deref() == Some(public.as_str()) {
+        return Ok((signer, None));
     }
+    super::replace_synced(
+        record,
+        format!("{public}\n").as_bytes(),
+        "record the signing key in use",
+    )?;
+    Ok((signer, before))
+}
+
+/// A new key in `path`: written aside at mode 0600, synced, linked into place and the folder
+/// synced; the key another process linked first when it won the race.
+fn create(path: &Path, comment: &str) -> Result<Signer, StorageError> {
+    let io = |op, e| StorageError::io(op, path, e);
     let dir = super::parent(path);
     super::create_dir_all_synced(dir)?;
     let signer = Signer::from_seed(&rand::random(), comment);
@@ -32,13 +78,35 @@ pub(in crate::storage) fn load_or_create(
     match std::fs::hard_link(tmp.path(), path) {
         Ok(()) => {
             super::sync_dir(dir)?;
+            tracing::warn!(
+                key_file = %path.display(),
+                fingerprint = %signer.fingerprint(),
+                "made a new commit signing key (no key had signed in this data dir); back it up"
+            );
             Ok(signer)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             let text = std::fs::read_to_string(path).map_err(|e| io("read the signing key", e))?;
+            // The process that linked it may not have synced its folder yet.
+            super::sync_dir(dir)?;
             parse(path, &text)
         }
         Err(e) => Err(io("write the signing key", e)),
+    }
+}
+
+/// ssh-keygen refuses a private key that others can read; the service signs with it, and says
+/// so once, at start.
+fn warn_if_others_can_read(path: &Path) {
+    if let Ok(meta) = std::fs::metadata(path) {
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                key_file = %path.display(),
+                mode = format!("{mode:o}"),
+                "the commit signing key can be read by other users; chmod 600 it"
+            );
+        }
     }
 }
 
@@ -60,10 +128,12 @@ mod tests {
     fn made_once_private_and_read_back() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("keys/signing_key");
-        let made = load_or_create(&path, "p@x").unwrap();
+        let record = dir.path().join(RECORD);
+        let (made, before) = load_or_create(&path, &record, |_| false, "p@x").unwrap();
+        assert_eq!(before, None);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "only the service's user may read the key");
-        let again = load_or_create(&path, "p@x").unwrap();
+        let (again, _) = load_or_create(&path, &record, |_| false, "p@x").unwrap();
         assert_eq!(
             again.public_key(),
             made.public_key(),
@@ -75,7 +145,9 @@ mod tests {
             "no temporary file is left"
         );
         std::fs::write(&path, "garbage").unwrap();
-        let err = load_or_create(&path, "p@x").unwrap_err().to_string();
+        let err = load_or_create(&path, &record, |_| false, "p@x")
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("signing key") && !err.contains("garbage"),
             "{err}"
@@ -92,13 +164,47 @@ mod tests {
                 .map(|_| {
                     s.spawn(|| {
                         barrier.wait();
-                        load_or_create(&path, "p@x").unwrap().public_key()
+                        load_or_create(&path, &dir.path().join(RECORD), |_| false, "p@x")
+                            .unwrap()
+                            .0
+                            .public_key()
                     })
                 })
                 .collect();
             racers.into_iter().map(|r| r.join().unwrap()).collect()
         });
         assert!(keys.iter().all(|k| *k == keys[0]), "{keys:#?}");
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        // The key and the record of the key in use.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_lost_key_is_refused_and_a_new_key_file_names_the_one_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, record) = (dir.path().join("signing_key"), dir.path().join(RECORD));
+        let (first, _) = load_or_create(&path, &record, |_| false, "p@x").unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let err = load_or_create(&path, &record, |_| false, "p@x")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("missing") && err.contains(&first.public_key()),
+            "{err}"
+        );
+        assert!(!path.exists(), "no key is made in its place");
+        // Rotation by listing the lost key as retired: a new key is made.
+        let old = first.public_key();
+        let (made, before) = load_or_create(&path, &record, |k| k == old, "p@x").unwrap();
+        assert_ne!(made.public_key(), old);
+        assert_eq!(before, Some(old));
+        std::fs::remove_file(&path).unwrap();
+        // A new key put in place on purpose: it signs, and the key before is named.
+        let other = Signer::from_seed(&[3; 32], "p@x");
+        std::fs::write(&path, other.to_openssh().as_bytes()).unwrap();
+        let (now, before) = load_or_create(&path, &record, |_| false, "p@x").unwrap();
+        assert_eq!(now.public_key(), other.public_key());
+        assert_eq!(before, Some(made.public_key()));
+        let (_, before) = load_or_create(&path, &record, |_| false, "p@x").unwrap();
+        assert_eq!(before, None, "recorded now");
     }
 }
