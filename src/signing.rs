@@ -55,6 +55,13 @@ impl Signer {
 
     /// The key in an OpenSSH private key file's text (`ssh-keygen -y -f` reads it).
     pub fn from_openssh(text: &str) -> Result<Self, SigningError> {
+        if !text.contains("-----BEGIN OPENSSH PRIVATE KEY-----") {
+            return Err(SigningError::PrivateKey(if text.trim().is_empty() {
+                "the file is empty".into()
+            } else {
+                "no -----BEGIN OPENSSH PRIVATE KEY----- line".into()
+            }));
+        }
         let key =
             PrivateKey::from_openssh(text).map_err(|e| SigningError::PrivateKey(e.to_string()))?;
         if key.algorithm() != ssh_key::Algorithm::Ed25519 {
