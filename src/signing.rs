@@ -184,10 +184,7 @@ pub struct Keyring {
 impl Keyring {
     /// The current key first, then each retired one (OpenSSH public key lines).
     pub fn new(current: Option<&Signer>, previous: &[String]) -> Result<Self, SigningError> {
-        let mut keys: Vec<PublicKey> = current
-            .map(|s| s.key.public_key().clone())
-            .into_iter()
-            .collect();
+        let mut keys = Vec::with_capacity(previous.len() + 1);
         for line in previous {
             let key =
                 PublicKey::from_openssh(line.trim()).map_err(|e| SigningError::PublicKey {
@@ -196,7 +193,17 @@ impl Keyring {
                 })?;
             keys.push(key);
         }
-        Ok(Self { keys })
+        let ring = Self { keys };
+        Ok(match current {
+            Some(signer) => ring.with_current(signer),
+            None => ring,
+        })
+    }
+
+    /// These keys, with `signer`'s put first as the current one.
+    pub fn with_current(mut self, signer: &Signer) -> Self {
+        self.keys.insert(0, signer.key.public_key().clone());
+        self
     }
 
     /// Whether the commit object `object` (its bytes as stored, without the `commit <size>`

@@ -128,20 +128,20 @@ impl Storage {
         previous: &[String],
     ) -> Result<Self, StorageError> {
         let data_dir = self.tenants_dir.parent().unwrap_or(Path::new("."));
-        let retired = crate::signing::Keyring::new(None, previous).unwrap_or_default();
-        let (signer, before) = disk::signing_key::load_or_create(
-            key_file,
-            &data_dir.join(disk::signing_key::RECORD),
-            |key| retired.lists(key),
-            self.committer.identity.email(),
-        )?;
-        let keyring = crate::signing::Keyring::new(Some(&signer), previous).map_err(|e| {
+        let retired = crate::signing::Keyring::new(None, previous).map_err(|e| {
             StorageError::io(
                 "read signing.previous_public_keys",
                 key_file,
                 std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()),
             )
         })?;
+        let (signer, before) = disk::signing_key::load_or_create(
+            key_file,
+            &data_dir.join(disk::signing_key::RECORD),
+            |key| retired.lists(key),
+            self.committer.identity.email(),
+        )?;
+        let keyring = retired.with_current(&signer);
         if let Some(before) = before.filter(|b| !keyring.lists(b)) {
             tracing::warn!(
                 key_file = %key_file.display(),

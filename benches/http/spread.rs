@@ -53,6 +53,17 @@ impl Rounds {
         )
     }
 
+    /// A ratio as a change: "+1.4% (rounds -6.4% to +15.4%)".
+    pub fn change(&self) -> String {
+        let pct = |r: f64| (r - 1.0) * 100.0;
+        format!(
+            "{:+.1}% (rounds {:+.1}% to {:+.1}%)",
+            pct(self.median()),
+            pct(self.min()),
+            pct(self.max())
+        )
+    }
+
     /// The floor's spread, and "unsettled" when it is past 30%.
     pub fn floor_note(&self) -> String {
         let spread = self.spread() * 100.0;

@@ -1,6 +1,7 @@
 //! Signed commits: every kind of commit the service makes verifies with stock git and the keys the service publishes; plain git's commits, another key's and altered ones read `verified: false`; retired keys keep verifying while listed; the key file is private.
 use crate::common::{
-    commit_outside, git_in, git_stdin, ssh_keygen_present, token, TestApp, ALL, SIGNING,
+    commit_outside, git_in, git_stdin, run_with_stdin, ssh_keygen_present, token, TestApp, ALL,
+    SIGNING,
 };
 use planfiles::config::SigningConfig;
 use serde_json::{json, Value};
@@ -27,7 +28,6 @@ fn git_verifies(repo: &Path, allowed: &Path, commit: &str) -> (bool, String) {
 /// `ssh-keygen -Y verify` of `commit`'s `gpgsig` over the commit without that header, as
 /// git hands them to it: whether it is a good signature by `principal` in namespace `git`.
 fn ssh_keygen_verifies(repo: &Path, allowed: &Path, principal: &str, commit: &str) -> bool {
-    use std::io::Write;
     let raw = Command::new("git")
         .arg("--git-dir")
         .arg(repo)
@@ -50,23 +50,16 @@ fn ssh_keygen_verifies(repo: &Path, allowed: &Path, principal: &str, commit: &st
     assert!(!sig.is_empty(), "{commit} has no gpgsig header");
     let sig_file = allowed.with_file_name(format!("{commit}.sig"));
     std::fs::write(&sig_file, sig).unwrap();
-    let mut child = Command::new("ssh-keygen")
+    let mut verify = Command::new("ssh-keygen");
+    verify
         .args(["-Y", "verify", "-n", "git", "-I", principal, "-f"])
         .arg(allowed)
         .arg("-s")
         .arg(&sig_file)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(payload.as_bytes())
-        .unwrap();
-    child.wait().unwrap().success()
+        .stderr(std::process::Stdio::null());
+    run_with_stdin(&mut verify, payload.as_bytes())
+        .status
+        .success()
 }
 
 /// The allowed signers file the service publishes, written into `dir`.
@@ -369,26 +362,19 @@ fn raw_commit(repo: &Path, id: &str) -> Vec<u8> {
 
 /// Writes `bytes` as a commit object as they are (no checks): its id.
 fn write_commit(repo: &Path, bytes: &[u8]) -> String {
-    use std::io::Write;
-    let mut child = Command::new("git")
-        .arg("--git-dir")
-        .arg(repo)
-        .args([
+    let text = std::str::from_utf8(bytes).unwrap();
+    git_stdin(
+        repo,
+        &[
             "hash-object",
             "--literally",
             "-t",
             "commit",
             "-w",
             "--stdin",
-        ])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(bytes).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        ],
+        text,
+    )
 }
 
 #[actix_web::test]

@@ -610,21 +610,22 @@ pub fn git_succeeds(repo: &Path, args: &[&str]) -> bool {
         .success()
 }
 
-/// A git command with `input` on its standard input.
-pub fn git_stdin(repo: &Path, args: &[&str], input: &str) -> String {
+/// Runs `cmd` with `input` on its standard input; what it printed on stdout (stderr is
+/// inherited).
+pub fn run_with_stdin(cmd: &mut Command, input: &[u8]) -> std::process::Output {
     use std::io::Write;
-    let mut child = git_cmd(repo, args)
+    let mut child = cmd
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A git command with `input` on its standard input.
+pub fn git_stdin(repo: &Path, args: &[&str], input: &str) -> String {
+    let out = run_with_stdin(&mut git_cmd(repo, args), input.as_bytes());
     assert!(out.status.success());
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
