@@ -3,7 +3,7 @@ use ssh_key::{HashAlg, LineEnding, PrivateKey, PublicKey, SshSig};
 use std::fmt;
 
 /// git's namespace for commit and tag signatures (`ssh-keygen -Y sign -n git`).
-const NAMESPACE: &str = "git";
+pub const NAMESPACE: &str = "git";
 
 /// Why a key could not be read.
 #[derive(Debug, thiserror::Error)]

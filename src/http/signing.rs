@@ -33,7 +33,7 @@ pub async fn signing_keys(state: web::Data<AppState>, req: HttpRequest) -> HttpR
         .collect();
     res.json(SigningKeys {
         committer_email: email.to_owned(),
-        namespace: "git",
+        namespace: crate::signing::NAMESPACE,
         keys: listed,
     })
 }
