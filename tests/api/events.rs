@@ -2,7 +2,7 @@
 //! long-polls, for writes by this server, another process and plain git.
 use crate::common;
 
-use common::{git_in, process, token, TestApp, ALL, EVENTS};
+use common::{git_in, git_stdin, process, token, TestApp, ALL, EVENTS};
 use futures_util::StreamExt;
 use planfiles::config::EventsConfig;
 use serde_json::{json, Value};
@@ -137,25 +137,6 @@ fn plain_git_commit(repo: &Path, parent: Option<&str>, text: &str, message: &str
         .output()
         .unwrap();
     assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-fn git_stdin(repo: &Path, args: &[&str], input: &str) -> String {
-    let mut child = std::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(repo)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
 }
 
