@@ -1,5 +1,6 @@
 //! The command line: `serve` (default), `token`, `maintain`, `tenant create|set|list|move|import` (clap; the shard commands are in `cli/shards.rs`).
 mod shards;
+mod validate;
 
 use crate::auth::{self, MintRequest};
 use crate::config::{Config, ConfigError, Sources};
@@ -76,6 +77,10 @@ pub enum Command {
         #[command(subcommand)]
         action: TenantAction,
     },
+    /// Check a plan file as the service would (its YAML rules and the schemas): exit 0 when
+    /// valid, 1 with each violation (FILE:LINE:COLUMN: POINTER: MESSAGE), 2 for usage or
+    /// schema errors. Usable as a git pre-commit hook or in CI.
+    Validate(validate::ValidateArgs),
     /// The keys that sign the service's commits.
     Signing {
         #[command(subcommand)]
@@ -144,6 +149,9 @@ pub enum CliError {
     Startup(#[from] StartupError),
     #[error(transparent)]
     Move(#[from] crate::cluster::MoveError),
+    /// `validate` found the file invalid (each violation was printed).
+    #[error("{0} is not valid")]
+    Invalid(String),
     /// Some tenants were done, others failed (each failure was printed).
     #[error("{0}")]
     Partial(String),
@@ -158,6 +166,7 @@ impl CliError {
             | CliError::Usage(_)
             | CliError::Startup(StartupError::WeakSecret { .. })
             | CliError::Startup(StartupError::Durability(_))
+            | CliError::Startup(StartupError::Schemas { .. })
             | CliError::Config(ConfigError::Env { .. }) => 2,
             _ => 1,
         }
@@ -212,6 +221,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Tenant { action } => tenant(&config, action),
         Command::Maintain { tenant } => maintain(&config, tenant.as_deref()),
+        Command::Validate(args) => validate::run(&config, args),
         Command::Signing {
             action: SigningAction::AllowedSigners,
         } => {

@@ -18,6 +18,7 @@ pub struct Config {
     pub metrics: MetricsConfig,
     pub events: EventsConfig,
     pub cluster: ClusterConfig,
+    pub validation: ValidationConfig,
 }
 
 /// A parse error with its line, column, the setting it is about and toml's message, which
@@ -204,6 +205,13 @@ impl Config {
             }
             None => Self::default(),
         };
+        // A relative schemas folder is found beside the config file that names it.
+        let folder = sources
+            .explicit_file
+            .as_deref()
+            .or(Some(Path::new("config.toml")).filter(|p| p.is_file()))
+            .and_then(Path::parent);
+        config.validation.resolve(folder);
         for (name, value) in &sources.env {
             config.apply_env(name, value)?;
         }

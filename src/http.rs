@@ -21,6 +21,7 @@ mod query;
 mod restore;
 pub mod routes;
 mod schema;
+mod schemas;
 mod signing;
 mod socket;
 mod sse;
@@ -70,6 +71,8 @@ pub struct AppState {
     pub events: crate::events::Events,
     /// This shard among others: whom it imports from, and the turns imports take.
     pub cluster: ClusterState,
+    /// The operator's schemas in use (swapped whole on a reload).
+    pub validators: crate::validation::Validators,
 }
 
 /// What `POST /admin/tenants/{id}/import` needs.
@@ -175,7 +178,14 @@ impl AppState {
             renders: crate::gates::Turns::new(RENDERS, RENDERS_PER_TENANT, limits.queue_timeout),
             events,
             cluster: ClusterState::new(Vec::new(), None, limits.queue_timeout),
+            validators: crate::validation::Validators::none(),
         }
+    }
+
+    /// The schemas writes are checked against and reads judged by.
+    pub fn validators(mut self, validators: crate::validation::Validators) -> Self {
+        self.validators = validators;
+        self
     }
 
     /// The shards this one may import tenants from (`cluster.peers`), and this shard's own

@@ -14,4 +14,5 @@ pub mod startup;
 pub mod storage;
 pub mod telemetry;
 pub mod upkeep;
+pub mod validation;
 pub mod writer;

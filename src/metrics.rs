@@ -26,6 +26,10 @@ pub struct Metrics {
     pub events_sent: IntCounterVec,
     /// Writes of one tenant committed together, per batch.
     pub write_batches: Histogram,
+    /// Reloads of the schemas folder (SIGHUP), by result: changed, same or failed.
+    pub schema_reloads: IntCounterVec,
+    /// Writes refused by a validator, by file.
+    pub schema_refusals: IntCounterVec,
 }
 
 impl Metrics {
@@ -121,8 +125,27 @@ impl Metrics {
             .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0]),
         )
         .expect("valid metric");
+        let schema_reloads = IntCounterVec::new(
+            Opts::new(
+                "schema_reloads_total",
+                "Reloads of the schemas folder (SIGHUP) by result: changed, same, or failed \
+                 (the last good set stays in use)",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let schema_refusals = IntCounterVec::new(
+            Opts::new(
+                "schema_refusals_total",
+                "Writes refused with 422 schema_violation, by file",
+            ),
+            &["file"],
+        )
+        .expect("valid metric");
         for c in [
             Box::new(event_streams.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(schema_reloads.clone()),
+            Box::new(schema_refusals.clone()),
             Box::new(write_batches.clone()),
             Box::new(long_polls.clone()),
             Box::new(events_sent.clone()),
@@ -143,6 +166,7 @@ impl Metrics {
         for file in ["integration", "configuration"] {
             commits.with_label_values(&[file]);
             events_sent.with_label_values(&[file]);
+            schema_refusals.with_label_values(&[file]);
             forced_writes.with_label_values(&[file]);
             for status in ["409", "412"] {
                 conflicts.with_label_values(&[file, status]);
@@ -150,6 +174,9 @@ impl Metrics {
             for made in Made::ALL {
                 yaml_writes.with_label_values(&[file, made.label()]);
             }
+        }
+        for result in ["changed", "same", "failed"] {
+            schema_reloads.with_label_values(&[result]);
         }
         for kind in ["incremental", "merge", "full", "unknown"] {
             repack_duration.with_label_values(&[kind]);
@@ -172,6 +199,8 @@ impl Metrics {
             long_polls,
             events_sent,
             write_batches,
+            schema_reloads,
+            schema_refusals,
         }
     }
 

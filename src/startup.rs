@@ -7,6 +7,7 @@ use crate::http::{self, AppState, ServerOptions};
 use crate::storage::{
     self, Durability, GroupRefused, Storage, StorageError, VolumeKind, WriteHook,
 };
+use crate::validation::{Reloaded, Validators};
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
@@ -29,6 +30,13 @@ pub enum StartupError {
     WeakSecret { bind: String, reason: &'static str },
     #[error("{0}")]
     Cluster(String),
+    /// A schema of `validation.schemas_dir` that cannot be used.
+    #[error("validation.schemas_dir {}: {source}", dir.display())]
+    Schemas {
+        dir: std::path::PathBuf,
+        #[source]
+        source: crate::validation::SchemaError,
+    },
     #[error("cannot listen on {bind}: {source}")]
     Bind {
         bind: String,
@@ -89,6 +97,7 @@ impl Application {
             None => storage,
         };
         seed(config, &storage)?;
+        let validators = load_validators(config)?;
         let state = AppState::new(
             storage,
             Verifier::from_config(&config.auth)?,
@@ -97,6 +106,7 @@ impl Application {
             config.storage.repack_loose_objects,
         )
         .metrics_require_token(config.metrics.require_token)
+        .validators(validators)
         .events_config(events_limits(&config.events))
         .cluster(
             config.cluster.peer_urls().map_err(StartupError::Cluster)?,
@@ -139,7 +149,62 @@ impl Application {
             self.state.storage.clone(),
             self.moved_grace,
         ));
+        actix_web::rt::spawn(reload_on_hangup(
+            self.state.validators.clone(),
+            self.state.metrics.clone(),
+        ));
         http::serve(self.state, self.listener, &self.options)
+    }
+}
+
+/// The schemas of `validation.schemas_dir`, compiled (an error stops the start).
+pub fn load_validators(config: &Config) -> Result<Validators, StartupError> {
+    let dir = config.validation.dir().map(std::path::Path::to_owned);
+    let validators = Validators::load(dir.clone(), config.validation.unknown_integrations)
+        .map_err(|source| StartupError::Schemas {
+            dir: dir.clone().unwrap_or_default(),
+            source,
+        })?;
+    let set = validators.current();
+    tracing::info!(
+        dir = %dir.as_deref().map(absolute).unwrap_or_default().display(),
+        set = set.id(),
+        empty = set.is_empty(),
+        "schemas loaded; SIGHUP reads the folder again"
+    );
+    Ok(validators)
+}
+
+/// Reads the schemas folder again on each SIGHUP (on the blocking pool); a set that does
+/// not compile is logged and counted, and the last good one stays in use.
+async fn reload_on_hangup(validators: Validators, metrics: crate::metrics::Metrics) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("cannot listen for SIGHUP: the schemas are read only at start");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        let v = validators.clone();
+        let result = tokio::task::spawn_blocking(move || v.reload()).await;
+        let label = match result {
+            Ok(Ok(Reloaded::Changed(set))) => {
+                tracing::info!(%set, "schemas reloaded: a new set is in use");
+                "changed"
+            }
+            Ok(Ok(Reloaded::Same)) => {
+                tracing::info!("schemas reloaded: unchanged");
+                "same"
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "schemas not reloaded: the last good set stays in use");
+                "failed"
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "schemas not reloaded: the reload failed");
+                "failed"
+            }
+        };
+        metrics.schema_reloads.with_label_values(&[label]).inc();
     }
 }
 

@@ -1,4 +1,4 @@
-//! The sections of `config.toml` (`[server]`, `[storage]`, `[auth]`, `[commit]`, `[signing]`, `[log]`, `[metrics]`, `[events]`, `[cluster]`): each setting, its default and what it means.
+//! The sections of `config.toml` (`[server]`, `[storage]`, `[auth]`, `[commit]`, `[signing]`, `[log]`, `[metrics]`, `[events]`, `[cluster]`, `[validation]`): each setting, its default and what it means.
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -539,5 +539,42 @@ impl ClusterConfig {
         crate::domain::ShardUrl::parse(&self.self_url)
             .map(Some)
             .map_err(|e| format!("cluster.self_url: {:?}: {e}", self.self_url))
+    }
+}
+
+/// `[validation]`: the operator's JSON Schemas for the two files (`src/validation.rs`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ValidationConfig {
+    /// The schemas folder: `integrations/<kind>.json`, `configuration.json` and what they
+    /// `$ref`. Relative to the config file's folder; `""` or a folder that does not exist:
+    /// no schemas.
+    pub schemas_dir: PathBuf,
+    /// Whether a top-level key of the integration file without a schema is allowed.
+    pub unknown_integrations: crate::validation::UnknownIntegrations,
+}
+
+impl Default for ValidationConfig {
+    fn default() -> Self {
+        Self {
+            schemas_dir: PathBuf::from("schemas"),
+            unknown_integrations: crate::validation::UnknownIntegrations::Allow,
+        }
+    }
+}
+
+impl ValidationConfig {
+    /// The folder to read, if any.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        (!self.schemas_dir.as_os_str().is_empty()).then_some(self.schemas_dir.as_path())
+    }
+
+    /// A relative folder placed under `base` (the config file's folder).
+    pub fn resolve(&mut self, base: Option<&std::path::Path>) {
+        if let Some(base) = base.filter(|b| !b.as_os_str().is_empty()) {
+            if self.schemas_dir.is_relative() && !self.schemas_dir.as_os_str().is_empty() {
+                self.schemas_dir = base.join(&self.schemas_dir);
+            }
+        }
     }
 }

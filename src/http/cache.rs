@@ -14,6 +14,8 @@ const MAX_BYTES: usize = 64 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct Rendered {
     pub commit: CommitId,
+    /// The generation of the schema set that judged the file (`Validators::generation`).
+    pub schemas: u64,
     /// The blob id as an `ETag` header value.
     pub etag: HeaderValue,
     pub body: Bytes,
@@ -81,6 +83,7 @@ mod tests {
         let id = ObjectId::parse(&format!("{n:02x}").repeat(20)).unwrap();
         Rendered {
             commit: CommitId(id),
+            schemas: 0,
             etag: HeaderValue::from_static("\"x\""),
             body: Bytes::from(vec![b'x'; len]),
         }

@@ -6,6 +6,7 @@ use super::write::{file_sha, new_doc, preconditions, Part, Planned, Shape};
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{ContentError, PlanFile};
+use crate::validation::SchemaSet;
 use actix_web::{web, HttpRequest};
 
 /// `POST /plans/commits`: both files (or one) in one commit, all or nothing.
@@ -43,9 +44,11 @@ pub async fn post_commits(
     let intake = state.intake(&who, &req, payload, any).await?;
     let source_hosting = intake.tenant.source_hosting;
     let granted = PlanFile::ALL.map(|f| who.can_write(f));
+    let schemas = state.validators.current();
     let (planned, meta) = intake
-        .parse(move |bytes| plan(bytes, source_hosting, granted))
-        .await?;
+        .parse(move |bytes| plan(bytes, source_hosting, granted, &schemas))
+        .await
+        .map_err(|e| state.counted(e))?;
     // If-Match names one file's version, and this resource has none: the condition is false
     // (RFC 9110, 13.1.1), so the write does not happen. Each part's file_sha is the guard.
     if req
@@ -62,7 +65,12 @@ pub async fn post_commits(
 /// The body of `POST /plans/commits` as a planned write, in the contract's order across both
 /// parts: every part's permission (403), then every part's 400s, then the 422s (parts,
 /// contents, message), then the preconditions (428).
-fn plan(bytes: &[u8], source_hosting: bool, granted: [bool; 2]) -> Result<Planned, ApiError> {
+fn plan(
+    bytes: &[u8],
+    source_hosting: bool,
+    granted: [bool; 2],
+    schemas: &SchemaSet,
+) -> Result<Planned, ApiError> {
     let mut body = super::write::parse_put_body(bytes)?;
     let sent: Vec<PlanFile> = PlanFile::ALL
         .into_iter()
@@ -85,7 +93,7 @@ fn plan(bytes: &[u8], source_hosting: bool, granted: [bool; 2]) -> Result<Planne
     let mut parts = Vec::new();
     for (file, part, sha) in found {
         let mut part = part?.expect("a part that is sent is not null");
-        let (doc, json) = new_doc(file, &mut part).map_err(|e| e.in_part(file))?;
+        let (doc, json) = new_doc(file, &mut part, schemas).map_err(|e| e.in_part(file))?;
         parts.push((file, doc, json, sha));
     }
     let subject = body.message()?;

@@ -167,12 +167,13 @@ impl AppState {
             require(who.can_read(file), file.read_permission())?;
             let (storage, tenant) = (self.storage.clone(), tenant.clone());
             let turn = self.render_turn(&tenant).await?;
+            let schemas = self.validators.current();
             // Parsing up to a megabyte of YAML and rendering it is CPU work: off the worker.
             let (body, blob) = blocking(
                 move || {
                     let _turn = turn;
                     let snap = storage.read_at(&tenant, file, at)?;
-                    let body = views::stored_body(file, &snap.bytes, snap.blob, Some(at));
+                    let body = views::stored_body(file, &snap.bytes, snap.blob, Some(at), &schemas);
                     Ok((body, snap.blob))
                 },
                 file,
@@ -181,15 +182,20 @@ impl AppState {
             return Ok(views::respond(body, views::etag(blob)));
         }
         let cached = self.responses.get(tenant, file);
-        if let Some(hit) = cached
-            .as_ref()
-            .filter(|c| self.storage.known_head(tenant) == Some(c.commit))
-        {
+        let generation = self.validators.generation();
+        if let Some(hit) = cached.as_ref().filter(|c| {
+            self.storage.known_head(tenant) == Some(c.commit) && c.schemas == generation
+        }) {
             require(who.can_read(file), file.read_permission())?;
             query?;
             return Ok(views::respond(hit.body.clone(), hit.etag.clone()));
         }
-        let known = cached.as_ref().map(|c| c.commit);
+        // A body judged by another schema set is rendered again, though main has not moved.
+        let known = cached
+            .as_ref()
+            .filter(|c| c.schemas == generation)
+            .map(|c| c.commit);
+        let (schemas, generation) = self.validators.current_with_generation();
         let (storage, owned) = (self.storage.clone(), tenant.clone());
         let turn = self.render_turn(tenant).await?;
         // A changed file is parsed and rendered where it was read, off the worker.
@@ -199,8 +205,9 @@ impl AppState {
                 Ok(match storage.read_unless_at(&owned, file, known)? {
                     ReadOutcome::Unchanged => None,
                     ReadOutcome::Changed(snap) => Some(Rendered {
-                        body: views::stored_body(file, &snap.bytes, snap.blob, None),
+                        body: views::stored_body(file, &snap.bytes, snap.blob, None, &schemas),
                         commit: snap.commit,
+                        schemas: generation,
                         etag: views::etag(snap.blob),
                     }),
                 })
@@ -261,9 +268,11 @@ impl AppState {
     ) -> Reply {
         let intake = self.intake(who, req, payload, file).await?;
         let (source_hosting, if_match) = (intake.tenant.source_hosting, body::if_match(req));
+        let schemas = self.validators.current();
         let (planned, meta) = intake
-            .parse(move |bytes| write::put(file, bytes, source_hosting, if_match))
-            .await?;
+            .parse(move |bytes| write::put(file, bytes, source_hosting, if_match, &schemas))
+            .await
+            .map_err(|e| self.counted(e))?;
         self.run_write(who, req, planned, meta, Shape::Single).await
     }
 }

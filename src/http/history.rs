@@ -3,7 +3,8 @@ use super::common::{blocking, require, Reply};
 use super::problem::{ApiError, Problem};
 use super::query::HistoryQuery;
 use super::schema::CommonProblems;
-use super::schema::{Author, HistoryEntry, HistoryPage};
+use super::schema::{Author, FileStatus, HistoryEntry, HistoryPage};
+use super::views;
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::PlanFile;
@@ -67,32 +68,57 @@ async fn history(
     // A page reads up to its scan budget of commits: one of the tenant's render turns.
     let turn = state.render_turn(who.tenant()).await?;
     let (storage, tenant) = (state.storage.clone(), who.tenant().clone());
+    let validators = state.validators.clone();
     let page = blocking(
         move || {
             let _turn = turn;
-            match storage.history(&tenant, file, query.limit, query.cursor) {
+            let page = match storage.history(&tenant, file, query.limit, query.cursor) {
                 // A cursor is only ever one that a page of this history made; else a bad
                 // query.
-                Err(StorageError::UnknownRef { .. }) => Ok(Err(ApiError::InvalidQuery(
-                    "cursor is not a cursor of this history".into(),
-                ))),
-                other => other.map(Ok),
+                Err(StorageError::UnknownRef { .. }) => {
+                    return Ok(Err(ApiError::InvalidQuery(
+                        "cursor is not a cursor of this history".into(),
+                    )))
+                }
+                other => other?,
+            };
+            // Each version judged once per schema set (remembered by blob id).
+            let mut valid = Vec::with_capacity(page.entries.len());
+            for e in &page.entries {
+                let mut read = Ok(());
+                valid.push(validators.passes(e.blob, |set| {
+                    match storage.history_blob(&tenant, file, e.blob) {
+                        Ok(bytes) => views::stored_is_valid(file, &bytes, set),
+                        Err(err) => {
+                            read = Err(err);
+                            false
+                        }
+                    }
+                }));
+                read?;
             }
+            Ok(Ok(view(page, valid)))
         },
         file,
     )
     .await??;
     Ok(HttpResponse::Ok()
         .insert_header((header::CACHE_CONTROL, "no-store"))
-        .json(view(page)))
+        .json(page))
 }
 
-fn view(page: storage::HistoryPage) -> HistoryPage {
+fn view(page: storage::HistoryPage, valid: Vec<bool>) -> HistoryPage {
     HistoryPage {
         entries: page
             .entries
             .into_iter()
-            .map(|e| HistoryEntry {
+            .zip(valid)
+            .map(|(e, valid)| HistoryEntry {
+                status: if valid {
+                    FileStatus::Valid
+                } else {
+                    FileStatus::Invalid
+                },
                 commit_sha: e.commit,
                 file_sha: e.blob,
                 author: Author {

@@ -3,11 +3,11 @@ use super::admin::{ImportAnswer, ImportRequest, PlacementAnswer};
 use super::problem::Problem;
 use super::schema::{
     Author, CommitsAnswer, ConfigurationContent, ConfigurationFile, DiffSide, FileDiff, FileEvent,
-    FileStatus, Folder, GitBytes, HeadEvent, Health, HistoryEntry, HistoryPage, IntegrationFile,
-    PatchOp, PostCommits, PutConfigurationFile, PutConfigurationPart, PutIntegrationFile,
-    PutIntegrationPart, RestoreFile, SigningKey, SigningKeys, Ticket,
+    FileProblem, FileStatus, Folder, GitBytes, HeadEvent, Health, HistoryEntry, HistoryPage,
+    IntegrationFile, PatchOp, PostCommits, PutConfigurationFile, PutConfigurationPart,
+    PutIntegrationFile, PutIntegrationPart, RestoreFile, SigningKey, SigningKeys, Ticket,
 };
-use super::{admin, commits, diff, events, git, handlers, history, ops, restore, signing};
+use super::{admin, commits, diff, events, git, handlers, history, ops, restore, schemas, signing};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -39,6 +39,8 @@ use utoipa::{Modify, OpenApi};
         admin::import,
         admin::placement,
         signing::signing_keys,
+        schemas::integration_schema,
+        schemas::configuration_schema,
         ops::healthz,
         ops::readyz,
         ops::metrics,
@@ -50,7 +52,7 @@ use utoipa::{Modify, OpenApi};
         Author, GitBytes, HeadEvent, FileEvent, Ticket,
         Author, GitBytes, PostCommits, PutIntegrationPart, PutConfigurationPart, CommitsAnswer,
         RestoreFile, FileDiff, DiffSide, PatchOp, ImportRequest, ImportAnswer, PlacementAnswer,
-        SigningKeys, SigningKey
+        SigningKeys, SigningKey, FileProblem, crate::validation::Violation
     )),
     modifiers(&BearerJwt),
 )]

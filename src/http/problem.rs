@@ -24,6 +24,12 @@ pub struct Problem {
     /// as `/configuration-file/file_sha`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pointer: Option<String>,
+    /// On 422 `schema_violation`: every rule broken (at most 100), pointers into the body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errors: Option<Vec<crate::validation::Violation>>,
+    /// On 422 `schema_violation`: how many violations past the first 100 are not listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errors_omitted: Option<usize>,
     pub request_id: String,
 }
 
@@ -51,6 +57,12 @@ pub enum ApiError {
     FileShaNotAllowed,
     #[error("{0}")]
     InvalidContent(ContentError),
+    /// A document that breaks the operator's schemas.
+    #[error("{}", describe_violations(*file, violations))]
+    SchemaViolation {
+        file: PlanFile,
+        violations: crate::validation::Violations,
+    },
     #[error("send file_sha (the sha from your last read) or an If-Match header")]
     PreconditionRequired,
     #[error("{file} has changed since it was read; read it again and resend")]
@@ -168,6 +180,11 @@ impl ApiError {
                 "invalid_content",
                 "Invalid content",
             ),
+            SchemaViolation { .. } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "schema_violation",
+                "Schema violation",
+            ),
             PreconditionRequired => (
                 StatusCode::PRECONDITION_REQUIRED,
                 "precondition_required",
@@ -261,6 +278,21 @@ impl ApiError {
     }
 }
 
+/// The detail of a 422 `schema_violation`: how many rules, and the first.
+fn describe_violations(file: PlanFile, found: &crate::validation::Violations) -> String {
+    let count = found.list.len() + found.omitted;
+    let first = found
+        .list
+        .first()
+        .map(|v| format!(": {}: {}", v.pointer, v.message))
+        .unwrap_or_default();
+    format!(
+        "{} breaks {count} rule{} of its schemas, listed in errors{first}",
+        file.path(),
+        if count == 1 { "" } else { "s" }
+    )
+}
+
 /// The JSON pointer of what failed in one part of `POST /plans/commits`.
 fn part_pointer(file: PlanFile, inner: &ApiError) -> String {
     let at = match inner {
@@ -275,6 +307,15 @@ fn part_pointer(file: PlanFile, inner: &ApiError) -> String {
 }
 
 impl ApiError {
+    /// The file whose write a validator refused, if this is that refusal.
+    pub fn schema_refusal(&self) -> Option<PlanFile> {
+        match self {
+            ApiError::SchemaViolation { file, .. } => Some(*file),
+            ApiError::Part { inner, .. } => inner.schema_refusal(),
+            _ => None,
+        }
+    }
+
     /// This error, as the error of the part `file` of a request of both files.
     pub fn in_part(self, file: PlanFile) -> Self {
         match self {
@@ -346,8 +387,24 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
+        let (errors, errors_omitted) = match inner {
+            ApiError::SchemaViolation { violations, .. } => {
+                let at = match self {
+                    ApiError::Part { file, .. } => format!("/{}", file.part_name()),
+                    _ => String::new(),
+                };
+                let found = violations.clone().under(&at);
+                (
+                    Some(found.list),
+                    (found.omitted > 0).then_some(found.omitted),
+                )
+            }
+            _ => (None, None),
+        };
         let problem = Problem {
             kind: problem_type(code),
+            errors,
+            errors_omitted,
             title,
             status: status.as_u16(),
             detail,

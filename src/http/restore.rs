@@ -113,6 +113,11 @@ impl AppState {
                 ),
             ))
         })?;
+        // The version must pass today's schemas, as any write: violations point into the
+        // file's content, with their lines in its text at that commit.
+        let doc = doc
+            .validated(&self.validators.current(), "", true)
+            .map_err(|e| self.counted(e))?;
         // Preconditions come last (contract order): an unknown commit is 404 before a 428.
         let preconditions = preconditions(file, sha, body::if_match(&req))?;
         let planned = Planned {

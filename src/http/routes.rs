@@ -1,7 +1,8 @@
 //! Every path the service answers, in one table: its methods and their handlers, its name in the request log and the metrics, and whether the OpenAPI document describes it. [`configure`] registers the table; a test checks the OpenAPI document against it.
 use super::problem::ApiError;
 use super::{
-    admin, commits, console, diff, events, git, handlers, history, openapi, ops, restore, signing,
+    admin, commits, console, diff, events, git, handlers, history, openapi, ops, restore, schemas,
+    signing,
 };
 use actix_web::{web, HttpResponse};
 
@@ -58,6 +59,20 @@ pub const ROUTES: &[Route] = &[
         name: Some("/plans/configuration-file/history"),
         allow: "GET",
         handlers: || vec![web::get().to(history::configuration)],
+        documented: true,
+    },
+    Route {
+        path: "/plans/schemas/integration-file",
+        name: Some("/plans/schemas/integration-file"),
+        allow: "GET",
+        handlers: || vec![web::get().to(schemas::integration_schema)],
+        documented: true,
+    },
+    Route {
+        path: "/plans/schemas/configuration-file",
+        name: Some("/plans/schemas/configuration-file"),
+        allow: "GET",
+        handlers: || vec![web::get().to(schemas::configuration_schema)],
         documented: true,
     },
     Route {

@@ -16,6 +16,15 @@ pub enum FileStatus {
     Invalid,
 }
 
+/// Why a stored file is invalid: text that cannot be read as the file (a string), or a rule
+/// of the operator's schemas it breaks (an object with its line in the stored text).
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum FileProblem {
+    Unreadable(String),
+    Rule(crate::validation::Violation),
+}
+
 /// The integration file (GET), or its new state (PUT, with `commit_sha`).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct IntegrationFile {
@@ -33,7 +42,7 @@ pub struct IntegrationFile {
     pub vendor_response: Mapping,
     /// Why a stored file is invalid (only when `status` is `invalid`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub validation_errors: Option<Vec<String>>,
+    pub validation_errors: Option<Vec<FileProblem>>,
     /// The head of `main` after a write (`null` on a dry run), or the commit of a `?ref=`
     /// read; absent on a plain GET.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -58,7 +67,7 @@ pub struct ConfigurationFile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<FileStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub validation_errors: Option<Vec<String>>,
+    pub validation_errors: Option<Vec<FileProblem>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
     pub commit_sha: Option<Option<CommitId>>,
@@ -276,6 +285,8 @@ pub struct HistoryEntry {
     /// True when the commit carries a signature by the service's key (or a retired one it
     /// still lists): false for plain git's commits, other keys and altered commits.
     pub verified: bool,
+    /// Whether the file as of this commit is valid: its YAML rules and today's schemas.
+    pub status: FileStatus,
 }
 
 /// The keys that sign the service's commits (`GET /plans/signing-keys`).
@@ -427,7 +438,7 @@ pub enum WriteProblems {
     UnsupportedMediaType(Problem),
     #[response(
         status = 422,
-        description = "invalid_content, with the JSON pointer of the first bad element, or idempotency_key_reused",
+        description = "invalid_content, with the JSON pointer of the first bad element; schema_violation, with errors: every rule of the operator's schemas the document breaks; or idempotency_key_reused",
         content_type = "application/problem+json"
     )]
     Unprocessable(Problem),

@@ -1,8 +1,9 @@
 //! Response bodies of a file, as typed values serialized once: what a GET or a write answers for each file, valid or broken, and its stored text for a GET that asks for YAML.
-use super::schema::{ConfigurationFile, FileStatus, IntegrationFile};
+use super::schema::{ConfigurationFile, FileProblem, FileStatus, IntegrationFile};
 use crate::domain::json_patch::Op;
 use crate::domain::yaml::Mapping;
 use crate::domain::{BlobId, CommitId, ConfigurationDoc, IntegrationDoc, PlanFile, Stored};
+use crate::validation::SchemaSet;
 use actix_web::http::{header, StatusCode};
 use actix_web::web::Bytes;
 use actix_web::HttpResponse;
@@ -17,22 +18,37 @@ pub(super) enum FileView {
 }
 
 impl FileView {
-    /// The view of stored bytes, valid or not.
-    pub fn stored(file: PlanFile, bytes: &[u8], sha: BlobId) -> Self {
+    /// The view of stored bytes, valid or not: a file that parses but breaks `schemas` is
+    /// `invalid` with its content as parsed and each violation at its line.
+    pub fn stored(file: PlanFile, bytes: &[u8], sha: BlobId, schemas: &SchemaSet) -> Self {
         match file {
-            PlanFile::Integration => integration(IntegrationDoc::from_stored(bytes), bytes, sha),
-            PlanFile::Configuration => configuration(ConfigurationDoc::from_stored(bytes), sha),
+            PlanFile::Integration => {
+                let stored = IntegrationDoc::from_stored(bytes);
+                let broken = match &stored {
+                    Stored::Valid(doc) => judged(schemas.check_integration(doc.content()), bytes),
+                    Stored::Invalid { .. } => None,
+                };
+                integration(stored, broken, bytes, sha)
+            }
+            PlanFile::Configuration => {
+                let stored = ConfigurationDoc::from_stored(bytes);
+                let broken = match &stored {
+                    Stored::Valid(doc) => judged(schemas.check_configuration(doc.content()), bytes),
+                    Stored::Invalid { .. } => None,
+                };
+                configuration(stored, broken, sha)
+            }
         }
     }
 
     /// The view of a valid integration document.
     pub fn integration(doc: IntegrationDoc, sha: BlobId) -> Self {
-        integration(Stored::Valid(doc), &[], sha)
+        integration(Stored::Valid(doc), None, &[], sha)
     }
 
     /// The view of a valid configuration document.
     pub fn configuration(doc: ConfigurationDoc, sha: BlobId) -> Self {
-        configuration(Stored::Valid(doc), sha)
+        configuration(Stored::Valid(doc), None, sha)
     }
 
     /// With `commit_sha`: the commit a write made (or found), or `null` for a dry run.
@@ -60,8 +76,14 @@ impl FileView {
 
 /// A GET's body for a stored file (at `commit` for a `?ref=` read), serialized once (the
 /// response cache keeps it).
-pub fn stored_body(file: PlanFile, bytes: &[u8], sha: BlobId, commit: Option<CommitId>) -> Bytes {
-    let view = FileView::stored(file, bytes, sha);
+pub fn stored_body(
+    file: PlanFile,
+    bytes: &[u8],
+    sha: BlobId,
+    commit: Option<CommitId>,
+    schemas: &SchemaSet,
+) -> Bytes {
+    let view = FileView::stored(file, bytes, sha, schemas);
     match commit {
         Some(commit) => view.commit(Some(commit)),
         None => view,
@@ -69,7 +91,33 @@ pub fn stored_body(file: PlanFile, bytes: &[u8], sha: BlobId, commit: Option<Com
     .to_bytes()
 }
 
-fn integration(stored: Stored<IntegrationDoc>, raw: &[u8], sha: BlobId) -> FileView {
+/// The violations of a stored file that parses, each at its line in the stored text; `None`
+/// when it passes.
+fn judged(found: crate::validation::Violations, bytes: &[u8]) -> Option<Vec<FileProblem>> {
+    if found.is_empty() {
+        return None;
+    }
+    let text = std::str::from_utf8(bytes).unwrap_or_default();
+    Some(
+        found
+            .located_in(text)
+            .list
+            .into_iter()
+            .map(FileProblem::Rule)
+            .collect(),
+    )
+}
+
+fn unreadable(errors: Vec<String>) -> Option<Vec<FileProblem>> {
+    Some(errors.into_iter().map(FileProblem::Unreadable).collect())
+}
+
+fn integration(
+    stored: Stored<IntegrationDoc>,
+    broken: Option<Vec<FileProblem>>,
+    raw: &[u8],
+    sha: BlobId,
+) -> FileView {
     FileView::Integration(match stored {
         Stored::Valid(doc) => {
             let (content, raw_content) = doc.into_parts();
@@ -77,9 +125,13 @@ fn integration(stored: Stored<IntegrationDoc>, raw: &[u8], sha: BlobId) -> FileV
                 content,
                 raw_content,
                 file_sha: sha,
-                status: FileStatus::Valid,
+                status: if broken.is_some() {
+                    FileStatus::Invalid
+                } else {
+                    FileStatus::Valid
+                },
                 vendor_response: Mapping::new(),
-                validation_errors: None,
+                validation_errors: broken,
                 commit_sha: None,
                 patch: None,
             }
@@ -90,20 +142,24 @@ fn integration(stored: Stored<IntegrationDoc>, raw: &[u8], sha: BlobId) -> FileV
             file_sha: sha,
             status: FileStatus::Invalid,
             vendor_response: Mapping::new(),
-            validation_errors: Some(errors),
+            validation_errors: unreadable(errors),
             commit_sha: None,
             patch: None,
         },
     })
 }
 
-fn configuration(stored: Stored<ConfigurationDoc>, sha: BlobId) -> FileView {
+fn configuration(
+    stored: Stored<ConfigurationDoc>,
+    broken: Option<Vec<FileProblem>>,
+    sha: BlobId,
+) -> FileView {
     FileView::Configuration(match stored {
         Stored::Valid(doc) => ConfigurationFile {
             content: doc.into_content(),
             sha,
-            status: None,
-            validation_errors: None,
+            status: broken.is_some().then_some(FileStatus::Invalid),
+            validation_errors: broken,
             commit_sha: None,
             patch: None,
         },
@@ -111,11 +167,25 @@ fn configuration(stored: Stored<ConfigurationDoc>, sha: BlobId) -> FileView {
             content,
             sha,
             status: Some(FileStatus::Invalid),
-            validation_errors: Some(errors),
+            validation_errors: unreadable(errors),
             commit_sha: None,
             patch: None,
         },
     })
+}
+
+/// Whether stored bytes are a valid file that passes `schemas` (a history entry's `status`).
+pub fn stored_is_valid(file: PlanFile, bytes: &[u8], schemas: &SchemaSet) -> bool {
+    match file {
+        PlanFile::Integration => match IntegrationDoc::from_stored(bytes) {
+            Stored::Valid(doc) => schemas.check_integration(doc.content()).is_empty(),
+            Stored::Invalid { .. } => false,
+        },
+        PlanFile::Configuration => match ConfigurationDoc::from_stored(bytes) {
+            Stored::Valid(doc) => schemas.check_configuration(doc.content()).is_empty(),
+            Stored::Invalid { .. } => false,
+        },
+    }
 }
 
 /// The `content` a GET shows for stored bytes (`{}` for a file that is not a mapping).

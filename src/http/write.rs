@@ -60,6 +60,17 @@ impl Intake {
 }
 
 impl AppState {
+    /// `e`, counted in `schema_refusals_total` when a validator refused the write.
+    pub(super) fn counted(&self, e: ApiError) -> ApiError {
+        if let Some(file) = e.schema_refusal() {
+            self.metrics
+                .schema_refusals
+                .with_label_values(&[file.label()])
+                .inc();
+        }
+        e
+    }
+
     /// What every write does before its body is parsed, in the contract's order: load
     /// shedding when the tenant's queue is full (503, before the body is read), the tenant
     /// (404), the write permission of `file` (403), a turn of the body budget, the body (415,

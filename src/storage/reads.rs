@@ -5,7 +5,7 @@ use super::{
     gone_or, Ancestry, FileDiff, FileSnapshot, HeadState, HistoryPage, ReadOutcome, Replay,
     ReplayPlan, Storage, StorageError, TenantInfo, UploadPack,
 };
-use crate::domain::{CommitId, Cursor, ObjectId, PlanFile, TenantId};
+use crate::domain::{BlobId, CommitId, Cursor, ObjectId, PlanFile, TenantId};
 
 impl Storage {
     /// `main`'s commit and both files' blob ids in it.
@@ -112,6 +112,18 @@ impl Storage {
         commit: CommitId,
     ) -> Result<FileSnapshot, StorageError> {
         self.repo_for(tenant, Access::Read)?.read_at(file, commit)
+    }
+
+    /// The bytes of a version of `file` named by a history entry of `tenant` (see
+    /// [`Storage::history`]); not for ids from clients.
+    pub fn history_blob(
+        &self,
+        tenant: &TenantId,
+        file: PlanFile,
+        blob: BlobId,
+    ) -> Result<Vec<u8>, StorageError> {
+        self.repo_for(tenant, Access::Read)?
+            .version_bytes(file, blob)
     }
 
     /// Up to `limit` commits that changed `file`, newest first, from the head or where the

@@ -32,5 +32,6 @@ mod roundtrip;
 mod seed;
 mod signing;
 mod upkeep;
+mod validation;
 mod yaml_ambiguity;
 mod yaml_splice;

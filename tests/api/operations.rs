@@ -474,6 +474,7 @@ async fn openapi_document_is_valid_and_complete() {
         "invalid_idempotency_key",
         "idempotency_key_in_flight",
         "idempotency_key_reused",
+        "schema_violation",
     ] {
         assert!(
             api_doc.contains(&format!("`{code}`")),

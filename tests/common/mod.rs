@@ -50,6 +50,12 @@ thread_local! {
 }
 
 thread_local! {
+    /// Set by a test before `spawn` to start the server with these `[validation]` settings
+    /// (by default the tests run with no schemas).
+    pub static VALIDATION: std::cell::RefCell<Option<planfiles::config::ValidationConfig>> = const { std::cell::RefCell::new(None) };
+}
+
+thread_local! {
     /// Set by a test before `spawn` to start the server with `server.cors_allowed_origins`.
     pub static CORS_ORIGINS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -66,6 +72,11 @@ pub fn shared_shard_secrets(data_dir: &Path) {
     let path = data_dir.join("signing_key");
     std::fs::write(&path, key.to_openssh().as_bytes()).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// The example schemas that ship with the project (`schemas/`).
+pub fn shipped_schemas() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas")
 }
 
 pub fn fixture_dir() -> PathBuf {
@@ -227,6 +238,12 @@ impl TestApp {
         if let Some(signing) = SIGNING.with(|s| s.borrow_mut().take()) {
             config.signing = signing;
         }
+        config.validation = VALIDATION.with(|v| v.borrow_mut().take()).unwrap_or(
+            planfiles::config::ValidationConfig {
+                schemas_dir: PathBuf::new(),
+                ..Default::default()
+            },
+        );
         let hook = WRITE_HOOK.with(|h| h.borrow_mut().take());
         let app = Application::build_with(&config, hook).unwrap();
         let events = app.events();
@@ -448,6 +465,31 @@ impl TestApp {
             &[],
         )
         .await
+    }
+
+    /// `GET /plans/schemas/<file>` (`integration-file` or `configuration-file`), with
+    /// `If-None-Match` when given.
+    pub async fn schema(&self, token: &str, file: &str, etag: Option<&str>) -> reqwest::Response {
+        let mut req = self
+            .client
+            .get(self.url(&format!("/plans/schemas/{file}")))
+            .bearer_auth(token);
+        if let Some(etag) = etag {
+            req = req.header("if-none-match", etag);
+        }
+        req.send().await.unwrap()
+    }
+
+    /// Starts the app with the schemas of `dir` (`unknown` for
+    /// `validation.unknown_integrations`); other tests run with none.
+    pub async fn spawn_with_schemas(dir: &Path, unknown: &str) -> Self {
+        VALIDATION.with(|v| {
+            *v.borrow_mut() = Some(planfiles::config::ValidationConfig {
+                schemas_dir: dir.to_owned(),
+                unknown_integrations: serde_json::from_value(json!(unknown)).unwrap(),
+            })
+        });
+        Self::spawn().await
     }
 
     /// `GET /plans/signing-keys` (no token), with `Accept` when given.

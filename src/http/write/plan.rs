@@ -5,6 +5,7 @@ use crate::domain::{
 };
 use crate::http::problem::ApiError;
 use crate::storage::{Change, IdempotencyRecord, IfMatch, Preconditions, ShaCheck, Storage};
+use crate::validation::{SchemaSet, Violations};
 use actix_web::http::header::HeaderName;
 use actix_web::HttpRequest;
 use serde_json::{Map, Value};
@@ -67,6 +68,40 @@ impl NewDoc {
         }
     }
 
+    /// What this document breaks of `schemas`, pointers into its content.
+    pub fn violations(&self, schemas: &SchemaSet) -> Violations {
+        match self {
+            NewDoc::Integration(d) => schemas.check_integration(d.content()),
+            NewDoc::Configuration(d) => schemas.check_configuration(d.content()),
+        }
+    }
+
+    fn raw(&self) -> &str {
+        match self {
+            NewDoc::Integration(d) => d.raw(),
+            NewDoc::Configuration(d) => d.raw(),
+        }
+    }
+
+    /// This document if it passes `schemas`, else 422 `schema_violation`: each violation's
+    /// pointer under `at` (the document's place in the request), with its line and column
+    /// when the document is YAML text the client sees (`text`).
+    pub fn validated(self, schemas: &SchemaSet, at: &str, text: bool) -> Result<Self, ApiError> {
+        let found = self.violations(schemas);
+        if found.is_empty() {
+            return Ok(self);
+        }
+        let found = if text {
+            found.located_in(self.raw())
+        } else {
+            found
+        };
+        Err(ApiError::SchemaViolation {
+            file: self.file(),
+            violations: found.under(at),
+        })
+    }
+
     /// A stored version, when it is valid (restore writes only those).
     pub fn from_stored(file: PlanFile, bytes: &[u8]) -> Result<Self, Vec<String>> {
         match file {
@@ -127,10 +162,11 @@ pub(in crate::http) fn put(
     bytes: &[u8],
     source_hosting: bool,
     if_match: Option<IfMatch>,
+    schemas: &SchemaSet,
 ) -> Result<Planned, ApiError> {
     let mut body = parse_put_body(bytes)?;
     let sha = file_sha(file, &body, source_hosting)?;
-    let (doc, json) = new_doc(file, &mut body)?;
+    let (doc, json) = new_doc(file, &mut body, schemas)?;
     let subject = body.message()?;
     let preconditions = preconditions(file, sha, if_match)?;
     Ok(Planned {
@@ -181,12 +217,23 @@ pub(in crate::http) fn preconditions(
     })
 }
 
-/// The new document of a file's PUT body (`content` or `payload`), and whether it came as
-/// JSON (edited into the stored text) rather than YAML text (stored byte for byte).
+/// The new document of a file's PUT body (`content` or `payload`), checked against
+/// `schemas`, and whether it came as JSON (edited into the stored text) rather than YAML
+/// text (stored byte for byte).
 pub(in crate::http) fn new_doc(
     file: PlanFile,
     body: &mut PutBody,
+    schemas: &SchemaSet,
 ) -> Result<(NewDoc, bool), ApiError> {
+    let (doc, json) = parse_doc(file, body)?;
+    let at = match file {
+        PlanFile::Integration => "/content",
+        PlanFile::Configuration => "/payload",
+    };
+    Ok((doc.validated(schemas, at, !json)?, json))
+}
+
+fn parse_doc(file: PlanFile, body: &mut PutBody) -> Result<(NewDoc, bool), ApiError> {
     Ok(match file {
         PlanFile::Integration => {
             let content = body.take("content")?;

@@ -31,6 +31,24 @@ impl TenantRepo {
         })
     }
 
+    /// The bytes of `blob`, a version of `file` that a history entry of this repository
+    /// named (never an id from a client: any object of the repository would be read).
+    pub(in crate::storage) fn version_bytes(
+        &self,
+        file: PlanFile,
+        blob: BlobId,
+    ) -> Result<Vec<u8>, StorageError> {
+        let oid = to_oid(&blob.0);
+        if oid == empty_blob_oid() {
+            return Ok(Vec::new());
+        }
+        let found =
+            self.repo
+                .find_blob(oid)
+                .map_err(git_err(&self.tenant, "read blob", file.path()))?;
+        Ok(found.content().to_vec())
+    }
+
     /// Up to `limit` commits that changed `file`, newest first, starting at `from` (a cursor
     /// from an earlier page) or at the head of `main`. Merges are followed on their first
     /// parent, as `git log --first-parent`, so a cursor always resumes exactly. A page looks

@@ -1,0 +1,134 @@
+//! `planfiles validate`: a plan file checked offline as the service checks it (the built-in rules, then the schemas), for pre-commit hooks and CI jobs.
+use super::CliError;
+use crate::config::Config;
+use crate::domain::{ConfigurationDoc, IntegrationDoc, Stored};
+use crate::validation::{SchemaSet, Violations};
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+#[command(group = clap::ArgGroup::new("file").required(true).multiple(false))]
+pub struct ValidateArgs {
+    /// An integration file (integrations.yml) to check.
+    #[arg(long, group = "file", value_name = "FILE")]
+    integration: Option<PathBuf>,
+    /// A configuration file (configuration.yml) to check.
+    #[arg(long, group = "file", value_name = "FILE")]
+    configuration: Option<PathBuf>,
+    /// The schemas folder (default: validation.schemas_dir of the config).
+    #[arg(long, value_name = "DIR")]
+    schemas: Option<PathBuf>,
+    /// Print one JSON document instead of one line per violation.
+    #[arg(long)]
+    json: bool,
+}
+
+/// What the file breaks, if anything.
+enum Verdict {
+    Valid,
+    /// Not a file of its kind at all (not UTF-8, not YAML, not a mapping, a bad shape).
+    Unreadable(Vec<String>),
+    Breaks(Violations),
+}
+
+/// Exit 0 when valid; 1 (after printing each violation) when not; 2 for usage or schema
+/// errors.
+pub fn run(config: &Config, args: ValidateArgs) -> Result<(), CliError> {
+    let (path, integration) = match (args.integration, args.configuration) {
+        (Some(p), None) => (p, true),
+        (None, Some(p)) => (p, false),
+        _ => {
+            return Err(CliError::Usage(
+                "give --integration FILE or --configuration FILE".into(),
+            ))
+        }
+    };
+    if let Some(dir) = args.schemas.as_ref().filter(|d| !d.is_dir()) {
+        return Err(CliError::Usage(format!(
+            "--schemas {}: not a folder",
+            dir.display()
+        )));
+    }
+    let dir = args
+        .schemas
+        .or_else(|| config.validation.dir().map(std::path::Path::to_owned));
+    let set =
+        SchemaSet::load(dir.as_deref(), config.validation.unknown_integrations).map_err(|e| {
+            CliError::Usage(format!(
+                "schemas {}: {e}",
+                dir.unwrap_or_default().display()
+            ))
+        })?;
+    let bytes =
+        std::fs::read(&path).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+    let verdict = judge(&bytes, integration, &set);
+    let name = path.display().to_string();
+    if args.json {
+        println!("{}", json(&name, &verdict));
+    } else {
+        match &verdict {
+            Verdict::Valid => {}
+            Verdict::Unreadable(errors) => {
+                for e in errors {
+                    println!("{name}: {e}");
+                }
+            }
+            Verdict::Breaks(found) => {
+                for v in &found.list {
+                    println!(
+                        "{name}:{}:{}: {}: {}",
+                        v.line.unwrap_or(1),
+                        v.column.unwrap_or(1),
+                        if v.pointer.is_empty() {
+                            "/"
+                        } else {
+                            &v.pointer
+                        },
+                        v.message
+                    );
+                }
+                if found.omitted > 0 {
+                    println!("{name}: {} more violations not listed", found.omitted);
+                }
+            }
+        }
+    }
+    match verdict {
+        Verdict::Valid => Ok(()),
+        Verdict::Unreadable(_) | Verdict::Breaks(_) => Err(CliError::Invalid(name)),
+    }
+}
+
+fn judge(bytes: &[u8], integration: bool, set: &SchemaSet) -> Verdict {
+    let text = std::str::from_utf8(bytes).unwrap_or_default();
+    let found = if integration {
+        match IntegrationDoc::from_stored(bytes) {
+            Stored::Valid(doc) => set.check_integration(doc.content()),
+            Stored::Invalid { errors, .. } => return Verdict::Unreadable(errors),
+        }
+    } else {
+        match ConfigurationDoc::from_stored(bytes) {
+            Stored::Valid(doc) => set.check_configuration(doc.content()),
+            Stored::Invalid { errors, .. } => return Verdict::Unreadable(errors),
+        }
+    };
+    if found.is_empty() {
+        Verdict::Valid
+    } else {
+        Verdict::Breaks(found.located_in(text))
+    }
+}
+
+fn json(name: &str, verdict: &Verdict) -> serde_json::Value {
+    let (errors, omitted, unreadable) = match verdict {
+        Verdict::Valid => (Vec::new(), 0, Vec::new()),
+        Verdict::Unreadable(e) => (Vec::new(), 0, e.clone()),
+        Verdict::Breaks(found) => (found.list.clone(), found.omitted, Vec::new()),
+    };
+    serde_json::json!({
+        "file": name,
+        "valid": matches!(verdict, Verdict::Valid),
+        "errors": errors,
+        "errors_omitted": omitted,
+        "unreadable": unreadable,
+    })
+}

@@ -1,0 +1,96 @@
+//! `Validators`: the schema set in use, swapped whole when the folder is read again (SIGHUP); a set that does not compile leaves the last good one in place.
+use super::{SchemaError, SchemaSet, UnknownIntegrations};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// The schema set every request uses, and where it comes from. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Validators {
+    current: Arc<RwLock<Arc<SchemaSet>>>,
+    /// Counts the sets put in use: what a cached body was judged by, read without a lock.
+    generation: Arc<AtomicU64>,
+    dir: Option<PathBuf>,
+    unknown: UnknownIntegrations,
+    verdicts: super::verdicts::Verdicts,
+}
+
+/// What a reload did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reloaded {
+    /// The folder's files are those already in use.
+    Same,
+    /// A new set is in use; its id.
+    Changed(String),
+}
+
+impl Validators {
+    /// The set in `dir` (none when `None`), compiled: an error stops the start.
+    pub fn load(dir: Option<PathBuf>, unknown: UnknownIntegrations) -> Result<Self, SchemaError> {
+        let set = SchemaSet::load(dir.as_deref(), unknown)?;
+        Ok(Self {
+            current: Arc::new(RwLock::new(Arc::new(set))),
+            generation: Arc::default(),
+            dir,
+            unknown,
+            verdicts: Default::default(),
+        })
+    }
+
+    /// No schemas at all.
+    pub fn none() -> Self {
+        Self {
+            current: Arc::new(RwLock::new(Arc::new(SchemaSet::empty()))),
+            generation: Arc::default(),
+            dir: None,
+            unknown: UnknownIntegrations::Allow,
+            verdicts: Default::default(),
+        }
+    }
+
+    /// The set in use now; a request keeps the one it started with.
+    pub fn current(&self) -> Arc<SchemaSet> {
+        self.current.read().expect("not poisoned").clone()
+    }
+
+    /// The set in use now and its generation (which changes with each new set).
+    pub fn current_with_generation(&self) -> (Arc<SchemaSet>, u64) {
+        let set = self.current.read().expect("not poisoned");
+        (set.clone(), self.generation.load(Ordering::Acquire))
+    }
+
+    /// The generation of the set in use: a body rendered under another is judged again.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Whether the stored blob `blob` passes the set in use: `judge` runs once per blob and
+    /// set, and its verdict is remembered.
+    pub fn passes(
+        &self,
+        blob: crate::domain::BlobId,
+        judge: impl FnOnce(&SchemaSet) -> bool,
+    ) -> bool {
+        let (set, generation) = self.current_with_generation();
+        if let Some(known) = self.verdicts.get(generation, blob) {
+            return known;
+        }
+        let valid = judge(&set);
+        self.verdicts.put(generation, blob, valid);
+        valid
+    }
+
+    /// Reads and compiles the folder again (file I/O: not on an async worker). On an error
+    /// the set in use stays, and the error is returned for the log and the metric.
+    pub fn reload(&self) -> Result<Reloaded, SchemaError> {
+        let set = SchemaSet::load(self.dir.as_deref(), self.unknown)?;
+        let mut current = self.current.write().expect("not poisoned");
+        if current.id() == set.id() {
+            return Ok(Reloaded::Same);
+        }
+        let id = set.id().to_owned();
+        *current = Arc::new(set);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(Reloaded::Changed(id))
+    }
+}
