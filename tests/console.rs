@@ -347,7 +347,16 @@ async fn the_console_and_other_origins_in_a_real_browser() {
     }
     let (listed, unlisted) = (free_port(), free_port());
     CORS_ORIGINS.with(|c| *c.borrow_mut() = vec![format!("http://127.0.0.1:{listed}")]);
-    let app = TestApp::spawn().await;
+    // A schema for a kind the test's files do not have until it adds one the schema refuses.
+    let schemas = tempfile::tempdir().unwrap();
+    std::fs::create_dir(schemas.path().join("integrations")).unwrap();
+    std::fs::write(
+        schemas.path().join("integrations/gcp.json"),
+        r#"{"type": "object", "required": ["project"],
+            "properties": {"project": {"type": "string", "pattern": "^[a-z][a-z0-9-]{4,28}[a-z0-9]$"}}}"#,
+    )
+    .unwrap();
+    let app = TestApp::spawn_with_schemas(schemas.path(), "allow").await;
     let artefacts = format!("{}/target/console-artefacts", env!("CARGO_MANIFEST_DIR"));
     let data_dir = app.data_dir.path().to_str().unwrap().to_owned();
     let secret = [("PLANFILES_JWT_SECRET", common::SECRET)];

@@ -501,6 +501,24 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     check(code_text(page) == text, "the file view shows the plain git text")
     watch.assert_clean("live")
 
+    step("validators: a stored file that breaks a schema shows each violation at its line")
+    started = time.monotonic()
+    commit, broken = plain_git_commit(repo, "A project id the schema refuses", "gcp:\n  project: Not A Project\n")
+    wait_row(page, commit, started, "the commit that breaks the schema")
+    page.wait_for_selector("#current-body .problem .violations li", timeout=3000)
+    items = page.eval_on_selector_all("#current-body .violations li", "ls => ls.map(l => l.textContent)")
+    line = broken.count("\n")
+    check(items == [f"Line {line}, column 12: /gcp/project: \"Not A Project\" does not match \"^[a-z][a-z0-9-]{{4,28}}[a-z0-9]$\""],
+          f"the violation with its line, column and pointer ({items})")
+    check(page.inner_text("#current-body .badge") == "invalid", "the status says invalid")
+    marked = page.eval_on_selector_all("#current-body pre .line-bad", "ls => ls.map(l => l.textContent)")
+    check(marked == ["  project: Not A Project\n"], f"the line at fault is marked in the text ({marked})")
+    shot_el(page, art, "4b-invalid-file", "#current")
+    fixed = other.put_integration(text, message="Back to the file before the refused project")
+    wait_js(page, "sha => document.querySelector('#current-body .meta code')?.title === sha", arg=fixed["file_sha"], timeout=3000)
+    check(page.locator("#current-body .violations").count() == 0, "a valid file shows no violations")
+    watch.assert_clean("validators")
+
     step("edit: preview (dry run) and save")
     page.click("#edit-open")
     page.wait_for_selector("#editor:not([hidden])")
@@ -512,6 +530,25 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
         page.wait_for_selector("#editor-result .problem")
     problem = page.inner_text("#editor-result .problem")
     check("Invalid content (422)" in problem and "invalid_content" in problem, f"a refused write shows the problem's title, detail and code ({problem.splitlines()[0]})")
+    bad_text = text + "gcp:\n  project: Not A Project\n"
+    page.fill("#editor-text", bad_text)
+    with watch.expecting(r"status of 422"):
+        page.click("#editor-preview")
+        page.wait_for_selector("#editor-result .violations li")
+    items = page.eval_on_selector_all("#editor-result .violations li", "ls => ls.map(l => l.textContent)")
+    line = bad_text.count("\n")
+    check(len(items) == 1 and items[0].startswith(f"Line {line}, column 12: /content/gcp/project: "),
+          f"the preview's refusal lists the violation at its line in the text ({items})")
+    marked = page.eval_on_selector_all("#editor-result pre .line-bad", "ls => ls.map(l => l.textContent)")
+    check(marked == ["  project: Not A Project\n"], f"…and marks that line of the text ({marked})")
+    shot_el(page, art, "5-edit-schema-violation", "#editor")
+    head = other.ok("GET", "/plans/integration-file/history?limit=1")["entries"][0]["commit_sha"]
+    page.click("#editor-save")
+    wait_js(page, "() => document.getElementById('editor-result').textContent.includes('Not saved: the preview of this text was refused')", timeout=3000)
+    check(other.ok("GET", "/plans/integration-file/history?limit=1")["entries"][0]["commit_sha"] == head,
+          "nothing was written")
+    # A request sent would have logged its 422 in the browser's console.
+    watch.assert_clean("what the preview refused is not sent again")
     new_text = text.replace("drata:", '  - account_id: "111122223333"\n    regions:\n      - ap-south-1\n    type: aws\ndrata:')
     page.fill("#editor-text", new_text)
     page.fill("#editor-message", "Add account 111122223333 from the console")

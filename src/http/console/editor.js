@@ -5,7 +5,7 @@
 import { h, fill, $, focusOn } from "./dom.js";
 import { short } from "./format.js";
 import { readable } from "./patch.js";
-import { problem, commitRef, diffPair } from "./views.js";
+import { problem, commitRef, diffPair, code } from "./views.js";
 import { shaOf, textOf } from "./fileview.js";
 import { unifiedDiff } from "./textdiff.js";
 import * as draft from "./draft.js";
@@ -117,6 +117,12 @@ export function preview(app, st) {
 export function save(app, st) {
   const base = st.edit.baseSha;
   const text = st.edit.text;
+  // What the preview was refused for is not sent again: the refusal is shown once more.
+  const refused = st.edit.refused;
+  if (refused && refused.text === text) {
+    shown(refused.err, text, "Not saved: the preview of this text was refused. Change the text first.");
+    return Promise.resolve();
+  }
   return send(app, st, "Saving…", false, (ans) => {
     app.applyWrite(st, ans, text);
     close(app, st);
@@ -127,7 +133,18 @@ export function save(app, st) {
 
 async function failed(app, st, err) {
   if (err.status === 409 || err.status === 412) return conflict(app, st, err);
-  fill($("editor-result"), problem(err, "The service refused the write."));
+  const violated = err.code === "schema_violation";
+  if (violated && st.edit) st.edit.refused = { text: st.edit.text, err };
+  shown(err, violated && st.edit ? st.edit.text : null, "The service refused the write.");
+}
+
+/** A refusal in the result area; for schema violations, the text with their lines marked. */
+function shown(err, text, lead) {
+  const list = (err.problem && err.problem.errors) || [];
+  fill($("editor-result"), problem(err, lead),
+    text !== null && list.some((v) => v.line)
+      ? [h("h3", {}, "Where, in your text"), code(text, "Your text with the lines at fault marked", list)]
+      : null);
   focusOn($("editor-result"));
 }
 

@@ -2,7 +2,7 @@
 import { h, fill } from "./dom.js";
 import { render as yaml } from "./yaml.js";
 import { when } from "./format.js";
-import { problem, code, commitRef } from "./views.js";
+import { problem, code, commitRef, violations } from "./views.js";
 
 export const shaOf = (file, data) => (file === "integration-file" ? data.file_sha : data.sha);
 
@@ -27,7 +27,12 @@ function renderVersion(el, st, ctx) {
       h("div", {}, h("dt", {}, "Status"), h("dd", {}, h("span", { class: `badge badge-${v.data.status || "valid"}` }, v.data.status || "valid"))),
       h("div", {}, h("dt", {}, "Blob id"), h("dd", {}, commitRef(shaOf(st.file, v.data))))),
     h("h3", {}, "Stored YAML text in this version"),
-    code(v.text, "Stored YAML text of this version with line numbers"));
+    v.data.validation_errors && v.data.validation_errors.length
+      ? h("div", { class: "problem", role: "alert" },
+          h("p", { class: "problem-title" }, "This version is invalid"),
+          violations(v.data.validation_errors))
+      : null,
+    code(v.text, "Stored YAML text of this version with line numbers", v.data.validation_errors || []));
 }
 
 export function renderCurrent(el, st, ctx) {
@@ -48,11 +53,12 @@ export function renderCurrent(el, st, ctx) {
     d.validation_errors && d.validation_errors.length
       ? h("div", { class: "problem", role: "alert" },
           h("p", { class: "problem-title" }, "The stored file is invalid"),
-          h("ul", {}, d.validation_errors.map((e) => h("li", {}, e))))
+          violations(d.validation_errors))
       : null,
     h("h3", { id: "current-text-h" }, stored ? "Stored YAML text" : "Content as YAML (rendered)"),
     stored ? null : h("p", { class: "note" },
       "The stored text could not be read, so this is rendered from the parsed content: ",
       "comments and layout of the stored file are not shown."),
-    code(text, stored ? "Stored YAML text with line numbers" : "Rendered YAML with line numbers"));
+    code(text, stored ? "Stored YAML text with line numbers" : "Rendered YAML with line numbers",
+      stored ? d.validation_errors || [] : []));
 }

@@ -9,6 +9,7 @@ export function problem(err, lead) {
     lead ? h("p", { class: "problem-lead" }, lead) : null,
     h("p", { class: "problem-title" }, p.title || "Error", p.status ? ` (${p.status})` : ""),
     p.detail ? h("p", { class: "problem-detail" }, p.detail) : null,
+    Array.isArray(p.errors) ? violations(p.errors, p.errors_omitted) : null,
     h("p", { class: "problem-meta" },
       p.code ? ["code ", h("code", {}, p.code)] : null,
       p.request_id ? [" · request ", h("code", {}, p.request_id)] : null,
@@ -40,9 +41,31 @@ export function unified(text) {
 }
 
 /** YAML text with line numbers (CSS counters, so copying the text leaves them out). */
-export function code(text, label) {
-  const lines = String(text).replace(/\n$/, "").split("\n").map((line) =>
-    h("span", { class: /^\s*#/.test(line) ? "line comment" : "line" }, line + "\n"));
+/** A schema violation as one line of text: where (line, column, JSON pointer) and why. */
+export function violationText(v) {
+  if (typeof v === "string") return v;
+  const at = v.line ? `Line ${v.line}, column ${v.column}: ` : "";
+  return `${at}${v.pointer || "/"}: ${v.message}`;
+}
+
+/** The violations of a 422 schema_violation or of an invalid stored file, as a list (each
+ * with the schema keyword that failed in its title). */
+export function violations(list, omitted) {
+  return h("ul", { class: "violations" },
+    list.map((v) => h("li", { title: typeof v === "string" ? "" : `${v.keyword} in ${v.schema}` }, violationText(v))),
+    omitted ? h("li", { class: "muted" }, `and ${omitted} more`) : null);
+}
+
+/** YAML text with line numbers; lines named by `marks` (violations with a `line`) are
+ * marked, with what is wrong there as their title. */
+export function code(text, label, marks = []) {
+  const bad = new Map();
+  for (const v of marks) if (v && typeof v === "object" && v.line) bad.set(v.line, [...(bad.get(v.line) || []), violationText(v)]);
+  const lines = String(text).replace(/\n$/, "").split("\n").map((line, i) => {
+    const why = bad.get(i + 1);
+    const cls = (/^\s*#/.test(line) ? "line comment" : "line") + (why ? " line-bad" : "");
+    return h("span", why ? { class: cls, title: why.join("\n") } : { class: cls }, line + "\n");
+  });
   return h("pre", { class: "code numbered", tabindex: "0", "aria-label": label }, h("code", {}, lines));
 }
 
