@@ -126,6 +126,7 @@ pub struct SchemaSet {
     configuration: Option<Compiled>,
     unknown: UnknownIntegrations,
     id: String,
+    digests: BTreeMap<String, String>,
     combined: combined::Combined,
 }
 
@@ -184,6 +185,7 @@ impl SchemaSet {
             configuration,
             unknown,
             id,
+            digests: files.digests(unknown),
             combined,
         })
     }
@@ -191,6 +193,38 @@ impl SchemaSet {
     /// The set's identity: a hex hash of its files (names and bytes) and the unknown setting.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Each schema file's path and a short hash of its bytes, and the unknown setting.
+    pub fn digests(&self) -> &BTreeMap<String, String> {
+        &self.digests
+    }
+
+    /// What differs between this set's `digests` and `other`'s, in words (`None`: nothing).
+    pub fn difference(
+        here: &BTreeMap<String, String>,
+        there: &BTreeMap<String, String>,
+    ) -> Option<String> {
+        let names = |pick: &dyn Fn(&String) -> bool, from: &BTreeMap<String, String>| {
+            from.keys().filter(|k| pick(k)).cloned().collect::<Vec<_>>()
+        };
+        let only_here = names(&|k| !there.contains_key(k), here);
+        let only_there = names(&|k| !here.contains_key(k), there);
+        let changed = names(
+            &|k| there.get(k).is_some_and(|v| Some(v) != here.get(k)),
+            here,
+        );
+        let mut parts = Vec::new();
+        for (label, list) in [
+            ("only here", only_here),
+            ("only there", only_there),
+            ("different", changed),
+        ] {
+            if !list.is_empty() {
+                parts.push(format!("{label}: {}", list.join(", ")));
+            }
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
     }
 
     /// Whether the set has no schema and allows every integration.

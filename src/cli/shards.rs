@@ -119,6 +119,18 @@ pub(super) fn move_tenant(
             routed,
         },
         grace: std::time::Duration::from_secs(config.cluster.moved_grace_secs),
+        // An abort compares nothing: a broken schemas folder must not keep it from running.
+        schemas: if abort {
+            Default::default()
+        } else {
+            crate::validation::SchemaSet::load(
+                config.validation.dir(),
+                config.validation.unknown_integrations,
+            )
+            .map_err(|e| CliError::Usage(format!("validation.schemas_dir: {e}")))?
+            .digests()
+            .clone()
+        },
     };
     if abort {
         mv.abort(storage, force)?;

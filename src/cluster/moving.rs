@@ -36,6 +36,8 @@ pub struct Move {
     pub router: Router,
     /// How long the source answers 421 before it archives the tenant.
     pub grace: Duration,
+    /// This shard's schema set (`SchemaSet::digests`): the target must have the same.
+    pub schemas: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +70,8 @@ pub enum MoveError {
         here: String,
         target: String,
     },
+    #[error("the target at {to} has another schema set ({difference}): the tenant's files would be judged by other rules there. Deploy the same validation.schemas_dir to both shards (and SIGHUP them) first")]
+    SchemaSet { to: ShardUrl, difference: String },
     #[error("the target at {to} does not list the retired signing key {key}, which signed commits here: they would read unverified there. List it in the target's signing.previous_public_keys first")]
     RetiredKey { to: ShardUrl, key: String },
     #[error("the shard at {shard} still takes {tenant}'s writes (it is {placement} there): start the move there with planfiles tenant move")]
@@ -102,6 +106,9 @@ struct TargetAnswer {
     /// Absent from shards that predate signed commits.
     #[serde(default)]
     signing_keys: Option<Vec<String>>,
+    /// Absent from shards that predate validators.
+    #[serde(default)]
+    schemas: Option<std::collections::BTreeMap<String, String>>,
     head: Option<String>,
     already: bool,
     millis: u64,
@@ -129,6 +136,7 @@ impl Move {
                 });
             }
             self.check_signing_key(storage, &check)?;
+            self.check_schemas(&check)?;
         }
         self.check_router()?;
         progress(&format!(
@@ -290,6 +298,21 @@ impl Move {
             Some(key) => Err(MoveError::RetiredKey {
                 to: self.to.clone(),
                 key: key.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Both shards judge the tenant's files by the same schemas (a shard that does not say
+    /// predates validators).
+    fn check_schemas(&self, check: &TargetAnswer) -> Result<(), MoveError> {
+        let Some(theirs) = &check.schemas else {
+            return Ok(());
+        };
+        match crate::validation::SchemaSet::difference(&self.schemas, theirs) {
+            Some(difference) => Err(MoveError::SchemaSet {
+                to: self.to.clone(),
+                difference,
             }),
             None => Ok(()),
         }

@@ -47,6 +47,10 @@ pub struct ImportAnswer {
     /// The `SHA256:` fingerprints of the keys that sign commits here, current first: a move
     /// checks that the target signs with the source's key.
     pub signing_keys: Vec<String>,
+    /// The schema set in use here: each file's path and a short hash of its bytes, and
+    /// `validation.unknown_integrations`. A move checks that both shards have the same.
+    #[schema(value_type = Object)]
+    pub schemas: std::collections::BTreeMap<String, String>,
     pub millis: u64,
 }
 
@@ -160,6 +164,7 @@ pub async fn import(
         already,
         dry_run,
         signing_keys: state.storage.signing_keys().fingerprints(),
+        schemas: state.validators.current().digests().clone(),
         millis,
     }))
 }

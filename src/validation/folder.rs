@@ -123,6 +123,33 @@ impl Files {
             .collect()
     }
 
+    /// Each file's path and a short hash of its bytes, and the unknown setting: what two
+    /// shards compare, so that a move can name the files that differ.
+    pub fn digests(
+        &self,
+        unknown: UnknownIntegrations,
+    ) -> std::collections::BTreeMap<String, String> {
+        let mut out: std::collections::BTreeMap<String, String> = self
+            .files
+            .iter()
+            .map(|(path, (bytes, _))| {
+                let hash = Sha256::digest(bytes);
+                (
+                    path.clone(),
+                    hash[..8].iter().map(|b| format!("{b:02x}")).collect(),
+                )
+            })
+            .collect();
+        out.insert(
+            "validation.unknown_integrations".into(),
+            match unknown {
+                UnknownIntegrations::Allow => "allow".into(),
+                UnknownIntegrations::Refuse => "refuse".into(),
+            },
+        );
+        out
+    }
+
     pub fn retriever(&self) -> Retriever {
         Retriever {
             files: self.files.clone(),

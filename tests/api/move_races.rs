@@ -447,3 +447,28 @@ fn a_move_to_a_shard_that_does_not_count_a_retired_key_is_refused_before_anythin
     assert_eq!(pair.placement(&pair.a), "served");
     assert_eq!(pair.placement(&pair.b), "absent");
 }
+
+/// Shards with other schema sets: the move stops before it refuses a write (the tenant's
+/// files would be judged by other rules there), naming the files that differ.
+#[test]
+fn a_move_to_a_shard_with_another_schema_set_is_refused_before_anything() {
+    let schemas = crate::common::shipped_schemas();
+    let pair = Pair::start_with(
+        true,
+        &format!(
+            "[validation]\nschemas_dir = {:?}\n",
+            schemas.display().to_string()
+        ),
+    );
+    let args = pair.move_args();
+    let (moving, _) = pair.command(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (ok, err) = finish(moving);
+    assert!(!ok, "the move ran");
+    assert!(
+        err.contains("another schema set")
+            && err.contains("only here: common/aws-regions.json, configuration.json"),
+        "{err}"
+    );
+    assert_eq!(pair.placement(&pair.a), "served");
+    assert_eq!(pair.placement(&pair.b), "absent");
+}

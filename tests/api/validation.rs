@@ -506,34 +506,100 @@ fn generated_documents() -> Vec<(&'static str, Value)> {
     };
     let folders = |f: Value| json!({"folders": [{"path": "src", "exclude": ["a/**"]}, f]});
     vec![
-        ("integration-file", json!({"aws": [account()], "drata": drata()})),
+        (
+            "integration-file",
+            json!({"aws": [account()], "drata": drata()}),
+        ),
         ("integration-file", json!({})),
         ("integration-file", json!({"other": [1, 2]})),
-        ("integration-file", with_account(&|a| a["account_id"] = json!("12345"))),
-        ("integration-file", with_account(&|a| a["account_id"] = json!("1234567890123"))),
-        ("integration-file", with_account(&|a| a["account_id"] = json!(123456789012u64))),
-        ("integration-file", with_account(&|a| { a.as_object_mut().unwrap().remove("regions"); })),
-        ("integration-file", with_account(&|a| a["regions"] = json!([]))),
-        ("integration-file", with_account(&|a| a["regions"] = json!(["us-east-1", "us-east-1"]))),
-        ("integration-file", with_account(&|a| a["regions"] = json!(["us-east-9"]))),
-        ("integration-file", with_account(&|a| a["regions"] = json!("us-east-1"))),
-        ("integration-file", with_account(&|a| a["type"] = json!("azure"))),
-        ("integration-file", with_account(&|a| { a.as_object_mut().unwrap().remove("type"); })),
-        ("integration-file", with_account(&|a| *a = json!("not an object"))),
-        ("integration-file", json!({"aws": {"account_id": "123456789012"}})),
-        ("integration-file", with_drata(&|d| { d.as_object_mut().unwrap().remove("user_email"); })),
-        ("integration-file", with_drata(&|d| d["user_email"] = json!("nobody"))),
-        ("integration-file", with_drata(&|d| d["user_email"] = json!("a b@c.d"))),
-        ("integration-file", with_drata(&|d| d["workspace"] = json!(""))),
-        ("integration-file", with_drata(&|d| d["workspace"] = json!(7))),
+        (
+            "integration-file",
+            with_account(&|a| a["account_id"] = json!("12345")),
+        ),
+        (
+            "integration-file",
+            with_account(&|a| a["account_id"] = json!("1234567890123")),
+        ),
+        (
+            "integration-file",
+            with_account(&|a| a["account_id"] = json!(123456789012u64)),
+        ),
+        (
+            "integration-file",
+            with_account(&|a| {
+                a.as_object_mut().unwrap().remove("regions");
+            }),
+        ),
+        (
+            "integration-file",
+            with_account(&|a| a["regions"] = json!([])),
+        ),
+        (
+            "integration-file",
+            with_account(&|a| a["regions"] = json!(["us-east-1", "us-east-1"])),
+        ),
+        (
+            "integration-file",
+            with_account(&|a| a["regions"] = json!(["us-east-9"])),
+        ),
+        (
+            "integration-file",
+            with_account(&|a| a["regions"] = json!("us-east-1")),
+        ),
+        (
+            "integration-file",
+            with_account(&|a| a["type"] = json!("azure")),
+        ),
+        (
+            "integration-file",
+            with_account(&|a| {
+                a.as_object_mut().unwrap().remove("type");
+            }),
+        ),
+        (
+            "integration-file",
+            with_account(&|a| *a = json!("not an object")),
+        ),
+        (
+            "integration-file",
+            json!({"aws": {"account_id": "123456789012"}}),
+        ),
+        (
+            "integration-file",
+            with_drata(&|d| {
+                d.as_object_mut().unwrap().remove("user_email");
+            }),
+        ),
+        (
+            "integration-file",
+            with_drata(&|d| d["user_email"] = json!("nobody")),
+        ),
+        (
+            "integration-file",
+            with_drata(&|d| d["user_email"] = json!("a b@c.d")),
+        ),
+        (
+            "integration-file",
+            with_drata(&|d| d["workspace"] = json!("")),
+        ),
+        (
+            "integration-file",
+            with_drata(&|d| d["workspace"] = json!(7)),
+        ),
         ("integration-file", json!({"drata": ["a@b.example"]})),
         ("configuration-file", folders(json!({"path": "web"}))),
         ("configuration-file", folders(json!({"path": "/etc"}))),
         ("configuration-file", folders(json!({"path": "a/../../b"}))),
         ("configuration-file", folders(json!({"path": ".."}))),
         ("configuration-file", folders(json!({"path": "a..b"}))),
-        ("configuration-file", folders(json!({"path": "web", "exclude": ["x", "x"]}))),
-        ("configuration-file", folders(json!({"path": "web", "exclude": [""]}))),
+        (
+            "configuration-file",
+            folders(json!({"path": "web", "exclude": ["x", "x"]})),
+        ),
+        (
+            "configuration-file",
+            folders(json!({"path": "web", "exclude": [""]})),
+        ),
     ]
 }
 
@@ -553,16 +619,34 @@ async fn verdicts_and_pointers_agree_with_an_independent_validator() {
     let mut cases = Vec::new();
     for (file, doc) in generated_documents() {
         let (path, body, at) = match file {
-            "integration-file" => ("/plans/integration-file?dry_run=true", json!({"content": doc}), "/content"),
-            _ => ("/plans/configuration-file?dry_run=true", json!({"payload": doc, "file_sha": sha}), "/payload"),
+            "integration-file" => (
+                "/plans/integration-file?dry_run=true",
+                json!({"content": doc}),
+                "/content",
+            ),
+            _ => (
+                "/plans/configuration-file?dry_run=true",
+                json!({"payload": doc, "file_sha": sha}),
+                "/payload",
+            ),
         };
         let res = app.send("PUT", path, &t, Some(&body), &[]).await;
         let status = res.status().as_u16();
         let answer: Value = res.json().await.unwrap();
         let mut found: Vec<String> = match status {
             200 => Vec::new(),
-            422 => answer["errors"].as_array().unwrap_or_else(|| panic!("{answer}")).iter()
-                .map(|e| e["pointer"].as_str().unwrap().strip_prefix(at).unwrap().to_owned())
+            422 => answer["errors"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{answer}"))
+                .iter()
+                .map(|e| {
+                    e["pointer"]
+                        .as_str()
+                        .unwrap()
+                        .strip_prefix(at)
+                        .unwrap()
+                        .to_owned()
+                })
                 .collect(),
             other => panic!("{other}: {answer}"),
         };
@@ -585,6 +669,9 @@ print(json.dumps(bad)); sys.exit(1 if bad else 0)
     let (ok, out) = python_check(script, &json!({"schemas": schemas, "cases": cases}));
     assert!(ok, "the service and python's jsonschema disagree: {out}");
     // The cases do break rules: all but the valid ones were refused.
-    let refused = cases.iter().filter(|c| !c["service"].as_array().unwrap().is_empty()).count();
+    let refused = cases
+        .iter()
+        .filter(|c| !c["service"].as_array().unwrap().is_empty())
+        .count();
     assert_eq!(refused, cases.len() - 5, "{cases:?}");
 }
