@@ -98,6 +98,7 @@ impl Application {
         };
         seed(config, &storage)?;
         let validators = load_validators(config)?;
+        let storage = storage.judge_with(std::sync::Arc::new(validators.clone()));
         let state = AppState::new(
             storage,
             Verifier::from_config(&config.auth)?,

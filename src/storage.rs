@@ -55,6 +55,8 @@ pub struct Storage {
     dir_key: Arc<disk::dir_key::DirKey>,
     /// A test seam: called by every write just before it moves `main`.
     write_hook: Option<WriteHook>,
+    /// Tells whether a version is valid, for change events.
+    judge: Option<Arc<dyn Judge>>,
     /// What idempotency lookups learnt of recent history, so the next reads only what is new.
     recent_keys: Arc<repo::recent_keys::RecentKeys>,
     /// Repositories kept open between writes.
@@ -113,6 +115,7 @@ impl Storage {
             )),
             dir_key: Arc::new(disk::dir_key::DirKey::load(data_dir)?),
             write_hook: None,
+            judge: None,
             recent_keys: Arc::default(),
             open_repos: Arc::default(),
         })
@@ -166,6 +169,13 @@ impl Storage {
 
     /// Sets the write hook (tests only; see [`WriteHook`]).
     #[doc(hidden)]
+    /// With `judge`, each change of a replay (the change feed) says whether the file as of
+    /// that commit is valid.
+    pub fn judge_with(mut self, judge: Arc<dyn Judge>) -> Self {
+        self.judge = Some(judge);
+        self
+    }
+
     pub fn write_hook(mut self, hook: WriteHook) -> Self {
         self.write_hook = Some(hook);
         self

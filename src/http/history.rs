@@ -4,7 +4,6 @@ use super::problem::{ApiError, Problem};
 use super::query::HistoryQuery;
 use super::schema::CommonProblems;
 use super::schema::{Author, FileStatus, HistoryEntry, HistoryPage};
-use super::views;
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::PlanFile;
@@ -88,7 +87,7 @@ async fn history(
                 let mut read = Ok(());
                 valid.push(validators.passes(e.blob, |set| {
                     match storage.history_blob(&tenant, file, e.blob) {
-                        Ok(bytes) => views::stored_is_valid(file, &bytes, set),
+                        Ok(bytes) => set.stored_is_valid(file, &bytes),
                         Err(err) => {
                             read = Err(err);
                             false

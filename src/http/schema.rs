@@ -359,6 +359,9 @@ pub struct FileEvent {
     pub verified: bool,
     /// The `Request-Id` trailer; null when the commit has none (plain git).
     pub request_id: Option<String>,
+    /// Whether the file as of this commit is valid (its YAML rules and today's schemas), as
+    /// in the history.
+    pub status: FileStatus,
 }
 
 /// A ticket for `GET /plans/events?ticket=` (browsers' `EventSource` cannot send headers).

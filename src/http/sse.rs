@@ -406,6 +406,12 @@ fn file_event(change: &FileChange) -> String {
         forced: e.forced,
         verified: e.verified,
         request_id: change.request_id.as_ref().map(|r| r.as_str().to_owned()),
+        // `None` only from storage without a judge, which the service never builds.
+        status: if change.valid == Some(false) {
+            super::schema::FileStatus::Invalid
+        } else {
+            super::schema::FileStatus::Valid
+        },
     };
     frame(event_name(change.file), &e.commit, &data)
 }

@@ -174,20 +174,6 @@ fn configuration(
     })
 }
 
-/// Whether stored bytes are a valid file that passes `schemas` (a history entry's `status`).
-pub fn stored_is_valid(file: PlanFile, bytes: &[u8], schemas: &SchemaSet) -> bool {
-    match file {
-        PlanFile::Integration => match IntegrationDoc::from_stored(bytes) {
-            Stored::Valid(doc) => schemas.check_integration(doc.content()).is_empty(),
-            Stored::Invalid { .. } => false,
-        },
-        PlanFile::Configuration => match ConfigurationDoc::from_stored(bytes) {
-            Stored::Valid(doc) => schemas.check_configuration(doc.content()).is_empty(),
-            Stored::Invalid { .. } => false,
-        },
-    }
-}
-
 /// The `content` a GET shows for stored bytes (`{}` for a file that is not a mapping).
 pub(super) fn stored_content(file: PlanFile, bytes: &[u8]) -> Value {
     Value::Object(match file {

@@ -368,6 +368,18 @@ pub struct FileChange {
     pub file: PlanFile,
     pub entry: HistoryEntry,
     pub request_id: Option<RequestId>,
+    /// Whether the file as of this commit is valid, by the storage's [`Judge`] (`None`
+    /// without one).
+    pub valid: Option<bool>,
+}
+
+/// What tells whether a version of a file is valid (the YAML rules and the operator's
+/// schemas, which storage does not know); given to storage so that change events carry it.
+pub trait Judge: Send + Sync + std::fmt::Debug {
+    /// The verdict on `blob`, when it is known without its bytes.
+    fn known(&self, file: PlanFile, blob: BlobId) -> Option<bool>;
+    /// The verdict on `bytes`, the version `blob` of `file` (remembered for `known`).
+    fn judge(&self, file: PlanFile, blob: BlobId, bytes: &[u8]) -> bool;
 }
 
 /// What happened on `main` after a resume point.

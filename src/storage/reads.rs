@@ -37,6 +37,13 @@ impl Storage {
         if let Replay::Changes { changes, .. } = &mut replay {
             for change in changes {
                 repo.mark_verified(std::slice::from_mut(&mut change.entry), &self.signing);
+                if let Some(judge) = &self.judge {
+                    let (file, blob) = (change.file, change.entry.blob);
+                    change.valid = Some(match judge.known(file, blob) {
+                        Some(known) => known,
+                        None => judge.judge(file, blob, &repo.version_bytes(file, blob)?),
+                    });
+                }
             }
         }
         Ok(replay)

@@ -94,3 +94,19 @@ impl Validators {
         Ok(Reloaded::Changed(id))
     }
 }
+
+/// Change events say whether each version is valid by today's set (remembered per blob).
+impl crate::storage::Judge for Validators {
+    fn known(&self, _file: crate::domain::PlanFile, blob: crate::domain::BlobId) -> Option<bool> {
+        self.verdicts.get(self.generation(), blob)
+    }
+
+    fn judge(
+        &self,
+        file: crate::domain::PlanFile,
+        blob: crate::domain::BlobId,
+        bytes: &[u8],
+    ) -> bool {
+        self.passes(blob, |set| set.stored_is_valid(file, bytes))
+    }
+}

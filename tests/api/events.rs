@@ -829,3 +829,28 @@ async fn a_long_resume_is_read_in_steps_without_a_gap_or_a_repeat() {
         ("head", app.head("acme").as_str())
     );
 }
+
+/// Each file event says whether the file as of its commit is valid: a plain-git commit that
+/// breaks the operator's schemas arrives `invalid`, the write that fixes it `valid`.
+#[tokio::test]
+async fn events_carry_the_status_of_the_file_at_their_commit() {
+    let app = TestApp::spawn_with_schemas(&crate::common::shipped_schemas(), "allow").await;
+    let t = token("globex", ALL);
+    let mut sse = Sse::open(&app, &t, "", None).await;
+    assert_eq!(sse.next().await.kind, "head");
+    let broken = app.outside_commit(
+        "globex",
+        "integrations.yml",
+        "aws:\n  - account_id: \"1\"\n    regions: [us-east-1]\n    type: aws\n",
+    );
+    let e = sse.next().await;
+    assert_eq!(
+        (e.kind.as_str(), e.id.as_str()),
+        ("integration-file", broken.as_str())
+    );
+    assert_eq!(e.data["status"], "invalid", "{:?}", e.data);
+    let fixed = put_int(&app, &t, 1).await;
+    let e = sse.next().await;
+    assert_eq!(e.data["commit_sha"], fixed["commit_sha"]);
+    assert_eq!(e.data["status"], "valid", "{:?}", e.data);
+}

@@ -58,6 +58,7 @@ impl TenantRepo {
                         file,
                         request_id: request_id(&entry.message),
                         entry,
+                        valid: None,
                     });
                 }
             }
