@@ -5,6 +5,7 @@
 //!     cargo bench --bench http -- --quick # shorter runs, smaller histories
 //!     cargo bench --bench http -- --splice-only [--quick]  # JSON PUTs: edited vs emitted
 //!     cargo bench --bench http -- --signing-only [--quick] # PUTs with signed commits vs not
+//!     cargo bench --bench http -- --validators-only [--quick] # PUTs with schemas vs without
 mod fixtures;
 mod floor;
 mod load;
@@ -12,6 +13,7 @@ mod server;
 mod signing;
 mod splice;
 mod spread;
+mod validators;
 mod volume;
 
 use actix_web::{web, App, HttpResponse, HttpServer};
@@ -104,6 +106,12 @@ fn main() {
         )
         .unwrap();
         for (what, got, ok) in splice::run(&st, quick) {
+            println!("| {what} | {got} | {} |", verdict(ok));
+        }
+        return;
+    }
+    if std::env::args().any(|a| a == "--validators-only") {
+        for (what, got, ok) in validators::run(quick) {
             println!("| {what} | {got} | {} |", verdict(ok));
         }
         return;

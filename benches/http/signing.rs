@@ -1,7 +1,7 @@
 //! What signing every commit costs: durable PUTs to a server that signs beside one that does not (same volume, interleaved rounds, serial and c=64 over 64 tenants), the signature's and the verification's own CPU, and a history page's first and cached reads.
-use crate::load::{self, Req, Run};
+use crate::load::{self, Req};
 use crate::server::{start_planfiles_with, token};
-use crate::spread::{self, Rounds};
+use crate::spread::{self, alternate};
 use crate::volume;
 use planfiles::domain::{Identity, TenantId};
 use planfiles::signing::{Keyring, Signer};
@@ -162,28 +162,6 @@ pub fn run(quick: bool) -> Vec<(String, String, bool)> {
             c64_p50 <= 1.05,
         ),
     ]
-}
-
-/// Rounds of both servers (index 0 unsigned, 1 signed), each round the other one first, so
-/// that neither always runs on a warmer or busier volume: each server's runs, the commits
-/// `measure` counted for it, and signed / unsigned p50 per round.
-fn alternate(
-    rounds: usize,
-    mut measure: impl FnMut(usize) -> (Run, usize),
-) -> ([Run; 2], [usize; 2], Rounds) {
-    let (mut runs, mut counted) = ([Run::empty(), Run::empty()], [0; 2]);
-    let mut ratios = Rounds::default();
-    for r in 0..rounds {
-        let mut p50 = [0.0; 2];
-        for i in if r % 2 == 0 { [1, 0] } else { [0, 1] } {
-            let (run, n) = measure(i);
-            p50[i] = run.ms(0.5);
-            runs[i].add(&run);
-            counted[i] += n;
-        }
-        ratios.push(p50[1] / p50[0]);
-    }
-    (runs, counted, ratios)
 }
 
 /// `GET` of t01's history page of 500: how long it took (ms), and the body.

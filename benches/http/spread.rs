@@ -117,3 +117,27 @@ pub fn settle(limit: Duration) {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// Rounds of two contenders (index 0 the baseline, 1 the one measured against it), each
+/// round the other one first, so that neither always runs on a warmer or busier volume:
+/// each one's runs, the commits `measure` counted for it, and contender / baseline p50 per
+/// round.
+pub fn alternate(
+    rounds: usize,
+    mut measure: impl FnMut(usize) -> (crate::load::Run, usize),
+) -> ([crate::load::Run; 2], [usize; 2], Rounds) {
+    use crate::load::Run;
+    let (mut runs, mut counted) = ([Run::empty(), Run::empty()], [0; 2]);
+    let mut ratios = Rounds::default();
+    for r in 0..rounds {
+        let mut p50 = [0.0; 2];
+        for i in if r % 2 == 0 { [1, 0] } else { [0, 1] } {
+            let (run, n) = measure(i);
+            p50[i] = run.ms(0.5);
+            runs[i].add(&run);
+            counted[i] += n;
+        }
+        ratios.push(p50[1] / p50[0]);
+    }
+    (runs, counted, ratios)
+}
