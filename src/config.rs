@@ -19,6 +19,7 @@ pub struct Config {
     pub events: EventsConfig,
     pub cluster: ClusterConfig,
     pub validation: ValidationConfig,
+    pub git: GitConfig,
 }
 
 /// A parse error with its line, column, the setting it is about and toml's message, which
@@ -250,6 +251,11 @@ impl Config {
     fn check(&self) -> Result<(), ConfigError> {
         if let Some(problem) = self.server.bind_problem() {
             return Err(ConfigError::Invalid(problem));
+        }
+        if self.git.push_max_bytes == 0 {
+            return Err(ConfigError::Invalid(
+                "git.push_max_bytes must be at least 1, not 0".into(),
+            ));
         }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(ConfigError::Invalid(format!(

@@ -73,6 +73,9 @@ pub struct AppState {
     pub cluster: ClusterState,
     /// The operator's schemas in use (swapped whole on a reload).
     pub validators: crate::validation::Validators,
+    /// Pushes received at once: 4 in all, 1 per tenant; and the largest push.
+    pub pushes: crate::gates::Turns,
+    pub push_max_bytes: usize,
 }
 
 /// What `POST /admin/tenants/{id}/import` needs.
@@ -100,6 +103,10 @@ impl ClusterState {
         }
     }
 }
+
+/// Pushes received at once, in all and for one tenant.
+const PUSHES: usize = 4;
+const PUSHES_PER_TENANT: usize = 1;
 
 /// Stored files parsed and rendered at once, in all and for one tenant.
 const RENDERS: usize = 8;
@@ -179,7 +186,15 @@ impl AppState {
             events,
             cluster: ClusterState::new(Vec::new(), None, limits.queue_timeout),
             validators: crate::validation::Validators::none(),
+            pushes: crate::gates::Turns::new(PUSHES, PUSHES_PER_TENANT, limits.queue_timeout),
+            push_max_bytes: crate::config::GitConfig::default().push_max_bytes,
         }
+    }
+
+    /// The largest push (`git.push_max_bytes`).
+    pub fn push_max_bytes(mut self, bytes: usize) -> Self {
+        self.push_max_bytes = bytes;
+        self
     }
 
     /// The schemas writes are checked against and reads judged by.

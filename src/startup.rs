@@ -108,6 +108,7 @@ impl Application {
         )
         .metrics_require_token(config.metrics.require_token)
         .validators(validators)
+        .push_max_bytes(config.git.push_max_bytes)
         .events_config(events_limits(&config.events))
         .cluster(
             config.cluster.peer_urls().map_err(StartupError::Cluster)?,

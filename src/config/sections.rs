@@ -1,4 +1,4 @@
-//! The sections of `config.toml` (`[server]`, `[storage]`, `[auth]`, `[commit]`, `[signing]`, `[log]`, `[metrics]`, `[events]`, `[cluster]`, `[validation]`): each setting, its default and what it means.
+//! The sections of `config.toml` (`[server]`, `[storage]`, `[auth]`, `[commit]`, `[signing]`, `[log]`, `[metrics]`, `[events]`, `[cluster]`, `[validation]`, `[git]`): each setting, its default and what it means.
 use serde::Deserialize;
 use std::path::PathBuf;
 
@@ -575,6 +575,22 @@ impl ValidationConfig {
             if self.schemas_dir.is_relative() && !self.schemas_dir.as_os_str().is_empty() {
                 self.schemas_dir = base.join(&self.schemas_dir);
             }
+        }
+    }
+}
+
+/// `[git]`: `git push` to `/git/<tenant>.git`.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GitConfig {
+    /// The largest push (its request body: commands and pack), in bytes; larger ones get 413.
+    pub push_max_bytes: usize,
+}
+
+impl Default for GitConfig {
+    fn default() -> Self {
+        Self {
+            push_max_bytes: 10 * 1024 * 1024,
         }
     }
 }

@@ -1,4 +1,6 @@
-//! Read-only git smart HTTP at `/git/<tenant>.git` for backup jobs: clone and fetch, no push.
+//! git smart HTTP at `/git/<tenant>.git`: clone and fetch for backup jobs and developers (here), and push held to every rule of an API write (`git/receive.rs`).
+pub(super) mod receive;
+
 use super::body::read_limited;
 use super::common::Reply;
 use super::problem::{ApiError, Problem};
@@ -11,6 +13,7 @@ use crate::storage::{UploadPack, UploadPackError};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use futures_util::StreamExt;
+pub(super) use receive::receive_pack;
 use std::io::Read;
 
 /// The permission a token needs to clone or fetch its tenant's repository.
@@ -20,29 +23,6 @@ const REQUEST_LIMIT: usize = 8 * 1024 * 1024;
 const ADVERTISEMENT: &str = "application/x-git-upload-pack-advertisement";
 const REQUEST: &str = "application/x-git-upload-pack-request";
 const RESULT: &str = "application/x-git-upload-pack-result";
-
-#[utoipa::path(
-    post,
-    path = "/git/{repo}/git-receive-pack",
-    tag = "git",
-    description = "Push: always refused, the repositories are read-only over HTTP.",
-    params(("repo" = String, Path, description = "<tenant_id>.git")),
-    responses(
-        (status = 401, description = "No token, or the token was refused", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "insufficient_scope (planfiles.repos.read) or wrong_tenant; then, for a token that may clone, push_not_allowed (text/plain for a git client, which shows it to its user)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "not_found: not <tenant_id>.git; tenant_not_found", body = Problem, content_type = "application/problem+json"),
-    ),
-    security(("bearer" = []))
-)]
-pub(super) async fn refuse_push(
-    state: web::Data<AppState>,
-    who: Result<Principal, ApiError>,
-    req: HttpRequest,
-    repo: web::Path<String>,
-) -> Reply {
-    open(&state, who, &req, &repo).await?;
-    refuse(&req, ApiError::PushNotAllowed)
-}
 
 /// An error for a git client as text: git shows a `text/plain` error body to its user (as
 /// `remote: ...` lines) and nothing of any other type. Other clients get problem+json.
@@ -76,13 +56,13 @@ fn refuse(req: &HttpRequest, err: ApiError) -> Reply {
     description = "git smart HTTP, first step of a clone or fetch: the repository's refs.",
     params(
         ("repo" = String, Path, description = "<tenant_id>.git: the token's own tenant"),
-        ("service" = String, Query, description = "git-upload-pack (git-receive-pack is refused)"),
+        ("service" = String, Query, description = "git-upload-pack (clone, fetch) or git-receive-pack (push)"),
         ("Git-Protocol" = Option<String>, Header, description = "version=2 for protocol v2"),
     ),
     responses(
         (status = 200, description = "The ref advertisement", body = GitBytes, content_type = "application/x-git-upload-pack-advertisement"),
-        (status = 400, description = "invalid_query: no service=git-upload-pack", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "insufficient_scope (planfiles.repos.read), wrong_tenant, or push_not_allowed", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_query: no service=git-upload-pack or git-receive-pack", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "insufficient_scope (planfiles.repos.read to clone, a write permission to push) or wrong_tenant", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "not_found: not <tenant_id>.git; tenant_not_found", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "busy: no clone turn within server.queue_timeout_secs (8 per process, 4 per tenant); see Retry-After", body = Problem, content_type = "application/problem+json"),
         CommonProblems,
@@ -95,7 +75,6 @@ pub(super) async fn info_refs(
     req: HttpRequest,
     repo: web::Path<String>,
 ) -> Reply {
-    let (_, pack) = open(&state, who, &req, &repo).await?;
     let service = web::Query::<Vec<(String, String)>>::from_query(req.query_string())
         .ok()
         .and_then(|q| {
@@ -105,13 +84,15 @@ pub(super) async fn info_refs(
         });
     match service.as_deref() {
         Some("git-upload-pack") => {}
-        Some("git-receive-pack") => return refuse(&req, ApiError::PushNotAllowed),
+        Some("git-receive-pack") => return receive::advertise(&state, who, &req, &repo).await,
         _ => {
+            open_tenant(&state, who, &req, &repo).await?;
             return Err(ApiError::InvalidQuery(
-                "only the smart protocol is served: add ?service=git-upload-pack".into(),
-            ))
+                "only the smart protocol is served: add ?service=git-upload-pack (or git-receive-pack)".into(),
+            ));
         }
     }
+    let (_, pack) = open(&state, who, &req, &repo).await?;
     let refs = match pack.advertise().await {
         Ok(refs) => refs,
         Err(e) => return upload_pack_error(&req, e),
@@ -186,7 +167,7 @@ pub(super) async fn upload_pack(
     drop(admitted);
     let body = if gzipped {
         // Inflating up to 8 MiB is CPU work: on the blocking pool, not an async worker.
-        web::block(move || gunzip(&body))
+        web::block(move || gunzip(&body, REQUEST_LIMIT))
             .await
             .map_err(|e| ApiError::Internal(format!("the gzip task failed: {e}")))??
     } else {
@@ -215,14 +196,8 @@ async fn open(
     req: &HttpRequest,
     repo: &str,
 ) -> Result<(Principal, UploadPack), ApiError> {
-    let tenant = repo
-        .strip_suffix(".git")
-        .and_then(|t| TenantId::parse(t).ok())
-        .ok_or_else(|| ApiError::NotFound(req.path().to_owned()))?;
-    let who = who?;
-    if &tenant != who.tenant() {
-        return Err(ApiError::WrongTenant);
-    }
+    let who = route_and_token(who, req, repo)?;
+    let tenant = who.tenant().clone();
     let protocol = req
         .headers()
         .get("git-protocol")
@@ -239,6 +214,36 @@ async fn open(
         return Err(ApiError::Forbidden(REPOS_READ));
     }
     Ok((who, pack))
+}
+
+/// The route (404 `not_found`: not `<tenant_id>.git`), the token (401) and its tenant (403
+/// `wrong_tenant`).
+fn route_and_token(
+    who: Result<Principal, ApiError>,
+    req: &HttpRequest,
+    repo: &str,
+) -> Result<Principal, ApiError> {
+    let tenant = repo
+        .strip_suffix(".git")
+        .and_then(|t| TenantId::parse(t).ok())
+        .ok_or_else(|| ApiError::NotFound(req.path().to_owned()))?;
+    let who = who?;
+    if &tenant != who.tenant() {
+        return Err(ApiError::WrongTenant);
+    }
+    Ok(who)
+}
+
+/// [`route_and_token`], then the tenant's repository (404 `tenant_not_found`, 421 moved).
+async fn open_tenant(
+    state: &AppState,
+    who: Result<Principal, ApiError>,
+    req: &HttpRequest,
+    repo: &str,
+) -> Result<Principal, ApiError> {
+    let who = route_and_token(who, req, repo)?;
+    state.tenant(&who, PlanFile::Integration).await?;
+    Ok(who)
 }
 
 /// Busy is 503 with `Retry-After` (text for a git client); a want that is not served is git's
@@ -268,14 +273,15 @@ fn upload_pack_error(req: &HttpRequest, e: UploadPackError) -> Reply {
     }
 }
 
-fn gunzip(body: &[u8]) -> Result<Vec<u8>, ApiError> {
+/// A gzip body inflated, at most `limit` bytes of it (413 past that).
+fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, ApiError> {
     let mut out = Vec::new();
-    let mut decoder = flate2::read::GzDecoder::new(body).take(REQUEST_LIMIT as u64 + 1);
+    let mut decoder = flate2::read::GzDecoder::new(body).take(limit as u64 + 1);
     decoder
         .read_to_end(&mut out)
         .map_err(|e| ApiError::InvalidBody(format!("the gzip body cannot be read: {e}")))?;
-    if out.len() > REQUEST_LIMIT {
-        return Err(ApiError::PayloadTooLarge(REQUEST_LIMIT));
+    if out.len() > limit {
+        return Err(ApiError::PayloadTooLarge(limit));
     }
     Ok(out)
 }

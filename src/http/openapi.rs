@@ -35,7 +35,7 @@ use utoipa::{Modify, OpenApi};
         diff::diff_configuration,
         git::info_refs,
         git::upload_pack,
-        git::refuse_push,
+        git::receive::receive_pack,
         admin::import,
         admin::placement,
         signing::signing_keys,

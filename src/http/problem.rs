@@ -101,13 +101,11 @@ pub enum ApiError {
         file: PlanFile,
         inner: Box<ApiError>,
     },
-    #[error("this git endpoint is read-only: clone and fetch work, push does not")]
-    PushNotAllowed,
     #[error("the token is for another tenant")]
     WrongTenant,
     #[error("not ready: {0}")]
     NotReady(String),
-    #[error("tenant {0} is moving to another shard: writes are refused for a moment; reads go on")]
+    #[error("tenant {0} is moving to another shard: writes are refused for a moment, retry in a few seconds; reads go on")]
     TenantMoving(String),
     #[error(
         "tenant {0} is served by another shard now: send the request through the router again"
@@ -231,11 +229,6 @@ impl ApiError {
                 "Idempotency-Key reused",
             ),
             Part { inner, .. } => inner.parts(),
-            PushNotAllowed => (
-                StatusCode::FORBIDDEN,
-                "push_not_allowed",
-                "Push not allowed",
-            ),
             WrongTenant => (StatusCode::FORBIDDEN, "wrong_tenant", "Wrong tenant"),
             NotReady(_) => (StatusCode::SERVICE_UNAVAILABLE, "not_ready", "Not ready"),
             TenantMoving(_) => (

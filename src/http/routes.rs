@@ -163,7 +163,7 @@ pub const ROUTES: &[Route] = &[
         path: "/git/{repo}/git-receive-pack",
         name: None,
         allow: "POST",
-        handlers: || vec![web::post().to(git::refuse_push)],
+        handlers: || vec![web::post().to(git::receive_pack)],
         documented: true,
     },
     Route {

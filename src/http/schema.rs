@@ -362,6 +362,9 @@ pub struct FileEvent {
     /// Whether the file as of this commit is valid (its YAML rules and today's schemas), as
     /// in the history.
     pub status: FileStatus,
+    /// Who pushed the commit, when it came by `git push` (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pushed_by: Option<Author>,
 }
 
 /// A ticket for `GET /plans/events?ticket=` (browsers' `EventSource` cannot send headers).

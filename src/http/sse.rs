@@ -406,6 +406,10 @@ fn file_event(change: &FileChange) -> String {
         forced: e.forced,
         verified: e.verified,
         request_id: change.request_id.as_ref().map(|r| r.as_str().to_owned()),
+        pushed_by: change.pushed_by.as_ref().map(|p| Author {
+            name: p.name().to_owned(),
+            email: p.email().to_owned(),
+        }),
         // `None` only from storage without a judge, which the service never builds.
         status: if change.valid == Some(false) {
             super::schema::FileStatus::Invalid

@@ -371,6 +371,23 @@ pub struct FileChange {
     /// Whether the file as of this commit is valid, by the storage's [`Judge`] (`None`
     /// without one).
     pub valid: Option<bool>,
+    /// Who pushed the commit, when it came by `git push` (its note).
+    pub pushed_by: Option<Identity>,
+}
+
+/// A commit a push adds to `main`'s first-parent line, with each file it changed.
+#[derive(Debug, Clone)]
+pub struct PushedCommit {
+    pub id: CommitId,
+    pub changed: Vec<(PlanFile, Vec<u8>)>,
+}
+
+/// How a push's move of `main` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FastForward {
+    Moved,
+    /// `main` is not where the push found it any more.
+    Stale,
 }
 
 /// What tells whether a version of a file is valid (the YAML rules and the operator's

@@ -20,6 +20,7 @@ mod idempotency;
 pub(super) mod inflight;
 mod objects;
 pub(super) mod open_repos;
+pub(super) mod receive;
 pub(super) mod recent_keys;
 mod refs;
 mod repack;

@@ -1,10 +1,49 @@
 //! The write side of `Storage`: batches of a tenant's writes (each its own commit, all made durable together), the fingerprint of a request, and the in-flight markers of idempotency keys.
 use super::placement::Access;
 use super::repo::{self, TenantRepo};
-use super::{CommitRequest, Committed, InFlight, Storage, StorageError};
-use crate::domain::{IdempotencyKey, TenantId};
+use super::{CommitRequest, Committed, FastForward, InFlight, PushedCommit, Storage, StorageError};
+use crate::domain::{CommitId, IdempotencyKey, Identity, RequestId, TenantId};
 
 impl Storage {
+    /// A push's first half: its pack scanned and indexed, and the commits it adds to
+    /// `main` read with what each changed (`Ok(Err(reason))`: refused). Nothing moves.
+    pub fn stage_push(
+        &self,
+        tenant: &TenantId,
+        pack: &[u8],
+        old: CommitId,
+        new: CommitId,
+    ) -> Result<Result<Vec<PushedCommit>, String>, StorageError> {
+        self.repo_for(tenant, Access::Follow)?
+            .stage_push(pack, old, new)
+    }
+
+    /// A push's second half: `main` moved from `old` to `new` under the tenant's write lock
+    /// and the same compare-and-swap and syncs as [`Storage::commit_batch`], `pusher` and
+    /// `request_id` kept on a note (`refs/notes/planfiles`).
+    pub fn fast_forward(
+        &self,
+        tenant: &TenantId,
+        old: CommitId,
+        new: CommitId,
+        pusher: &Identity,
+        request_id: &RequestId,
+    ) -> Result<FastForward, StorageError> {
+        let note = format!(
+            "Pushed-By: {} <{}>\nRequest-Id: {}\n",
+            pusher.name(),
+            pusher.email(),
+            request_id.as_str()
+        );
+        self.repo_for(tenant, Access::Follow)?.fast_forward(
+            old,
+            new,
+            &note,
+            &self.committer.identity,
+            self.sync.as_deref(),
+        )
+    }
+
     /// Commits one or both files if every change's preconditions hold (all or nothing): a
     /// batch of one (see [`Storage::commit_batch`]).
     pub fn commit(&self, tenant: &TenantId, req: CommitRequest) -> Result<Committed, StorageError> {

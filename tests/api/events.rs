@@ -854,3 +854,59 @@ async fn events_carry_the_status_of_the_file_at_their_commit() {
     assert_eq!(e.data["commit_sha"], fixed["commit_sha"]);
     assert_eq!(e.data["status"], "valid", "{:?}", e.data);
 }
+
+/// A pushed commit arrives like any other, with `pushed_by` (the token's identity), which a
+/// commit made by an API write or plain git does not carry.
+#[tokio::test]
+async fn a_pushed_commit_arrives_with_its_pusher() {
+    let app = TestApp::spawn().await;
+    let t = token(
+        "globex",
+        &[
+            "planfiles.repos.read",
+            "jit.integrations.write",
+            "jit.preferences.write",
+        ],
+    );
+    let mut sse = Sse::open(&app, &t, "", None).await;
+    assert_eq!(sse.next().await.kind, "head");
+    let work = tempfile::tempdir().unwrap();
+    let git = |dir: &Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .current_dir(dir)
+            .args(["-c", &format!("http.extraHeader=Authorization: Bearer {t}")])
+            .args([
+                "-c",
+                "user.name=Pushing Dev",
+                "-c",
+                "user.email=dev@push.example",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(
+        work.path(),
+        &["clone", "-q", &app.url("/git/globex.git"), "c"],
+    );
+    let dir = work.path().join("c");
+    std::fs::write(dir.join("integrations.yml"), "github:\n  org: pushed\n").unwrap();
+    git(&dir, &["commit", "-qam", "Pushed"]);
+    git(&dir, &["push", "-q", "origin", "main"]);
+    let e = sse.next().await;
+    assert_eq!(e.kind, "integration-file");
+    assert_eq!(e.data["author"]["email"], "dev@push.example");
+    assert_eq!(
+        e.data["pushed_by"],
+        json!({"name": "Test Er", "email": "tester@example.com"})
+    );
+    let written = put_int(&app, &t, 1).await;
+    let e = sse.next().await;
+    assert_eq!(e.data["commit_sha"], written["commit_sha"]);
+    assert!(e.data.get("pushed_by").is_none(), "{:?}", e.data);
+}

@@ -73,6 +73,47 @@ async fn a_moving_tenant_refuses_writes_serves_reads_then_answers_421() {
         (status, body["code"].as_str()),
         (503, Some("tenant_moving"))
     );
+    // A push is refused, and git prints why and when to try again; main stays.
+    let pusher = token(
+        "acme",
+        &[
+            "planfiles.repos.read",
+            "jit.integrations.write",
+            "jit.preferences.write",
+        ],
+    );
+    let work = tempfile::tempdir().unwrap();
+    let git = |dir: &std::path::Path, args: &[&str]| {
+        std::process::Command::new("git")
+            .current_dir(dir)
+            .args([
+                "-c",
+                &format!("http.extraHeader=Authorization: Bearer {pusher}"),
+            ])
+            .args(["-c", "user.name=D", "-c", "user.email=d@x"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(git(
+        work.path(),
+        &["clone", "-q", &app.url("/git/acme.git"), "c"]
+    )
+    .status
+    .success());
+    let dir = work.path().join("c");
+    std::fs::write(dir.join("integrations.yml"), "moved: {a: 2}\n").unwrap();
+    assert!(git(&dir, &["commit", "-qam", "during the move"])
+        .status
+        .success());
+    let pushed = git(&dir, &["push", "origin", "main"]);
+    let stderr = String::from_utf8_lossy(&pushed.stderr);
+    assert!(!pushed.status.success());
+    assert!(
+        stderr.contains("moving") && stderr.contains("retry") && stderr.contains("503"),
+        "{stderr}"
+    );
+    assert_eq!(app.head("acme"), head);
 
     // Moved: every request of the tenant is 421, and names no shard.
     storage.finish_move(&acme, &target()).unwrap();

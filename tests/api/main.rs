@@ -27,6 +27,7 @@ mod leaving_shard;
 mod move_races;
 mod operations;
 mod plans;
+mod push;
 mod rebase;
 mod roundtrip;
 mod seed;

@@ -1,0 +1,369 @@
+//! `git push` to `/git/<tenant>.git`: a valid change lands on `main` with its pusher on a note; every refusal (other refs, tags, deletions, non-fast-forwards, other files, symlinks, broken YAML, a validator, a missing permission, a pack over the limit, a pack bomb) is printed by `git push` and changes nothing; pushes racing API writes lose nothing.
+use crate::common::{self, git_in, shipped_schemas, token, TestApp, ALL};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const REPOS_READ: &str = "planfiles.repos.read";
+const WRITE_BOTH: &[&str] = &[
+    REPOS_READ,
+    "jit.integrations.write",
+    "jit.preferences.write",
+];
+
+fn git(dir: &Path, token: &str, args: &[&str]) -> Output {
+    Command::new("git")
+        .current_dir(dir)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_ASKPASS", "true")
+        .env("GIT_AUTHOR_NAME", "Client Author")
+        .env("GIT_AUTHOR_EMAIL", "author@client.example")
+        .env("GIT_COMMITTER_NAME", "Client Author")
+        .env("GIT_COMMITTER_EMAIL", "author@client.example")
+        .args([
+            "-c",
+            &format!("http.extraHeader=Authorization: Bearer {token}"),
+        ])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A clone of `tenant` in a new temporary directory.
+fn clone(app: &TestApp, tenant: &str, token: &str) -> (tempfile::TempDir, PathBuf) {
+    let work = tempfile::tempdir().unwrap();
+    ok(git(
+        work.path(),
+        token,
+        &["clone", "-q", &app.url(&format!("/git/{tenant}.git")), "c"],
+    ));
+    let dir = work.path().join("c");
+    (work, dir)
+}
+
+/// Writes `file` in the clone and commits it; the new commit's id.
+fn commit(dir: &Path, file: &str, text: &str, message: &str) -> String {
+    std::fs::write(dir.join(file), text).unwrap();
+    ok(git(dir, "", &["add", "-A"]));
+    ok(git(dir, "", &["commit", "-qm", message]));
+    git_in(&dir.join(".git"), &["rev-parse", "HEAD"])
+}
+
+/// `git push origin <args>`: whether it succeeded, and what it printed.
+fn push(dir: &Path, token: &str, args: &[&str]) -> (bool, String) {
+    let mut all = vec!["push", "origin"];
+    all.extend_from_slice(args);
+    let out = git(dir, token, &all);
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_valid_push_lands_on_main_with_its_author_and_its_pusher() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", WRITE_BOTH);
+    let (_work, dir) = clone(&app, "acme", &t);
+    let text = "aws:\n  - account_id: \"123456789012\"\n    regions: [us-east-1]\n    type: aws\n# pushed\n";
+    let first = commit(&dir, "integrations.yml", text, "Add a comment by push");
+    let second = commit(
+        &dir,
+        "configuration.yml",
+        "folders:\n  - path: src\n",
+        "Scan src only",
+    );
+    let (pushed, stderr) = push(&dir, &t, &["main"]);
+    assert!(pushed, "{stderr}");
+    assert!(stderr.contains("remote: planfiles: main is at"), "{stderr}");
+    assert_eq!(app.head("acme"), second);
+    let repo = app.repo("acme");
+    git_in(&repo, &["fsck", "--strict"]);
+    assert_eq!(
+        git_in(&repo, &["log", "-2", "--format=%an <%ae> %s", "main"]),
+        "Client Author <author@client.example> Scan src only\nClient Author <author@client.example> Add a comment by push"
+    );
+    let note = git_in(&repo, &["notes", "--ref=planfiles", "show", &second]);
+    assert!(
+        note.starts_with("Pushed-By: Test Er <tester@example.com>\nRequest-Id: "),
+        "{note}"
+    );
+    assert!(git_in(&repo, &["merge-base", "--is-ancestor", &first, "main"]).is_empty());
+    let body: Value = app
+        .get_integration(&token("acme", ALL))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["raw_content"], text);
+    // The history shows the client's commits.
+    let page: Value = app
+        .history(&token("acme", ALL), "configuration-file", "limit=1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(page["entries"][0]["commit_sha"], second.as_str());
+    assert_eq!(
+        page["entries"][0]["author"]["email"],
+        "author@client.example"
+    );
+}
+
+#[tokio::test]
+async fn refused_pushes_say_why_and_change_nothing() {
+    let app = TestApp::spawn_with_schemas(&shipped_schemas(), "allow").await;
+    let t = token("acme", WRITE_BOTH);
+    let only_integrations = token("acme", &[REPOS_READ, "jit.integrations.write"]);
+    let valid = |i: u32| {
+        format!(
+            "aws:\n  - account_id: \"{:012}\"\n    regions: [us-east-1]\n    type: aws\n",
+            100_000 + i
+        )
+    };
+    // Each case: what it does in a fresh clone (returns the push's arguments and token), and
+    // what git must print.
+    type Setup = Box<dyn Fn(&Path) -> (Vec<String>, String)>;
+    let cases: Vec<(&str, Setup, &str)> = vec![
+        (
+            "another branch",
+            Box::new({
+                let t = t.clone();
+                move |d: &Path| {
+                    commit(d, "integrations.yml", &valid(1), "x");
+                    (vec!["main:refs/heads/other".into()], t.clone())
+                }
+            }),
+            "only refs/heads/main can be pushed here",
+        ),
+        (
+            "a tag",
+            Box::new({
+                let t = t.clone();
+                move |d: &Path| {
+                    ok(git(d, "", &["tag", "v1"]));
+                    (vec!["v1".into()], t.clone())
+                }
+            }),
+            "only refs/heads/main can be pushed here",
+        ),
+        (
+            "a deletion",
+            Box::new({
+                let t = t.clone();
+                move |_d: &Path| (vec![":refs/heads/main".into()], t.clone())
+            }),
+            "main cannot be deleted",
+        ),
+        (
+            "a forced non-fast-forward",
+            Box::new({
+                let t = t.clone();
+                move |d: &Path| {
+                    ok(git(d, "", &["reset", "-q", "--hard", "HEAD~1"]));
+                    commit(d, "integrations.yml", &valid(2), "rewritten");
+                    (vec!["--force".into(), "main".into()], t.clone())
+                }
+            }),
+            "non-fast-forward",
+        ),
+        (
+            "a third file",
+            Box::new({
+                let t = t.clone();
+                move |d: &Path| {
+                    commit(d, "notes.txt", "hello\n", "a third file");
+                    (vec!["main".into()], t.clone())
+                }
+            }),
+            "notes.txt: a tenant's repository holds only integrations.yml and configuration.yml",
+        ),
+        (
+            "a symlink",
+            Box::new({
+                let t = t.clone();
+                move |d: &Path| {
+                    std::fs::remove_file(d.join("configuration.yml")).unwrap();
+                    std::os::unix::fs::symlink("integrations.yml", d.join("configuration.yml"))
+                        .unwrap();
+                    ok(git(d, "", &["add", "-A"]));
+                    ok(git(d, "", &["commit", "-qm", "a link"]));
+                    (vec!["main".into()], t.clone())
+                }
+            }),
+            "configuration.yml must be a regular file (mode 100644), not mode 120000",
+        ),
+        (
+            "broken YAML",
+            Box::new({
+                let t = t.clone();
+                move |d: &Path| {
+                    commit(d, "integrations.yml", "aws: [unclosed\n", "broken");
+                    (vec!["main".into()], t.clone())
+                }
+            }),
+            "integrations.yml at ",
+        ),
+        (
+            "a validator, in the second of three commits",
+            Box::new({
+                let t = t.clone();
+                move |d: &Path| {
+                    commit(d, "integrations.yml", &valid(3), "one");
+                    let bad = commit(
+                        d,
+                        "integrations.yml",
+                        &valid(4).replace("000000100004", "12"),
+                        "two",
+                    );
+                    commit(d, "integrations.yml", &valid(5), "three");
+                    std::fs::write(d.join(".bad"), &bad[..10]).unwrap();
+                    (vec!["main".into()], t.clone())
+                }
+            }),
+            "/aws/0/account_id: \"12\" does not match",
+        ),
+        (
+            "the configuration file without its permission",
+            Box::new({
+                let t = only_integrations.clone();
+                move |d: &Path| {
+                    commit(d, "configuration.yml", "folders:\n  - path: web\n", "conf");
+                    (vec!["main".into()], t.clone())
+                }
+            }),
+            "configuration.yml at ",
+        ),
+    ];
+    for (name, setup, want) in cases {
+        let head = app.head("acme");
+        let (_work, dir) = clone(&app, "acme", &t);
+        let (args, tok) = setup(&dir);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (pushed, stderr) = push(&dir, &tok, &args);
+        assert!(!pushed, "{name}: the push went through");
+        assert!(stderr.contains(want), "{name}: git printed {stderr}");
+        if let Ok(bad) = std::fs::read_to_string(dir.join(".bad")) {
+            assert!(
+                stderr.contains(&format!("integrations.yml at {bad}")),
+                "{name}: the commit is named: {stderr}"
+            );
+            assert!(
+                stderr.contains("remote: planfiles: integrations.yml at"),
+                "{name}: the line is printed: {stderr}"
+            );
+        }
+        if name.contains("permission") {
+            assert!(
+                stderr.contains("the token lacks jit.preferences.write"),
+                "{stderr}"
+            );
+        }
+        assert_eq!(app.head("acme"), head, "{name}: main moved");
+        for r in ["refs/heads/other", "refs/tags/v1"] {
+            assert!(
+                !common::git_succeeds(&app.repo("acme"), &["rev-parse", "--verify", "-q", r]),
+                "{name}: {r} exists"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_pack_over_the_limit_or_a_pack_bomb_is_refused() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", WRITE_BOTH);
+    // Incompressible bytes past git.push_max_bytes (10 MiB): 413, which git prints.
+    let (_work, dir) = clone(&app, "acme", &t);
+    let head = app.head("acme");
+    let mut noise = vec![0u8; 11 * 1024 * 1024];
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    for b in noise.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    std::fs::write(dir.join("integrations.yml"), &noise).unwrap();
+    ok(git(&dir, "", &["commit", "-qam", "big"]));
+    let (pushed, stderr) = push(&dir, &t, &["main"]);
+    assert!(!pushed);
+    assert!(stderr.contains("413"), "{stderr}");
+    assert_eq!(app.head("acme"), head);
+    // 64 MiB of zeros compress to a small pack: refused from the object's header, fast.
+    let (_work, dir) = clone(&app, "acme", &t);
+    std::fs::write(dir.join("integrations.yml"), vec![b'0'; 64 * 1024 * 1024]).unwrap();
+    ok(git(&dir, "", &["commit", "-qam", "bomb"]));
+    let started = std::time::Instant::now();
+    let (pushed, stderr) = push(&dir, &t, &["main"]);
+    assert!(!pushed);
+    assert!(stderr.contains("inflates to 67108864 bytes"), "{stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(app.head("acme"), head);
+}
+
+/// Pushes and API writes of one tenant at once: every push git reported pushed and every
+/// API write answered 200 is in `main`'s history afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_racing_api_writes_lose_nothing() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", WRITE_BOTH);
+    let url = app.url("/git/globex.git");
+    let mut pushers = Vec::new();
+    for p in 0..3 {
+        let (t, url) = (t.clone(), url.clone());
+        pushers.push(tokio::task::spawn_blocking(move || {
+            let work = tempfile::tempdir().unwrap();
+            ok(git(work.path(), &t, &["clone", "-q", &url, "c"]));
+            let dir = work.path().join("c");
+            let mut acked = Vec::new();
+            for i in 0..6 {
+                for _attempt in 0..20 {
+                    ok(git(&dir, &t, &["fetch", "-q", "origin"]));
+                    ok(git(&dir, "", &["reset", "-q", "--hard", "origin/main"]));
+                    let text = format!("folders:\n  - path: pusher{p}/{i}\n");
+                    let c = commit(&dir, "configuration.yml", &text, &format!("push {p}.{i}"));
+                    if push(&dir, &t, &["main"]).0 {
+                        acked.push(c);
+                        break;
+                    }
+                }
+            }
+            acked
+        }));
+    }
+    let mut api_acked = Vec::new();
+    for i in 0..20 {
+        let res = app
+            .put_integration(
+                &token("globex", ALL),
+                &json!({"content": {"github": {"org": format!("o{i}")}}}),
+            )
+            .await;
+        assert_eq!(res.status(), 200);
+        let body: Value = res.json().await.unwrap();
+        api_acked.push(body["commit_sha"].as_str().unwrap().to_owned());
+    }
+    let mut pushed = Vec::new();
+    for p in pushers {
+        pushed.extend(p.await.unwrap());
+    }
+    assert!(pushed.len() >= 6, "pushes went through: {}", pushed.len());
+    let repo = app.repo("globex");
+    for c in pushed.iter().chain(&api_acked) {
+        assert!(
+            common::git_succeeds(&repo, &["merge-base", "--is-ancestor", c, "main"]),
+            "acknowledged commit {c} is not in main's history"
+        );
+    }
+    git_in(&repo, &["fsck", "--strict"]);
+}
