@@ -73,6 +73,15 @@ fn push(dir: &Path, token: &str, args: &[&str]) -> (bool, String) {
 async fn a_valid_push_lands_on_main_with_its_author_and_its_pusher() {
     let app = TestApp::spawn().await;
     let t = token("acme", WRITE_BOTH);
+    // An API write first: the writer keeps the repository open, from before the push makes
+    // its first pack (acme was never packed); its next write must see the pushed commits.
+    let res = app
+        .put_integration(
+            &token("acme", ALL),
+            &json!({"content": {"before": {"a": 1}}}),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
     let (_work, dir) = clone(&app, "acme", &t);
     let text = "aws:\n  - account_id: \"123456789012\"\n    regions: [us-east-1]\n    type: aws\n# pushed\n";
     let first = commit(&dir, "integrations.yml", text, "Add a comment by push");

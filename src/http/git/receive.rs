@@ -37,7 +37,8 @@ struct PushRequest {
     commands: Vec<Command>,
     side_band: bool,
     report_status: bool,
-    pack: Vec<u8>,
+    /// Where the pack starts in the body.
+    pack_at: usize,
 }
 
 /// The answer: `ok` or `ng <reason>` per ref, and lines for the pusher's terminal.
@@ -172,15 +173,16 @@ pub(in crate::http) async fn receive_pack(
     let worked = web::block(move || {
         let _turn = (turn, admitted);
         let body = if gzipped {
-            super::gunzip(&body, limit)?
+            std::borrow::Cow::Owned(super::gunzip(&body, limit)?)
         } else {
-            body.to_vec()
+            std::borrow::Cow::Borrowed(body.as_ref())
         };
         let request = parse(&body).map_err(ApiError::InvalidBody)?;
         let report = push(
             &storage,
             &tenant,
             &request,
+            &body[request.pack_at..],
             granted,
             &schemas,
             &pusher,
@@ -281,15 +283,17 @@ fn parse(body: &[u8]) -> Result<PushRequest, String> {
         commands,
         side_band: has("side-band-64k"),
         report_status: has("report-status"),
-        pack: body[at..].to_vec(),
+        pack_at: at,
     })
 }
 
 /// The push checked and, when every rule holds, `main` moved.
+#[allow(clippy::too_many_arguments)]
 fn push(
     storage: &Storage,
     tenant: &TenantId,
     request: &PushRequest,
+    pack: &[u8],
     granted: [bool; 2],
     schemas: &Arc<SchemaSet>,
     pusher: &crate::domain::Identity,
@@ -313,7 +317,7 @@ fn push(
     }
     let c = &commands[0];
     let (old, new) = (CommitId(c.old), CommitId(c.new));
-    let pushed = match storage.stage_push(tenant, &request.pack, old, new)? {
+    let pushed = match storage.stage_push(tenant, pack, old, new)? {
         Ok(pushed) => pushed,
         Err(reason) => return Ok(Report::refused(commands, &reason)),
     };
@@ -469,7 +473,7 @@ mod tests {
         assert_eq!(r.commands.len(), 2);
         assert_eq!(r.commands[1].name, "refs/tags/v1");
         assert!(r.side_band && r.report_status);
-        assert_eq!(r.pack, b"PACKxyz");
+        assert_eq!(&body[r.pack_at..], b"PACKxyz");
         for bad in [&b""[..], b"zzzz", b"0000", b"0010short"] {
             assert!(parse(bad).is_err(), "{bad:?}");
         }

@@ -30,6 +30,13 @@ impl TenantRepo {
         new: CommitId,
     ) -> Result<Result<Vec<PushedCommit>, String>, StorageError> {
         let err = |op| git_err(&self.tenant, op, "");
+        // The push must start where main is (git's "fetch first" otherwise): checked again
+        // under the write lock when main moves.
+        if self.read_head("")?.commit != to_oid(&old.0) {
+            return Ok(Err(format!(
+                "fetch first: main is not at {old} (someone pushed or wrote since you fetched)"
+            )));
+        }
         if !pack.is_empty() {
             if let Err(reason) = scan::scan(pack, scan::PackLimits::default()) {
                 return Ok(Err(reason));
@@ -40,7 +47,11 @@ impl TenantRepo {
             if !packs.is_dir() {
                 crate::storage::disk::create_dir_all_synced(&packs)?;
             }
-            let odb = self.repo.odb().map_err(err("open the object store"))?;
+            // A repository opened now: one whose object store was first read before the pack
+            // folder existed writes no pack (libgit2 looks for the folder once).
+            let fresh =
+                git2::Repository::open_bare(&self.path).map_err(err("open the repository"))?;
+            let odb = fresh.odb().map_err(err("open the object store"))?;
             let mut writer = odb.packwriter().map_err(err("index a pushed pack"))?;
             if let Err(e) = writer.write_all(pack) {
                 return Ok(Err(format!("the pack cannot be indexed: {e}")));
@@ -48,15 +59,16 @@ impl TenantRepo {
             if let Err(e) = writer.commit() {
                 return Ok(Err(format!("the pack cannot be indexed: {}", e.message())));
             }
-            odb.refresh().map_err(err("read the object store again"))?;
         }
+        // Read through a repository opened now: the one open before the pack was written
+        // may not look for new packs (nor in a pack folder it did not see).
+        let repo = git2::Repository::open_bare(&self.path).map_err(err("open the repository"))?;
         let (old, new) = (to_oid(&old.0), to_oid(&new.0));
-        let Ok(head) = self.repo.find_commit(new) else {
+        let Ok(head) = repo.find_commit(new) else {
             return Ok(Err(format!("{new} is not a commit the push carries")));
         };
         if old != new
-            && !self
-                .repo
+            && !repo
                 .graph_descendant_of(new, old)
                 .map_err(err("compare the pushed commit with main"))?
         {
@@ -78,9 +90,7 @@ impl TenantRepo {
             // A merge that brought `old` in on another parent: the first-parent line does not
             // pass through it, and nothing before that merge is new on this line.
             let reaches_old = match &parent {
-                Some(p) => {
-                    p.id() == old || self.repo.graph_descendant_of(p.id(), old).unwrap_or(false)
-                }
+                Some(p) => p.id() == old || repo.graph_descendant_of(p.id(), old).unwrap_or(false),
                 None => false,
             };
             line.push(at.clone());
@@ -104,8 +114,7 @@ impl TenantRepo {
                     .as_ref()
                     .and_then(|t| t.get_name(file.path()).map(|e| e.id()));
                 if before != Some(entry.id()) {
-                    let blob = self
-                        .repo
+                    let blob = repo
                         .find_blob(entry.id())
                         .map_err(err("read a pushed file"))?;
                     changed.push((file, blob.content().to_vec()));
