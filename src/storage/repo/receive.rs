@@ -224,3 +224,102 @@ fn two_regular_files(tree: &git2::Tree<'_>) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::{CommitId, Identity, ObjectId, RequestId};
+    use crate::storage::disk::faults::{inject, Op};
+    use crate::storage::FastForward;
+    use std::process::{Command, Stdio};
+
+    fn git(dir: &std::path::Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .current_dir(dir)
+            .args(["-c", "user.name=D", "-c", "user.email=d@x"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    }
+
+    fn id(hex: &str) -> CommitId {
+        CommitId(ObjectId::parse(hex).unwrap())
+    }
+
+    /// Every system call of a push's move of `main`, made to fail once: the push fails, `main`
+    /// stays (or is put back), and the same push then goes through.
+    #[test]
+    fn a_failed_system_call_in_a_push_changes_nothing() {
+        let eio = libc::EIO;
+        for (op, on, errno) in [
+            (Op::Create, "main.lock", libc::EMFILE),
+            (Op::Write, "main.lock", eio),
+            (Op::Fsync, "main.lock", eio),
+            (Op::Rename, "refs/heads/main", eio),
+            (Op::SyncDir, "refs/heads", eio),
+        ] {
+            let case = format!("{op:?} {on}");
+            let (dir, storage, tenant) = crate::storage::test_storage();
+            let repo = dir.path().join("tenants/acme.git");
+            let work = dir.path().join("work");
+            git(dir.path(), &["clone", "-q", repo.to_str().unwrap(), "work"]);
+            let old = git(&work, &["rev-parse", "HEAD"]);
+            std::fs::write(work.join("integrations.yml"), "pushed: {a: 1}\n").unwrap();
+            git(&work, &["commit", "-qam", "pushed"]);
+            let new = git(&work, &["rev-parse", "HEAD"]);
+            let objects = git(&work, &["rev-list", "--objects", &format!("{old}..{new}")]);
+            let mut packer = Command::new("git")
+                .current_dir(&work)
+                .args(["pack-objects", "--stdout", "-q"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            use std::io::Write;
+            let names: String = objects
+                .lines()
+                .map(|l| format!("{}\n", l.split(' ').next().unwrap()))
+                .collect();
+            packer
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(names.as_bytes())
+                .unwrap();
+            let pack = packer.wait_with_output().unwrap().stdout;
+            let pushed = storage
+                .stage_push(&tenant, &pack, id(&old), id(&new))
+                .unwrap()
+                .unwrap();
+            assert_eq!(pushed.len(), 1, "{case}");
+            let who = Identity::new("Pusher", "p@x", "x");
+            let rid = RequestId::generate();
+            let fault = inject(op, on, errno, 1);
+            let result = storage.fast_forward(&tenant, id(&old), id(&new), &who, &rid);
+            assert!(fault.fired(), "{case}: the call was never made");
+            drop(fault);
+            assert!(result.is_err(), "{case}: {result:?}");
+            let head = git(
+                dir.path(),
+                &["--git-dir", repo.to_str().unwrap(), "rev-parse", "main"],
+            );
+            assert_eq!(head, old, "{case}: main moved");
+            let again = storage.fast_forward(&tenant, id(&old), id(&new), &who, &rid);
+            assert_eq!(again.unwrap(), FastForward::Moved, "{case}");
+            let head = git(
+                dir.path(),
+                &["--git-dir", repo.to_str().unwrap(), "rev-parse", "main"],
+            );
+            assert_eq!(head, new, "{case}");
+            git(
+                dir.path(),
+                &["--git-dir", repo.to_str().unwrap(), "fsck", "--strict"],
+            );
+        }
+    }
+}
