@@ -376,3 +376,53 @@ async fn pushes_racing_api_writes_lose_nothing() {
     }
     git_in(&repo, &["fsck", "--strict"]);
 }
+
+/// A merge pushed on top of an API write: the commits its first-parent line brings to main
+/// are checked too, though main's old head is reached through the merge's second parent.
+#[tokio::test]
+async fn the_first_parent_line_of_a_pushed_merge_is_checked() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", WRITE_BOTH);
+    let (_work, dir) = clone(&app, "acme", &t);
+    commit(
+        &dir,
+        "integrations.yml",
+        "aws: [unclosed\n",
+        "broken for a moment",
+    );
+    commit(&dir, "integrations.yml", "fixed: {a: 1}\n", "fixed");
+    let res = app
+        .put_configuration(
+            &token("acme", ALL),
+            &json!({"payload": {"folders": []}, "file_sha": app.blob("acme", "configuration.yml")}),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    ok(git(
+        &dir,
+        &t,
+        &["pull", "-q", "--no-rebase", "--no-edit", "origin", "main"],
+    ));
+    let head = app.head("acme");
+    let (pushed, stderr) = push(&dir, &t, &["main"]);
+    assert!(!pushed, "the merge went in");
+    assert!(stderr.contains("integrations.yml at "), "{stderr}");
+    assert_eq!(app.head("acme"), head);
+    // Without the broken commit on its first-parent line, the same kind of merge goes in.
+    let (_work2, dir2) = clone(&app, "acme", &t);
+    commit(&dir2, "integrations.yml", "fixed: {a: 2}\n", "fine");
+    let res = app
+        .put_configuration(
+            &token("acme", ALL),
+            &json!({"payload": {"folders": [{"path": "x"}]}, "file_sha": app.blob("acme", "configuration.yml")}),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    ok(git(
+        &dir2,
+        &t,
+        &["pull", "-q", "--no-rebase", "--no-edit", "origin", "main"],
+    ));
+    let (pushed, stderr) = push(&dir2, &t, &["main"]);
+    assert!(pushed, "{stderr}");
+}

@@ -77,26 +77,29 @@ impl TenantRepo {
                     .into(),
             ));
         }
-        // Oldest last while walking: the first-parent line from `new` down to `old`.
+        // The commits that will be new on main's first-parent line: from `new` down its
+        // first parents until one that main's history has already (`old`, or an ancestor of
+        // it when a merge brought `old` in on another parent). Newest first while walking.
         let mut line = Vec::new();
         let mut at = head;
-        while at.id() != old {
+        loop {
+            let known = at.id() == old
+                || repo
+                    .graph_descendant_of(old, at.id())
+                    .map_err(err("walk the pushed history"))?;
+            if known {
+                break;
+            }
             if line.len() == MAX_PUSH_COMMITS {
                 return Ok(Err(format!(
                     "the push adds more than {MAX_PUSH_COMMITS} commits to main"
                 )));
             }
             let parent = at.parent(0).ok();
-            // A merge that brought `old` in on another parent: the first-parent line does not
-            // pass through it, and nothing before that merge is new on this line.
-            let reaches_old = match &parent {
-                Some(p) => p.id() == old || repo.graph_descendant_of(p.id(), old).unwrap_or(false),
-                None => false,
-            };
-            line.push(at.clone());
+            line.push(at);
             match parent {
-                Some(p) if reaches_old => at = p,
-                _ => break,
+                Some(p) => at = p,
+                None => break,
             }
         }
         let mut commits = Vec::with_capacity(line.len());
