@@ -86,7 +86,7 @@ pub(super) async fn info_refs(
         Some("git-upload-pack") => {}
         Some("git-receive-pack") => return receive::advertise(&state, who, &req, &repo).await,
         _ => {
-            open_tenant(&state, who, &req, &repo).await?;
+            open(&state, who, &req, &repo).await?;
             return Err(ApiError::InvalidQuery(
                 "only the smart protocol is served: add ?service=git-upload-pack (or git-receive-pack)".into(),
             ));

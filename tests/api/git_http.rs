@@ -170,8 +170,16 @@ async fn git_routes_check_route_token_tenant_permission_then_the_request() {
         ("POST", "git-upload-pack", Some(req_type)),
         ("POST", "git-receive-pack", Some(req_type)),
     ];
+    // A push needs a write permission (the reader lacks it); a clone, planfiles.repos.read.
+    let push_scope =
+        Some("Bearer error=\"insufficient_scope\", scope=\"jit.integrations.write\"".to_string());
     let mut cases = Vec::new();
     for (method, route, content_type) in routes {
+        let (no_permission, scope) = if route == "git-receive-pack" {
+            (&reader, &push_scope)
+        } else {
+            (&no_permission, &scope)
+        };
         let at = |repo: &str| format!("/git/{repo}/{route}");
         // The request-level fault of this route, so that each row below also has it.
         let (faulty_path, faulty_type) = match route {
@@ -285,7 +293,7 @@ async fn git_routes_check_route_token_tenant_permission_then_the_request() {
                 "no permission",
                 at("acme.git"),
                 content_type,
-                Some(&no_permission),
+                Some(no_permission),
                 403,
                 "insufficient_scope",
                 scope.clone(),
@@ -294,7 +302,7 @@ async fn git_routes_check_route_token_tenant_permission_then_the_request() {
                 "no permission, faulty request",
                 faulty("acme.git"),
                 faulty_type,
-                Some(&no_permission),
+                Some(no_permission),
                 403,
                 "insufficient_scope",
                 scope.clone(),
@@ -346,7 +354,8 @@ async fn git_routes_check_route_token_tenant_permission_then_the_request() {
             token: ok_token.clone(),
             status,
             code,
-            challenge: None,
+            // The reader may clone, not push.
+            challenge: (code == "insufficient_scope").then(|| push_scope.clone().unwrap()),
         });
     }
 

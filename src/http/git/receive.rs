@@ -23,6 +23,14 @@ const CAPABILITIES: &str = "report-status side-band-64k quiet atomic delete-refs
 /// Violations listed per refused file (the rest are counted).
 const LISTED: usize = 5;
 
+/// What a pushed file must keep besides its kind's rules: the token's write permission of
+/// each file, and the size an API write takes.
+#[derive(Debug, Clone, Copy)]
+struct Rules {
+    granted: [bool; 2],
+    file_limit: usize,
+}
+
 /// One ref update of a push.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Command {
@@ -69,7 +77,10 @@ pub(super) async fn advertise(
     req: &HttpRequest,
     repo: &str,
 ) -> Reply {
-    let (who, tenant) = authorize(state, who, req, repo).await?;
+    let (who, tenant) = match authorize(state, who, req, repo).await {
+        Ok(found) => found,
+        Err(e) => return refuse(req, e),
+    };
     let storage = state.storage.clone();
     let head = blocking(move || storage.head_state(&tenant), PlanFile::Integration).await;
     let head = match head {
@@ -159,6 +170,7 @@ pub(in crate::http) async fn receive_pack(
     let storage = state.storage.clone();
     let granted = PlanFile::ALL.map(|f| who.can_write(f));
     let pusher = who.author();
+    let file_limit = state.body_limit;
     // git probes a large push with a request of one flush-pkt first (to learn whether it
     // may send it): answered with nothing, as git's own server does.
     if body.as_ref() == b"0000" {
@@ -183,7 +195,10 @@ pub(in crate::http) async fn receive_pack(
             &tenant,
             &request,
             &body[request.pack_at..],
-            granted,
+            Rules {
+                granted,
+                file_limit,
+            },
             &schemas,
             &pusher,
             &request_id,
@@ -294,7 +309,7 @@ fn push(
     tenant: &TenantId,
     request: &PushRequest,
     pack: &[u8],
-    granted: [bool; 2],
+    rules: Rules,
     schemas: &Arc<SchemaSet>,
     pusher: &crate::domain::Identity,
     request_id: &RequestId,
@@ -323,7 +338,7 @@ fn push(
     };
     let mut messages = Vec::new();
     for commit in &pushed {
-        if let Err(reason) = check(commit, granted, schemas, &mut messages) {
+        if let Err(reason) = check(commit, rules, schemas, &mut messages) {
             let mut report = Report::refused(commands, &reason);
             report.messages.splice(0..0, messages);
             return Ok(report);
@@ -355,7 +370,7 @@ fn push(
 /// rules of the file's kind, the validators. The reason names the file and the commit.
 fn check(
     commit: &PushedCommit,
-    granted: [bool; 2],
+    rules: Rules,
     schemas: &SchemaSet,
     messages: &mut Vec<String>,
 ) -> Result<(), String> {
@@ -363,8 +378,15 @@ fn check(
     for (file, bytes) in &commit.changed {
         let at = format!("{} at {short}", file.path());
         let i = usize::from(*file == PlanFile::Configuration);
-        if !granted[i] {
+        if !rules.granted[i] {
             return Err(format!("{at}: the token lacks {}", file.write_permission()));
+        }
+        if bytes.len() > rules.file_limit {
+            return Err(format!(
+                "{at}: {} bytes, more than the {} an API write takes (server.body_limit)",
+                bytes.len(),
+                rules.file_limit
+            ));
         }
         let text = std::str::from_utf8(bytes).map_err(|_| format!("{at}: not UTF-8 text"))?;
         let value = serde_json::Value::String(text.to_owned());
