@@ -1,9 +1,8 @@
-"""schemathesis hooks for planfiles: send git's binary request bodies as they are."""
+"""schemathesis hooks for planfiles: send git's binary request bodies (upload-pack, receive-pack) as they are."""
 import schemathesis
 
 
-@schemathesis.serializer("application/x-git-upload-pack-request")
-def git_upload_pack_request(ctx, value):
+def _raw(value):
     """A generated binary body (format: binary) as raw bytes."""
     if isinstance(value, (bytes, bytearray)):
         return bytes(value)
@@ -11,3 +10,13 @@ def git_upload_pack_request(ctx, value):
     if isinstance(data, (bytes, bytearray)):
         return bytes(data)
     return str(value).encode()
+
+
+@schemathesis.serializer("application/x-git-upload-pack-request")
+def git_upload_pack_request(ctx, value):
+    return _raw(value)
+
+
+@schemathesis.serializer("application/x-git-receive-pack-request")
+def git_receive_pack_request(ctx, value):
+    return _raw(value)

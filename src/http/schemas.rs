@@ -1,6 +1,7 @@
 //! `GET /plans/schemas/{integration,configuration}-file`: the combined JSON Schema each file is checked against, for clients and editors that validate before they send; any token of the tenant.
 use super::common::Reply;
 use super::problem::{ApiError, Problem};
+use super::schema::CommonProblems;
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::PlanFile;
@@ -17,6 +18,7 @@ const SCHEMA_JSON: &str = "application/schema+json";
         (status = 200, description = "The combined schema", content_type = "application/schema+json", body = Object, headers(("ETag" = String, description = "The schema set's id and the file, quoted"))),
         (status = 304, description = "The schema set has not changed"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        CommonProblems,
     ),
     security(("bearer" = [])))]
 pub async fn integration_schema(
@@ -34,6 +36,7 @@ pub async fn integration_schema(
         (status = 200, description = "The combined schema", content_type = "application/schema+json", body = Object, headers(("ETag" = String, description = "The schema set's id and the file, quoted"))),
         (status = 304, description = "The schema set has not changed"),
         (status = 404, description = "The token's tenant does not exist", body = Problem, content_type = "application/problem+json"),
+        CommonProblems,
     ),
     security(("bearer" = [])))]
 pub async fn configuration_schema(
