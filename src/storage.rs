@@ -61,6 +61,8 @@ pub struct Storage {
     recent_keys: Arc<repo::recent_keys::RecentKeys>,
     /// Repositories kept open between writes.
     open_repos: Arc<repo::open_repos::OpenRepos>,
+    /// Each tenant's source-hosting flag, read again when its config file changes.
+    flags: Arc<repo::Flags>,
 }
 
 /// Called with the tenant and its repository's path by a write after its commit is made and
@@ -118,6 +120,7 @@ impl Storage {
             judge: None,
             recent_keys: Arc::default(),
             open_repos: Arc::default(),
+            flags: Arc::default(),
         })
     }
 

@@ -67,10 +67,9 @@ impl Storage {
     pub fn tenant(&self, tenant: &TenantId) -> Result<TenantInfo, StorageError> {
         Ok(TenantInfo {
             id: tenant.clone(),
-            source_hosting: repo::source_hosting_flag(
-                tenant,
-                &self.locate(tenant, Access::Manage)?,
-            )?,
+            source_hosting: self
+                .flags
+                .get(tenant, &self.locate(tenant, Access::Manage)?)?,
         })
     }
 

@@ -34,7 +34,7 @@ mod write_tests;
 
 pub(super) use create::{create, creation_turn, handover_turn};
 pub(super) use refs::file_head;
-pub(super) use source_hosting::source_hosting_flag;
+pub(super) use source_hosting::Flags;
 
 const MAIN: &str = "refs/heads/main";
 /// The records of idempotent writes that changed nothing, one commit each

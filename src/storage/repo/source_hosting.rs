@@ -28,6 +28,72 @@ pub(in crate::storage) fn source_hosting_flag(
     source_hosting_in(&config, tenant)
 }
 
+/// The flag as last read from each tenant's config file, with that file's identity then
+/// (device, inode, size, mtime, ctime): the check before every write costs one `stat`
+/// instead of a parse of the config. libgit2 and git write a config anew and rename it into
+/// place, so a change gives the file a new identity, and the next check parses it again.
+#[derive(Debug, Default)]
+pub(in crate::storage) struct Flags {
+    seen: std::sync::Mutex<
+        std::collections::HashMap<std::path::PathBuf, (Stamp, bool), foldhash::fast::RandomState>,
+    >,
+}
+
+/// At most this many tenants' flags are kept; past it the map starts again.
+const MAX_FLAGS: usize = 100_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
+impl Flags {
+    /// [`source_hosting_flag`], parsed again only when the config file changed since.
+    pub(in crate::storage) fn get(
+        &self,
+        tenant: &TenantId,
+        path: &Path,
+    ) -> Result<bool, StorageError> {
+        let config = path.join("config");
+        let Ok(meta) = std::fs::metadata(&config) else {
+            // Missing or unreadable: the uncached read says why.
+            return source_hosting_flag(tenant, path);
+        };
+        let stamp = Stamp::of(&meta);
+        if let Some((seen, on)) = self.seen.lock().expect("not poisoned").get(&config) {
+            if *seen == stamp {
+                return Ok(*on);
+            }
+        }
+        // A change between the stat and the parse leaves a stamp older than the file: the
+        // next check parses it again.
+        let on = source_hosting_flag(tenant, path)?;
+        let mut seen = self.seen.lock().expect("not poisoned");
+        if seen.len() >= MAX_FLAGS {
+            seen.clear();
+        }
+        seen.insert(config, (stamp, on));
+        Ok(on)
+    }
+}
+
 fn source_hosting_in(config: &git2::Config, tenant: &TenantId) -> Result<bool, StorageError> {
     match config.get_bool(SOURCE_HOSTING_KEY) {
         Ok(on) => Ok(on),
@@ -110,5 +176,33 @@ impl TenantRepo {
                     std::io::ErrorKind::WouldBlock.into(),
                 )
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The flag is read from a cache while the config file is the same, and again as soon as
+    /// it changes: by `tenant set`, or by plain `git config`.
+    #[test]
+    fn a_changed_config_is_read_again() {
+        let (dir, storage, tenant) = crate::storage::test_storage();
+        assert!(!storage.tenant(&tenant).unwrap().source_hosting);
+        storage.set_source_hosting(&tenant, true).unwrap();
+        assert!(storage.tenant(&tenant).unwrap().source_hosting);
+        assert!(storage.tenant(&tenant).unwrap().source_hosting, "cached");
+        let repo = dir.path().join("tenants/acme.git");
+        let set = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&repo)
+            .args(["config", "planfiles.sourcehosting", "false"])
+            .status()
+            .unwrap();
+        assert!(set.success());
+        assert!(!storage.tenant(&tenant).unwrap().source_hosting);
+        std::fs::remove_dir_all(&repo).unwrap();
+        assert!(
+            storage.tenant(&tenant).is_err(),
+            "a tenant whose repository is gone"
+        );
     }
 }
