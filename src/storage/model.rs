@@ -375,12 +375,9 @@ pub struct FileChange {
     pub pushed_by: Option<Identity>,
 }
 
-/// A commit a push adds to `main`'s first-parent line, with each file it changed.
-#[derive(Debug, Clone)]
-pub struct PushedCommit {
-    pub id: CommitId,
-    pub changed: Vec<(PlanFile, Vec<u8>)>,
-}
+/// What a push's storage side asks of each file a pushed commit changes (the rules it does
+/// not know: permissions, YAML, validators): `Err(reason)` refuses the push.
+pub type PushCheck<'a> = dyn FnMut(CommitId, PlanFile, &[u8]) -> Result<(), String> + 'a;
 
 /// How a push's move of `main` ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -388,6 +385,8 @@ pub enum FastForward {
     Moved,
     /// `main` is not where the push found it any more.
     Stale,
+    /// A live git command holds `main`'s lock.
+    Locked,
 }
 
 /// What tells whether a version of a file is valid (the YAML rules and the operator's

@@ -1,31 +1,42 @@
 //! The write side of `Storage`: batches of a tenant's writes (each its own commit, all made durable together), the fingerprint of a request, and the in-flight markers of idempotency keys.
 use super::placement::Access;
 use super::repo::{self, TenantRepo};
-use super::{CommitRequest, Committed, FastForward, InFlight, PushedCommit, Storage, StorageError};
+use super::{
+    CommitRequest, Committed, FastForward, InFlight, PushCheck, StagedPush, Storage, StorageError,
+};
 use crate::domain::{CommitId, IdempotencyKey, Identity, RequestId, TenantId};
 
 impl Storage {
-    /// A push's first half: its pack scanned and indexed, and the commits it adds to
-    /// `main` read with what each changed (`Ok(Err(reason))`: refused). Nothing moves.
+    /// A push's first half: the pack indexed into a quarantine, every commit it adds to
+    /// `main`'s first-parent line checked (its tree's shape and trailers here, each changed
+    /// file by `check`), and only then its pack moved into the store (`Ok(Err(reason))`:
+    /// refused, nothing kept). Nothing moves `main`.
     pub fn stage_push(
         &self,
         tenant: &TenantId,
         pack: &[u8],
         old: CommitId,
         new: CommitId,
-    ) -> Result<Result<Vec<PushedCommit>, String>, StorageError> {
-        self.repo_for(tenant, Access::Follow)?
-            .stage_push(pack, old, new)
+        check: &mut PushCheck<'_>,
+    ) -> Result<Result<StagedPush, String>, StorageError> {
+        self.repo_for(tenant, Access::Follow)?.stage_push(
+            pack,
+            old,
+            new,
+            self.sync.as_deref(),
+            check,
+        )
     }
 
     /// A push's second half: `main` moved from `old` to `new` under the tenant's write lock
     /// and the same compare-and-swap and syncs as [`Storage::commit_batch`], `pusher` and
-    /// `request_id` kept on a note (`refs/notes/planfiles`).
+    /// `request_id` kept on a note of each pushed commit (`refs/notes/planfiles`).
     pub fn fast_forward(
         &self,
         tenant: &TenantId,
         old: CommitId,
         new: CommitId,
+        staged: StagedPush,
         pusher: &Identity,
         request_id: &RequestId,
     ) -> Result<FastForward, StorageError> {
@@ -38,6 +49,7 @@ impl Storage {
         self.repo_for(tenant, Access::Follow)?.fast_forward(
             old,
             new,
+            staged,
             &note,
             &self.committer.identity,
             self.sync.as_deref(),

@@ -278,6 +278,16 @@ async fn refused_pushes_say_why_and_change_nothing() {
             );
         }
         assert_eq!(app.head("acme"), head, "{name}: main moved");
+        // Nothing of a refused push is kept: no pack, no quarantine.
+        let objects = app.repo("acme").join("objects");
+        let kept: Vec<String> = std::fs::read_dir(objects.join("pack"))
+            .into_iter()
+            .flatten()
+            .chain(std::fs::read_dir(&objects).unwrap())
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .filter(|n| n.ends_with(".pack") || n.starts_with("planfiles-incoming-"))
+            .collect();
+        assert!(kept.is_empty(), "{name}: kept {kept:?}");
         for r in ["refs/heads/other", "refs/tags/v1"] {
             assert!(
                 !common::git_succeeds(&app.repo("acme"), &["rev-parse", "--verify", "-q", r]),
@@ -377,20 +387,15 @@ async fn pushes_racing_api_writes_lose_nothing() {
     git_in(&repo, &["fsck", "--strict"]);
 }
 
-/// A merge pushed on top of an API write: the commits its first-parent line brings to main
-/// are checked too, though main's old head is reached through the merge's second parent.
+/// A merge made by `git pull` (the client's side first) would take main's own commits off
+/// its first-parent line: refused with the advice to rebase; the rebased push goes in, and
+/// each of its commits is checked.
 #[tokio::test]
-async fn the_first_parent_line_of_a_pushed_merge_is_checked() {
+async fn a_merge_that_leaves_main_off_the_first_parent_line_is_refused() {
     let app = TestApp::spawn().await;
     let t = token("acme", WRITE_BOTH);
     let (_work, dir) = clone(&app, "acme", &t);
-    commit(
-        &dir,
-        "integrations.yml",
-        "aws: [unclosed\n",
-        "broken for a moment",
-    );
-    commit(&dir, "integrations.yml", "fixed: {a: 1}\n", "fixed");
+    commit(&dir, "integrations.yml", "fixed: {a: 1}\n", "local change");
     let res = app
         .put_configuration(
             &token("acme", ALL),
@@ -406,23 +411,27 @@ async fn the_first_parent_line_of_a_pushed_merge_is_checked() {
     let head = app.head("acme");
     let (pushed, stderr) = push(&dir, &t, &["main"]);
     assert!(!pushed, "the merge went in");
-    assert!(stderr.contains("integrations.yml at "), "{stderr}");
+    assert!(stderr.contains("rebase on main"), "{stderr}");
     assert_eq!(app.head("acme"), head);
-    // Without the broken commit on its first-parent line, the same kind of merge goes in.
-    let (_work2, dir2) = clone(&app, "acme", &t);
-    commit(&dir2, "integrations.yml", "fixed: {a: 2}\n", "fine");
-    let res = app
-        .put_configuration(
-            &token("acme", ALL),
-            &json!({"payload": {"folders": [{"path": "x"}]}, "file_sha": app.blob("acme", "configuration.yml")}),
-        )
-        .await;
-    assert_eq!(res.status(), 200);
-    ok(git(
-        &dir2,
-        &t,
-        &["pull", "-q", "--no-rebase", "--no-edit", "origin", "main"],
-    ));
-    let (pushed, stderr) = push(&dir2, &t, &["main"]);
+    ok(git(&dir, &t, &["reset", "-q", "--hard", "HEAD~1"]));
+    ok(git(&dir, &t, &["pull", "-q", "--rebase", "origin", "main"]));
+    let (pushed, stderr) = push(&dir, &t, &["main"]);
     assert!(pushed, "{stderr}");
+    // main's earlier head is still on its first-parent line.
+    assert_eq!(git_in(&app.repo("acme"), &["rev-parse", "main~1"]), head);
+    // A rebased line with a broken commit in it is refused.
+    commit(
+        &dir,
+        "integrations.yml",
+        "aws: [unclosed\n",
+        "broken for a moment",
+    );
+    commit(&dir, "integrations.yml", "fixed: {a: 2}\n", "fixed again");
+    let head = app.head("acme");
+    let (pushed, stderr) = push(&dir, &t, &["main"]);
+    assert!(
+        !pushed && stderr.contains("integrations.yml at "),
+        "{stderr}"
+    );
+    assert_eq!(app.head("acme"), head);
 }

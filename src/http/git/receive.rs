@@ -9,7 +9,7 @@ use crate::http::common::{blocking, Reply};
 use crate::http::problem::{ApiError, Problem};
 use crate::http::schema::{CommonProblems, GitBytes};
 use crate::http::AppState;
-use crate::storage::{FastForward, PushedCommit, Storage, StorageError};
+use crate::storage::{FastForward, Storage, StorageError};
 use crate::validation::SchemaSet;
 use actix_web::http::header;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
@@ -152,11 +152,17 @@ pub(in crate::http) async fn receive_pack(
         );
     };
     let limit = state.push_max_bytes;
-    let admitted = state.admit(&req, &tenant, limit).await?;
+    let admitted = match state.admit(&req, &tenant, limit).await {
+        Ok(admitted) => admitted,
+        Err(e) => return refuse(&req, e),
+    };
     let body = match read_limited(&req, payload, limit, state.body_pace).await {
         Ok(body) => body,
         Err(e) => return refuse(&req, e),
     };
+    // The body is read: what the push holds from here on is bounded by the push turns (4),
+    // not the body budget, which API writes share.
+    drop(admitted);
     let gzipped = req
         .headers()
         .get(header::CONTENT_ENCODING)
@@ -183,7 +189,7 @@ pub(in crate::http) async fn receive_pack(
             .finish());
     }
     let worked = web::block(move || {
-        let _turn = (turn, admitted);
+        let _turn = turn;
         let body = if gzipped {
             std::borrow::Cow::Owned(super::gunzip(&body, limit)?)
         } else {
@@ -332,108 +338,121 @@ fn push(
     }
     let c = &commands[0];
     let (old, new) = (CommitId(c.old), CommitId(c.new));
-    let pushed = match storage.stage_push(tenant, pack, old, new)? {
-        Ok(pushed) => pushed,
-        Err(reason) => return Ok(Report::refused(commands, &reason)),
-    };
     let mut messages = Vec::new();
-    for commit in &pushed {
-        if let Err(reason) = check(commit, rules, schemas, &mut messages) {
+    let mut check = |commit: CommitId, file: PlanFile, bytes: &[u8]| {
+        check(commit, file, bytes, rules, schemas, &mut messages)
+    };
+    let staged = match storage.stage_push(tenant, pack, old, new, &mut check) {
+        Ok(Ok(staged)) => staged,
+        Ok(Err(reason)) => {
             let mut report = Report::refused(commands, &reason);
             report.messages.splice(0..0, messages);
             return Ok(report);
         }
-    }
+        Err(StorageError::TenantMoving { .. }) => return Ok(Report::refused(commands, MOVING)),
+        Err(e) => return Err(e),
+    };
     if old == new {
         return Ok(Report {
             refs: vec![(c.name.clone(), None)],
             messages,
         });
     }
-    match storage.fast_forward(tenant, old, new, pusher, request_id)? {
-        FastForward::Moved => Ok(Report {
+    let count = staged.commits;
+    match storage.fast_forward(tenant, old, new, staged, pusher, request_id) {
+        Ok(FastForward::Moved) => Ok(Report {
             refs: vec![(c.name.clone(), None)],
             messages: vec![format!(
-                "planfiles: main is at {new} ({} commit{} checked)",
-                pushed.len(),
-                if pushed.len() == 1 { "" } else { "s" }
+                "planfiles: main is at {new} ({count} commit{} checked)",
+                if count == 1 { "" } else { "s" }
             )],
         }),
-        FastForward::Stale => Ok(Report::refused(
+        Ok(FastForward::Stale) => Ok(Report::refused(
             commands,
             "fetch first: main moved while the push was checked",
         )),
+        Ok(FastForward::Locked) => Ok(Report::refused(
+            commands,
+            "main is locked by another git command on the server: retry in a moment",
+        )),
+        Err(StorageError::TenantMoving { .. }) => Ok(Report::refused(commands, MOVING)),
+        Err(e) => Err(e),
     }
 }
 
-/// One pushed commit as an API write of the files it changed: the permission, the YAML
-/// rules of the file's kind, the validators. The reason names the file and the commit.
+/// Why a push of a tenant that began to move is refused.
+const MOVING: &str = "the tenant is moving to another shard: retry in a few seconds";
+
+/// One changed file of a pushed commit as an API write of it: the permission, the size, the
+/// YAML rules of the file's kind, the validators. The reason names the file and the commit;
+/// each violation is also listed with its line in `messages`.
 fn check(
-    commit: &PushedCommit,
+    commit: CommitId,
+    file: PlanFile,
+    bytes: &[u8],
     rules: Rules,
     schemas: &SchemaSet,
     messages: &mut Vec<String>,
 ) -> Result<(), String> {
-    let short = &commit.id.to_string()[..10];
-    for (file, bytes) in &commit.changed {
-        let at = format!("{} at {short}", file.path());
-        let i = usize::from(*file == PlanFile::Configuration);
-        if !rules.granted[i] {
-            return Err(format!("{at}: the token lacks {}", file.write_permission()));
-        }
-        if bytes.len() > rules.file_limit {
-            return Err(format!(
-                "{at}: {} bytes, more than the {} an API write takes (server.body_limit)",
-                bytes.len(),
-                rules.file_limit
-            ));
-        }
-        let text = std::str::from_utf8(bytes).map_err(|_| format!("{at}: not UTF-8 text"))?;
-        let value = serde_json::Value::String(text.to_owned());
-        let parsed = match file {
-            PlanFile::Integration => {
-                IntegrationDoc::from_request(value).map(|d| schemas.check_integration(d.content()))
-            }
-            PlanFile::Configuration => ConfigurationDoc::from_request(value)
-                .map(|d| schemas.check_configuration(d.content())),
-        };
-        let found = parsed.map_err(|e| {
-            let pointer = e
-                .pointer
-                .strip_prefix("/content")
-                .or(e.pointer.strip_prefix("/payload"));
-            format!(
-                "{at}: {}: {}",
-                pointer.filter(|p| !p.is_empty()).unwrap_or("/"),
-                e.message
-            )
-        })?;
-        if !found.is_empty() {
-            let found = found.located_in(text);
-            for v in found.list.iter().take(LISTED) {
-                messages.push(format!(
-                    "planfiles: {at}:{}:{}: {}: {}",
-                    v.line.unwrap_or(1),
-                    v.column.unwrap_or(1),
-                    v.pointer,
-                    v.message
-                ));
-            }
-            let first = &found.list[0];
-            let total = found.list.len() + found.omitted;
-            return Err(format!(
-                "{at}: {}: {}{}",
-                first.pointer,
-                first.message,
-                if total > 1 {
-                    format!(" (and {} more)", total - 1)
-                } else {
-                    String::new()
-                }
-            ));
-        }
+    let short = &commit.to_string()[..10];
+    let at = format!("{} at {short}", file.path());
+    let i = usize::from(file == PlanFile::Configuration);
+    if !rules.granted[i] {
+        return Err(format!("{at}: the token lacks {}", file.write_permission()));
     }
-    Ok(())
+    if bytes.len() > rules.file_limit {
+        return Err(format!(
+            "{at}: {} bytes, more than the {} an API write takes (server.body_limit)",
+            bytes.len(),
+            rules.file_limit
+        ));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| format!("{at}: not UTF-8 text"))?;
+    let value = serde_json::Value::String(text.to_owned());
+    let parsed = match file {
+        PlanFile::Integration => {
+            IntegrationDoc::from_request(value).map(|d| schemas.check_integration(d.content()))
+        }
+        PlanFile::Configuration => {
+            ConfigurationDoc::from_request(value).map(|d| schemas.check_configuration(d.content()))
+        }
+    };
+    let found = parsed.map_err(|e| {
+        let pointer = e
+            .pointer
+            .strip_prefix("/content")
+            .or(e.pointer.strip_prefix("/payload"));
+        format!(
+            "{at}: {}: {}",
+            pointer.filter(|p| !p.is_empty()).unwrap_or("/"),
+            e.message
+        )
+    })?;
+    if found.is_empty() {
+        return Ok(());
+    }
+    let found = found.located_in(text);
+    for v in found.list.iter().take(LISTED) {
+        messages.push(format!(
+            "planfiles: {at}:{}:{}: {}: {}",
+            v.line.unwrap_or(1),
+            v.column.unwrap_or(1),
+            v.pointer,
+            v.message
+        ));
+    }
+    let first = &found.list[0];
+    let total = found.list.len() + found.omitted;
+    Err(format!(
+        "{at}: {}: {}{}",
+        first.pointer,
+        first.message,
+        if total > 1 {
+            format!(" (and {} more)", total - 1)
+        } else {
+            String::new()
+        }
+    ))
 }
 
 /// `report-status` (inside side-band 1 when asked), side-band 2 messages first.

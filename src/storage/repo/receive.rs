@@ -1,35 +1,77 @@
 //! A push's storage side: the pack scanned and indexed into the object store, the commits it adds to `main`'s first-parent line read with what each changed (and each tree's shape checked), then `main` moved by the same compare-and-swap and syncs as an API write, with the pusher on a note.
 pub mod scan;
 
+mod quarantine;
+
 use super::refs::RefMove;
-use super::{git_err, to_id, to_oid, TenantRepo, MAIN, WRITE_DEADLINE};
+use super::{
+    git_err, to_id, to_oid, TenantRepo, FINGERPRINT_TRAILER, KEY_TRAILER, MAIN, WRITE_DEADLINE,
+};
 use crate::domain::{CommitId, Identity, PlanFile};
-use crate::storage::disk::durable::SyncGroup;
+use crate::storage::disk::durable::{SyncGroup, SyncMark};
 use crate::storage::disk::sync_dir;
-use crate::storage::{FastForward, PushedCommit, StorageError};
+use crate::storage::{FastForward, PushCheck, StorageError};
 use git2::{ObjectType, Oid};
+use quarantine::{connected, Quarantine};
+use std::collections::HashSet;
 use std::io::Write;
 use std::time::Instant;
 
+/// At most this many bytes of changed files are checked in one push.
+pub const MAX_CHECKED_BYTES: usize = 64 * 1024 * 1024;
+
+/// The trailers the service writes and reads back (idempotency, restores, request ids):
+/// a pushed commit may not carry them.
+const RESERVED_TRAILERS: [&str; 6] = [
+    KEY_TRAILER,
+    FINGERPRINT_TRAILER,
+    "Replays: ",
+    "Request-Id: ",
+    "Restored-From: ",
+    "Forced: ",
+];
+
+/// A push that passed its checks: its pack is in `objects/pack`, and `mark` is where the
+/// durability of what it wrote starts.
+#[derive(Debug)]
+pub struct StagedPush {
+    /// How many commits the push adds to main's first-parent line.
+    pub commits: usize,
+    mark: Option<SyncMark>,
+    /// The commits to note, newest first.
+    line: Vec<Oid>,
+}
+
 /// Where the pusher and the request id of each pushed head are kept.
 pub const NOTES_REF: &str = "refs/notes/planfiles";
+
+/// A notes lock older than this was left by a process that died.
+const STALE_NOTES_LOCK: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// At most this many commits in one push.
 pub const MAX_PUSH_COMMITS: usize = 1_000;
 
 impl TenantRepo {
-    /// Scans `pack` (limits: [`scan::PackLimits`]) and indexes it into the object store, then
-    /// reads the commits `new` adds to `old`'s first-parent line, oldest first, with the
-    /// files each changed. `Ok(Err(reason))` refuses the push: a bad pack, `new` not a
-    /// descendant of `old`, too many commits, or a tree that is not the tenant's two files as
-    /// regular files. Objects of a refused push stay unreachable (git's gc removes them).
+    /// A push's checks, before anything is named in the repository: the pack is scanned
+    /// ([`scan::PackLimits`]) and indexed into a quarantine (`objects/planfiles-incoming-*`,
+    /// a repository whose store borrows the tenant's), every object the push makes reachable
+    /// must be there (`git rev-list --objects`), and the commits it adds to `main`'s
+    /// first-parent line, which must pass through `old` itself, are walked oldest first: each
+    /// tree must be the two files as regular files, no message may carry the service's own
+    /// trailers, and `check` is called with each file a commit changes (once per blob). Only
+    /// when all of that holds is the pack moved into `objects/pack`. `Ok(Err(reason))`:
+    /// refused, and the quarantine removed.
     pub(in crate::storage) fn stage_push(
         &self,
         pack: &[u8],
         old: CommitId,
         new: CommitId,
-    ) -> Result<Result<Vec<PushedCommit>, String>, StorageError> {
-        let err = |op| git_err(&self.tenant, op, "");
+        sync: Option<&SyncGroup>,
+        check: &mut PushCheck<'_>,
+    ) -> Result<Result<StagedPush, String>, StorageError> {
+        // The durability of everything written from here on is what the move of main waits
+        // for (a syncfs round that fails after this mark is seen).
+        let mark = sync.map(SyncGroup::mark);
         // The push must start where main is (git's "fetch first" otherwise): checked again
         // under the write lock when main moves.
         if self.read_head("")?.commit != to_oid(&old.0) {
@@ -37,21 +79,36 @@ impl TenantRepo {
                 "fetch first: main is not at {old} (someone pushed or wrote since you fetched)"
             )));
         }
+        let quarantine = Quarantine::new(&self.path)?;
+        let staged = self.check_push(&quarantine, pack, old, new, check)?;
+        match staged {
+            Ok(line) => {
+                quarantine.migrate(&self.path, sync.is_none())?;
+                Ok(Ok(StagedPush {
+                    commits: line.len(),
+                    mark,
+                    line,
+                }))
+            }
+            Err(reason) => Ok(Err(reason)),
+        }
+    }
+
+    fn check_push(
+        &self,
+        quarantine: &Quarantine,
+        pack: &[u8],
+        old: CommitId,
+        new: CommitId,
+        check: &mut PushCheck<'_>,
+    ) -> Result<Result<Vec<Oid>, String>, StorageError> {
+        let err = |op| git_err(&self.tenant, op, "");
+        let repo = &quarantine.repo;
         if !pack.is_empty() {
             if let Err(reason) = scan::scan(pack, scan::PackLimits::default()) {
                 return Ok(Err(reason));
             }
-            // libgit2 writes the pack into objects/pack, which a repository that was never
-            // packed does not have yet (made and synced into objects/).
-            let packs = self.path.join("objects/pack");
-            if !packs.is_dir() {
-                crate::storage::disk::create_dir_all_synced(&packs)?;
-            }
-            // A repository opened now: one whose object store was first read before the pack
-            // folder existed writes no pack (libgit2 looks for the folder once).
-            let fresh =
-                git2::Repository::open_bare(&self.path).map_err(err("open the repository"))?;
-            let odb = fresh.odb().map_err(err("open the object store"))?;
+            let odb = repo.odb().map_err(err("open the quarantine"))?;
             let mut writer = odb.packwriter().map_err(err("index a pushed pack"))?;
             if let Err(e) = writer.write_all(pack) {
                 return Ok(Err(format!("the pack cannot be indexed: {e}")));
@@ -59,83 +116,135 @@ impl TenantRepo {
             if let Err(e) = writer.commit() {
                 return Ok(Err(format!("the pack cannot be indexed: {}", e.message())));
             }
+            odb.refresh().map_err(err("read the quarantine again"))?;
         }
-        // Read through a repository opened now: the one open before the pack was written
-        // may not look for new packs (nor in a pack folder it did not see).
-        let repo = git2::Repository::open_bare(&self.path).map_err(err("open the repository"))?;
         let (old, new) = (to_oid(&old.0), to_oid(&new.0));
-        let Ok(head) = repo.find_commit(new) else {
+        if repo.find_commit(new).is_err() {
             return Ok(Err(format!("{new} is not a commit the push carries")));
-        };
-        if old != new
-            && !repo
-                .graph_descendant_of(new, old)
-                .map_err(err("compare the pushed commit with main"))?
-        {
-            return Ok(Err(
-                "non-fast-forward: fetch first, and push a commit that has main in its history"
-                    .into(),
-            ));
         }
-        // The commits that will be new on main's first-parent line: from `new` down its
-        // first parents until one that main's history has already (`old`, or an ancestor of
-        // it when a merge brought `old` in on another parent). Newest first while walking.
+        if old == new {
+            return Ok(Ok(Vec::new()));
+        }
+        // Every object the push makes reachable is in the store (git's own connectivity
+        // check): a commit, tree or blob the pack lacks would break every clone after it.
+        if let Err(reason) = connected(&quarantine.path, old, new) {
+            return Ok(Err(reason));
+        }
+        // main's first-parent line stays a line: the pushed commits lead back to `old` itself
+        // by first parents (a merge whose first parent is the client's side would take main's
+        // own commits off it: rebase instead).
         let mut line = Vec::new();
-        let mut at = head;
-        loop {
-            let known = at.id() == old
-                || repo
-                    .graph_descendant_of(old, at.id())
-                    .map_err(err("walk the pushed history"))?;
-            if known {
-                break;
-            }
+        let mut at = repo.find_commit(new).map_err(err("read a pushed commit"))?;
+        while at.id() != old {
             if line.len() == MAX_PUSH_COMMITS {
                 return Ok(Err(format!(
                     "the push adds more than {MAX_PUSH_COMMITS} commits to main"
                 )));
             }
-            let parent = at.parent(0).ok();
+            let Ok(parent) = at.parent(0) else {
+                return Ok(Err(format!(
+                    "non-fast-forward: main ({old}) is not on the first-parent line of {new}; \
+                     rebase on main (git pull --rebase) instead of merging it in"
+                )));
+            };
             line.push(at);
-            match parent {
-                Some(p) => at = p,
-                None => break,
-            }
+            at = parent;
         }
-        let mut commits = Vec::with_capacity(line.len());
+        let mut checked: HashSet<(PlanFile, Oid)> = HashSet::new();
+        let mut bytes_checked = 0usize;
         for commit in line.iter().rev() {
             let id = CommitId(to_id(commit.id()));
+            if let Some(trailer) = reserved_trailer(commit.message_bytes()) {
+                return Ok(Err(format!(
+                    "commit {id}: the trailer {trailer} is the service's own; leave it out"
+                )));
+            }
             let tree = commit.tree().map_err(err("read a pushed tree"))?;
             if let Err(reason) = two_regular_files(&tree) {
                 return Ok(Err(format!("commit {id}: {reason}")));
             }
             let parent_tree = commit.parent(0).ok().and_then(|p| p.tree().ok());
-            let mut changed = Vec::new();
             for file in PlanFile::ALL {
                 let entry = tree.get_name(file.path()).expect("checked above");
                 let before = parent_tree
                     .as_ref()
                     .and_then(|t| t.get_name(file.path()).map(|e| e.id()));
-                if before != Some(entry.id()) {
-                    let blob = repo
-                        .find_blob(entry.id())
-                        .map_err(err("read a pushed file"))?;
-                    changed.push((file, blob.content().to_vec()));
+                if before == Some(entry.id()) || !checked.insert((file, entry.id())) {
+                    continue;
+                }
+                let blob = repo
+                    .find_blob(entry.id())
+                    .map_err(err("read a pushed file"))?;
+                bytes_checked += blob.size();
+                if bytes_checked > MAX_CHECKED_BYTES {
+                    return Ok(Err(format!(
+                        "the push changes more than {MAX_CHECKED_BYTES} bytes of files"
+                    )));
+                }
+                if let Err(reason) = check(id, file, blob.content()) {
+                    return Ok(Err(reason));
                 }
             }
-            commits.push(PushedCommit { id, changed });
         }
-        Ok(Ok(commits))
+        Ok(Ok(line.iter().map(git2::Commit::id).collect()))
+    }
+
+    /// One notes commit on `refs/notes/planfiles` with `note` on every pushed commit (a
+    /// `refs/notes/planfiles.lock` older than [`STALE_NOTES_LOCK`] was left by a process that
+    /// died: removed, as we hold the tenant's write lock).
+    fn write_notes(
+        &self,
+        staged: &StagedPush,
+        note: &str,
+        committer: &Identity,
+    ) -> Result<(), git2::Error> {
+        if staged.line.is_empty() {
+            return Ok(());
+        }
+        let lock = self.path.join(format!("{NOTES_REF}.lock"));
+        let stale = std::fs::metadata(&lock)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE_NOTES_LOCK);
+        if stale && std::fs::remove_file(&lock).is_ok() {
+            tracing::warn!(tenant = %self.tenant, "removed a stale {NOTES_REF}.lock");
+        }
+        let repo = &self.repo;
+        let parent = repo
+            .refname_to_id(NOTES_REF)
+            .ok()
+            .and_then(|id| repo.find_commit(id).ok());
+        let base = parent.as_ref().map(git2::Commit::tree).transpose()?;
+        let mut tree = repo.treebuilder(base.as_ref())?;
+        let blob = repo.blob(note.as_bytes())?;
+        for commit in &staged.line {
+            tree.insert(commit.to_string(), blob, 0o100644)?;
+        }
+        let tree = repo.find_tree(tree.write()?)?;
+        let who = git2::Signature::now(committer.name(), committer.email())?;
+        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        repo.commit(
+            Some(NOTES_REF),
+            &who,
+            &who,
+            &format!("Notes of a push of {} commits\n", staged.line.len()),
+            &tree,
+            &parents,
+        )?;
+        Ok(())
     }
 
     /// Moves `main` from `old` to `new` as an API write moves it: under the tenant's write
     /// lock (after the placement is read again), the pusher's note and the pack made durable
     /// first, then the compare-and-swap of `main`, then its sync. `Stale` when `main` is not
     /// at `old` any more (git's "fetch first").
+    #[allow(clippy::too_many_arguments)]
     pub(in crate::storage) fn fast_forward(
         &self,
         old: CommitId,
         new: CommitId,
+        staged: StagedPush,
         note: &str,
         committer: &Identity,
         sync: Option<&SyncGroup>,
@@ -149,26 +258,27 @@ impl TenantRepo {
             return Ok(FastForward::Stale);
         }
         let fsync = sync.is_none();
-        let mark = sync.map(SyncGroup::mark);
-        // The note first: it names `new`, which is in the store already; on main's line only
-        // once main moves.
-        let who = git2::Signature::now(committer.name(), committer.email())
-            .map_err(err("make the note's signature"))?;
-        self.repo
-            .note(&who, &who, Some(NOTES_REF), new, note, true)
-            .map_err(err("write the push's note"))?;
-        // 1. The pack, the note and its ref are durable (fsync mode: libgit2 synced them).
-        self.group_sync_since(sync, mark, PATH)?;
-        // 2. main, compared and swapped.
+        // The notes first: they name pushed commits, which are in the store already; on
+        // main's line only once main moves.
+        self.write_notes(&staged, note, committer)
+            .map_err(err("write the push's notes"))?;
+        // 1. The pack (written since the mark), the notes and their ref are durable (fsync
+        // mode: libgit2 synced them, and the pack's folder was synced when it moved in).
+        self.group_sync_since(sync, staged.mark, PATH)?;
+        // 2. main, compared and swapped; a lock a dead planfiles writer left is removed, a
+        // live git command's is waited for no longer than an answer can.
         let lock = match self.lock_ref(MAIN, Some(old), new, fsync) {
             Ok(lock) => lock,
             Err(RefMove::Moved) => return Ok(FastForward::Stale),
-            Err(RefMove::Locked) => {
-                return Err(StorageError::RefLocked {
-                    tenant: self.tenant.clone(),
-                    lock: "refs/heads/main.lock",
-                })
+            Err(RefMove::Locked) if self.remove_abandoned_ref_lock() => {
+                match self.lock_ref(MAIN, Some(old), new, fsync) {
+                    Ok(lock) => lock,
+                    Err(RefMove::Moved) => return Ok(FastForward::Stale),
+                    Err(RefMove::Locked) => return Ok(FastForward::Locked),
+                    Err(RefMove::Failed(e)) => return Err(e),
+                }
             }
+            Err(RefMove::Locked) => return Ok(FastForward::Locked),
             Err(RefMove::Failed(e)) => return Err(e),
         };
         let folder = lock.folder().to_owned();
@@ -204,8 +314,34 @@ impl TenantRepo {
     }
 }
 
+/// The first of the service's own trailers a message carries, if any.
+fn reserved_trailer(message: &[u8]) -> Option<&'static str> {
+    let text = String::from_utf8_lossy(message);
+    text.lines().find_map(|line| {
+        RESERVED_TRAILERS
+            .iter()
+            .find(|t| line.starts_with(**t))
+            .map(|t| t.trim_end_matches(' '))
+    })
+}
+
 /// A pushed tree must be the tenant's two files, as regular files, and nothing else.
 fn two_regular_files(tree: &git2::Tree<'_>) -> Result<(), String> {
+    if tree.len() > PlanFile::ALL.len() {
+        let names: Vec<String> = tree
+            .iter()
+            .map(|e| e.name().unwrap_or("?").to_owned())
+            .collect();
+        if names
+            .iter()
+            .all(|n| PlanFile::ALL.iter().any(|f| f.path() == n))
+        {
+            return Err(format!(
+                "the tree names a file twice ({})",
+                names.join(", ")
+            ));
+        }
+    }
     for entry in tree.iter() {
         let name = entry.name().unwrap_or("(a name that is not UTF-8)");
         if !PlanFile::ALL.iter().any(|f| f.path() == name) {
@@ -295,15 +431,18 @@ mod tests {
                 .write_all(names.as_bytes())
                 .unwrap();
             let pack = packer.wait_with_output().unwrap().stdout;
-            let pushed = storage
-                .stage_push(&tenant, &pack, id(&old), id(&new))
-                .unwrap()
-                .unwrap();
-            assert_eq!(pushed.len(), 1, "{case}");
+            let stage = || {
+                storage
+                    .stage_push(&tenant, &pack, id(&old), id(&new), &mut |_, _, _| Ok(()))
+                    .unwrap()
+                    .unwrap()
+            };
+            let staged = stage();
+            assert_eq!(staged.commits, 1, "{case}");
             let who = Identity::new("Pusher", "p@x", "x");
             let rid = RequestId::generate();
             let fault = inject(op, on, errno, 1);
-            let result = storage.fast_forward(&tenant, id(&old), id(&new), &who, &rid);
+            let result = storage.fast_forward(&tenant, id(&old), id(&new), staged, &who, &rid);
             assert!(fault.fired(), "{case}: the call was never made");
             drop(fault);
             assert!(result.is_err(), "{case}: {result:?}");
@@ -312,7 +451,7 @@ mod tests {
                 &["--git-dir", repo.to_str().unwrap(), "rev-parse", "main"],
             );
             assert_eq!(head, old, "{case}: main moved");
-            let again = storage.fast_forward(&tenant, id(&old), id(&new), &who, &rid);
+            let again = storage.fast_forward(&tenant, id(&old), id(&new), stage(), &who, &rid);
             assert_eq!(again.unwrap(), FastForward::Moved, "{case}");
             let head = git(
                 dir.path(),

@@ -50,6 +50,7 @@ pub fn scan(pack: &[u8], limits: PackLimits) -> Result<u32, String> {
         let (kind, size, header) = entry_header(&pack[at..body_end])
             .ok_or_else(|| format!("object {i} of the pack has a malformed header"))?;
         at += header;
+        let delta = kind == 6 || kind == 7;
         match kind {
             1..=4 => {}
             6 => {
@@ -78,15 +79,31 @@ pub fn scan(pack: &[u8], limits: PackLimits) -> Result<u32, String> {
                 limits.object_bytes
             ));
         }
-        total += size;
+        let (used, head) = inflated_exactly(&pack[at..body_end], size)
+            .ok_or_else(|| format!("object {i} of the pack does not inflate to its size"))?;
+        at += used;
+        // A delta's header size is that of its instructions; what it makes is named at the
+        // start of them (the base's size, then the result's), and a few bytes of copy
+        // instructions can make gigabytes: the result is what counts.
+        let made = if delta {
+            delta_result_size(&head)
+                .ok_or_else(|| format!("object {i} of the pack is a malformed delta"))?
+        } else {
+            size
+        };
+        if made > limits.object_bytes {
+            return Err(format!(
+                "object {i} of the pack inflates to {made} bytes, more than the {} a pushed object may have",
+                limits.object_bytes
+            ));
+        }
+        total += made;
         if total > limits.total_bytes {
             return Err(format!(
                 "the pack inflates to more than the {} bytes a push may carry",
                 limits.total_bytes
             ));
         }
-        at += inflated_exactly(&pack[at..body_end], size)
-            .ok_or_else(|| format!("object {i} of the pack does not inflate to its size"))?;
     }
     if at != body_end {
         return Err("the pack has bytes after its last object".into());
@@ -116,9 +133,11 @@ fn entry_header(bytes: &[u8]) -> Option<(u8, u64, usize)> {
 
 /// The compressed bytes of a zlib stream at the start of `bytes` that inflates to exactly
 /// `size` bytes (inflated in small steps: never more than `size` plus a step is produced).
-fn inflated_exactly(bytes: &[u8], size: u64) -> Option<usize> {
+fn inflated_exactly(bytes: &[u8], size: u64) -> Option<(usize, Vec<u8>)> {
     let mut z = flate2::Decompress::new(true);
     let mut out = [0u8; 16 * 1024];
+    // The first bytes inflated: a delta's sizes are there.
+    let mut head = Vec::with_capacity(20);
     loop {
         let (read, made) = (z.total_in(), z.total_out());
         let status = z
@@ -128,16 +147,44 @@ fn inflated_exactly(bytes: &[u8], size: u64) -> Option<usize> {
                 flate2::FlushDecompress::None,
             )
             .ok()?;
+        let now = (z.total_out() - made) as usize;
+        if head.len() < 20 {
+            let take = now.min(20 - head.len());
+            head.extend_from_slice(&out[..take]);
+        }
         if z.total_out() > size {
             return None;
         }
         if status == flate2::Status::StreamEnd {
-            return (z.total_out() == size).then_some(z.total_in() as usize);
+            return (z.total_out() == size).then_some((z.total_in() as usize, head));
         }
         if z.total_in() == read && z.total_out() == made {
             return None; // no progress: the stream is cut short
         }
     }
+}
+
+/// The size of what a delta makes: the second of the two sizes its instructions start with.
+fn delta_result_size(head: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    let mut varint = || {
+        let mut value = 0u64;
+        let mut shift = 0;
+        loop {
+            let byte = *head.get(at)?;
+            at += 1;
+            if shift > 56 {
+                return None;
+            }
+            value |= u64::from(byte & 0x7f) << shift;
+            shift += 7;
+            if byte & 0x80 == 0 {
+                return Some(value);
+            }
+        }
+    };
+    let _base = varint()?;
+    varint()
 }
 
 #[cfg(test)]
@@ -184,6 +231,32 @@ mod tests {
         let e = scan(&p, PackLimits::default()).unwrap_err();
         assert!(e.contains("inflates to 67108864 bytes"), "{e}");
         assert!(started.elapsed() < std::time::Duration::from_millis(500));
+    }
+
+    #[test]
+    fn a_delta_is_counted_by_what_it_makes() {
+        // A ref-delta of 9 bytes of instructions that says it makes 64 MiB.
+        let mut delta = vec![0x08]; // the base: 8 bytes
+        let mut result = 64u64 * 1024 * 1024;
+        while result >= 0x80 {
+            delta.push((result as u8 & 0x7f) | 0x80);
+            result >>= 7;
+        }
+        delta.push(result as u8);
+        delta.push(0x90); // copy, size in the next byte
+        delta.push(0x08);
+        let mut p = b"PACK".to_vec();
+        p.extend_from_slice(&2u32.to_be_bytes());
+        p.extend_from_slice(&1u32.to_be_bytes());
+        p.push((7 << 4) | delta.len() as u8);
+        p.extend_from_slice(&[0x11; 20]);
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        z.write_all(&delta).unwrap();
+        p.extend_from_slice(&z.finish().unwrap());
+        let digest = Sha1::digest(&p);
+        p.extend_from_slice(&digest);
+        let e = scan(&p, PackLimits::default()).unwrap_err();
+        assert!(e.contains("inflates to 67108864 bytes"), "{e}");
     }
 
     #[test]
