@@ -293,17 +293,48 @@ impl SchemaSet {
     }
 }
 
+/// The draft every schema of the folder is written in.
+const DRAFT_2020_12: &str = "https://json-schema.org/draft/2020-12/schema";
+
 fn compile_one(files: &folder::Files, file: &str, schema: &Value) -> Result<Compiled, SchemaError> {
+    // One draft for the folder: the combined schemas served to clients are 2020-12 documents
+    // that embed these files, and another draft's keywords would be read differently there.
+    if let Some(declared) = schema.get("$schema").and_then(Value::as_str) {
+        if declared.trim_end_matches('#') != DRAFT_2020_12 {
+            return Err(SchemaError::Invalid {
+                file: file.to_owned(),
+                pointer: "/$schema".into(),
+                message: format!(
+                    "{declared:?}: the schemas must be JSON Schema draft 2020-12 ({DRAFT_2020_12})"
+                ),
+            });
+        }
+    }
     let validator = jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
         .with_base_uri(format!("{BASE_URI}{file}"))
         .with_retriever(files.retriever())
         .with_pattern_options(jsonschema::PatternOptions::regex())
         .should_validate_formats(true)
         .build(schema)
-        .map_err(|e| SchemaError::Invalid {
-            file: file.to_owned(),
-            pointer: e.instance_path().as_str().to_owned(),
-            message: e.to_string(),
+        .map_err(|e| {
+            // Where in the schema: the meta-schema's verdict names it as its instance path;
+            // a pattern the engine refuses, by the path of the keyword.
+            let pointer = match e.instance_path().as_str() {
+                "" => e.schema_path().as_str().to_owned(),
+                at => at.to_owned(),
+            };
+            let mut message = e.to_string();
+            if message.contains("\"regex\"") {
+                message.push_str(
+                    " (patterns run on a linear-time engine: no look-around, no back-references)",
+                );
+            }
+            SchemaError::Invalid {
+                file: file.to_owned(),
+                pointer,
+                message,
+            }
         })?;
     Ok(Compiled {
         file: file.to_owned(),

@@ -81,20 +81,22 @@ async fn history(
                 }
                 other => other?,
             };
-            // Each version judged once per schema set (remembered by blob id).
+            // Each version judged once per schema set (remembered by file and blob id); a
+            // version that cannot be read fails the page and is not remembered.
             let mut valid = Vec::with_capacity(page.entries.len());
             for e in &page.entries {
                 let mut read = Ok(());
-                valid.push(validators.passes(e.blob, |set| {
+                let verdict = validators.passes(file, e.blob, |set| {
                     match storage.history_blob(&tenant, file, e.blob) {
-                        Ok(bytes) => set.stored_is_valid(file, &bytes),
+                        Ok(bytes) => Some(set.stored_is_valid(file, &bytes)),
                         Err(err) => {
                             read = Err(err);
-                            false
+                            None
                         }
                     }
-                }));
+                });
                 read?;
+                valid.push(verdict.unwrap_or(false));
             }
             Ok(Ok(view(page, valid)))
         },

@@ -350,6 +350,16 @@ impl ResponseError for ApiError {
             (ApiError::Part { .. }, ApiError::InvalidContent(e)) => {
                 format!("{}: {}", pointer.clone().unwrap_or_default(), e.message)
             }
+            (
+                ApiError::Part { file, .. },
+                ApiError::SchemaViolation {
+                    file: f,
+                    violations,
+                },
+            ) => describe_violations(
+                *f,
+                &violations.clone().under(&format!("/{}", file.part_name())),
+            ),
             _ => detail,
         };
         match inner {

@@ -9,6 +9,7 @@ use super::write::{file_sha, preconditions, NewDoc, Part, Planned, Shape};
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{ContentError, PlanFile};
+use crate::validation::SchemaSet;
 use actix_web::{web, HttpRequest};
 
 /// `POST /plans/integration-file/restore`.
@@ -96,28 +97,18 @@ impl AppState {
         // tenant's.
         let render = self.render_turn(who.tenant()).await?;
         let (storage, owned) = (self.storage.clone(), who.tenant().clone());
-        let bytes = blocking(
+        let schemas = self.validators.current();
+        // Reading, parsing and checking up to a megabyte of YAML: off the worker.
+        let doc = blocking(
             move || {
                 let _turn = render;
-                Ok(storage.read_at(&owned, file, commit)?.bytes)
+                let bytes = storage.read_at(&owned, file, commit)?.bytes;
+                Ok(restored(file, &bytes, &schemas))
             },
             file,
         )
-        .await?;
-        let doc = NewDoc::from_stored(file, &bytes).map_err(|errors| {
-            ApiError::InvalidContent(ContentError::new(
-                "/commit",
-                format!(
-                    "the file in that commit is not valid, so it is not restored: {}",
-                    errors.join("; ")
-                ),
-            ))
-        })?;
-        // The version must pass today's schemas, as any write: violations point into the
-        // file's content, with their lines in its text at that commit.
-        let doc = doc
-            .validated(&self.validators.current(), "", true)
-            .map_err(|e| self.counted(e))?;
+        .await?
+        .map_err(|e| self.counted(e))?;
         // Preconditions come last (contract order): an unknown commit is 404 before a 428.
         let preconditions = preconditions(file, sha, body::if_match(&req))?;
         let planned = Planned {
@@ -132,4 +123,20 @@ impl AppState {
         self.run_write(&who, &req, planned, meta, Shape::Single)
             .await
     }
+}
+
+/// The version to write back: valid for its kind (422 `invalid_content` at `/commit`
+/// otherwise) and by today's schemas (violations point into the file, with lines in its
+/// text).
+fn restored(file: PlanFile, bytes: &[u8], schemas: &SchemaSet) -> Result<NewDoc, ApiError> {
+    let doc = NewDoc::from_stored(file, bytes).map_err(|errors| {
+        ApiError::InvalidContent(ContentError::new(
+            "/commit",
+            format!(
+                "the file in that commit is not valid, so it is not restored: {}",
+                errors.join("; ")
+            ),
+        ))
+    })?;
+    doc.validated(schemas, "", true)
 }

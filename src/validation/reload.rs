@@ -64,25 +64,38 @@ impl Validators {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Whether the stored blob `blob` passes the set in use: `judge` runs once per blob and
-    /// set, and its verdict is remembered.
+    /// Whether the stored blob `blob` passes the set in use as `file`: `judge` runs once per
+    /// file, blob and set, and its verdict (`Some`) is remembered; `None` (the blob could not
+    /// be read) is not.
     pub fn passes(
         &self,
+        file: crate::domain::PlanFile,
         blob: crate::domain::BlobId,
-        judge: impl FnOnce(&SchemaSet) -> bool,
-    ) -> bool {
+        judge: impl FnOnce(&SchemaSet) -> Option<bool>,
+    ) -> Option<bool> {
         let (set, generation) = self.current_with_generation();
-        if let Some(known) = self.verdicts.get(generation, blob) {
-            return known;
+        if let Some(known) = self.verdicts.get(generation, file, blob) {
+            return Some(known);
         }
-        let valid = judge(&set);
-        self.verdicts.put(generation, blob, valid);
-        valid
+        let valid = judge(&set)?;
+        self.verdicts.put(generation, file, blob, valid);
+        Some(valid)
     }
 
     /// Reads and compiles the folder again (file I/O: not on an async worker). On an error
     /// the set in use stays, and the error is returned for the log and the metric.
     pub fn reload(&self) -> Result<Reloaded, SchemaError> {
+        // A folder that is gone (deleted to be copied again, say) is an error here, not "no
+        // schemas": every check would stop without a word.
+        if let Some(dir) = self.dir.as_deref().filter(|d| !d.is_dir()) {
+            return Err(SchemaError::Read {
+                path: dir.to_owned(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the schemas folder is not there: the last good set stays in use",
+                ),
+            });
+        }
         let set = SchemaSet::load(self.dir.as_deref(), self.unknown)?;
         let mut current = self.current.write().expect("not poisoned");
         if current.id() == set.id() {
@@ -97,8 +110,8 @@ impl Validators {
 
 /// Change events say whether each version is valid by today's set (remembered per blob).
 impl crate::storage::Judge for Validators {
-    fn known(&self, _file: crate::domain::PlanFile, blob: crate::domain::BlobId) -> Option<bool> {
-        self.verdicts.get(self.generation(), blob)
+    fn known(&self, file: crate::domain::PlanFile, blob: crate::domain::BlobId) -> Option<bool> {
+        self.verdicts.get(self.generation(), file, blob)
     }
 
     fn judge(
@@ -107,6 +120,7 @@ impl crate::storage::Judge for Validators {
         blob: crate::domain::BlobId,
         bytes: &[u8],
     ) -> bool {
-        self.passes(blob, |set| set.stored_is_valid(file, bytes))
+        self.passes(file, blob, |set| Some(set.stored_is_valid(file, bytes)))
+            .unwrap_or(false)
     }
 }

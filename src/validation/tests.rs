@@ -260,3 +260,28 @@ fn formats_are_asserted() {
         .check_configuration(&map(json!({"who": "a@b.example"})))
         .is_empty());
 }
+
+#[test]
+fn a_schema_of_another_draft_is_refused() {
+    let e = set(
+        &[(
+            "integrations/x.json",
+            json!({"$schema": "http://json-schema.org/draft-07/schema#"}),
+        )],
+        UnknownIntegrations::Allow,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("integrations/x.json#/$schema") && e.contains("2020-12"),
+        "{e}"
+    );
+    assert!(set(
+        &[(
+            "integrations/x.json",
+            json!({"$schema": "https://json-schema.org/draft/2020-12/schema"})
+        )],
+        UnknownIntegrations::Allow,
+    )
+    .is_ok());
+}

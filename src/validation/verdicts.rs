@@ -1,5 +1,5 @@
-//! `Verdicts`: whether a stored blob passes the schema set in use, remembered per (blob id, set generation) so that history pages judge each version once.
-use crate::domain::BlobId;
+//! `Verdicts`: whether a stored blob passes the schema set in use as one of the two files, remembered per (file, blob id, set generation) so that history pages judge each version once.
+use crate::domain::{BlobId, PlanFile};
 use foldhash::fast::RandomState;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,19 +17,20 @@ pub struct Verdicts {
 struct Inner {
     generation: u64,
     /// Blob ids come from the repositories, not from clients.
-    valid: HashMap<BlobId, bool, RandomState>,
+    valid: HashMap<(PlanFile, BlobId), bool, RandomState>,
 }
 
 impl Verdicts {
-    /// The verdict on `blob` under the set of `generation`, if known.
-    pub fn get(&self, generation: u64, blob: BlobId) -> Option<bool> {
+    /// The verdict on `blob` as `file` under the set of `generation`, if known (the same
+    /// bytes may be a valid configuration file and an invalid integration file).
+    pub fn get(&self, generation: u64, file: PlanFile, blob: BlobId) -> Option<bool> {
         let inner = self.inner.lock().expect("not poisoned");
         (inner.generation == generation)
-            .then(|| inner.valid.get(&blob).copied())
+            .then(|| inner.valid.get(&(file, blob)).copied())
             .flatten()
     }
 
-    pub fn put(&self, generation: u64, blob: BlobId, valid: bool) {
+    pub fn put(&self, generation: u64, file: PlanFile, blob: BlobId, valid: bool) {
         let mut inner = self.inner.lock().expect("not poisoned");
         if generation < inner.generation {
             return; // judged by a set already replaced
@@ -38,6 +39,6 @@ impl Verdicts {
             inner.valid.clear();
             inner.generation = generation;
         }
-        inner.valid.insert(blob, valid);
+        inner.valid.insert((file, blob), valid);
     }
 }

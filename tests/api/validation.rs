@@ -471,6 +471,11 @@ fn planfiles_validate_checks_a_file_offline_as_the_service_does() {
     let doc: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(doc["valid"], false);
     assert_eq!(doc["errors"].as_array().unwrap().len(), 2);
+    // The rules of a write of the text: a scalar YAML 1.1 and 1.2 read differently is refused.
+    std::fs::write(&bad, "aws:\n  - account_id: 0777\n").unwrap();
+    let (code, stdout, _) = run(&["--integration", bad.to_str().unwrap(), "--schemas", s]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("/aws/0/account_id"), "{stdout}");
     // A file that is not YAML of its kind, usage errors and a missing schemas folder.
     std::fs::write(&bad, "- a list\n").unwrap();
     assert_eq!(
@@ -674,4 +679,32 @@ print(json.dumps(bad)); sys.exit(1 if bad else 0)
         .filter(|c| !c["service"].as_array().unwrap().is_empty())
         .count();
     assert_eq!(refused, cases.len() - 5, "{cases:?}");
+}
+
+/// The same bytes can be a valid configuration file and an invalid integration file: each
+/// file's history says what its own version is.
+#[tokio::test]
+async fn a_verdict_belongs_to_its_file_not_only_to_its_bytes() {
+    let app = TestApp::spawn_with_schemas(&shipped_schemas(), "refuse").await;
+    let t = token("initech", ALL);
+    let conf: Value = app
+        .history(&t, "configuration-file", "limit=1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(conf["entries"][0]["status"], "valid", "{conf}");
+    let same = app.git("initech", &["show", "main:configuration.yml"]);
+    app.outside_commit("initech", "integrations.yml", &format!("{same}\n"));
+    let int: Value = app
+        .history(&t, "integration-file", "limit=1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        int["entries"][0]["file_sha"], conf["entries"][0]["file_sha"],
+        "the same blob"
+    );
+    assert_eq!(int["entries"][0]["status"], "invalid", "{int}");
 }
