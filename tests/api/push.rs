@@ -435,3 +435,32 @@ async fn a_merge_that_leaves_main_off_the_first_parent_line_is_refused() {
     );
     assert_eq!(app.head("acme"), head);
 }
+
+/// The real binary with a data dir given relative to its working folder (as `cargo run` and
+/// config.toml's default `data` do): a push lands.
+#[tokio::test]
+async fn a_push_lands_with_a_relative_data_dir() {
+    use crate::common::process::{data_dir_with_fixture, planfiles, serve_command};
+    let dir = data_dir_with_fixture();
+    let mut cmd = planfiles(dir.path());
+    cmd.env("PLANFILES_DATA_DIR", "data");
+    let server = serve_command(cmd);
+    let t = token("acme", WRITE_BOTH);
+    let work = tempfile::tempdir().unwrap();
+    ok(git(
+        work.path(),
+        &t,
+        &["clone", "-q", &server.url("/git/acme.git"), "c"],
+    ));
+    let clone = work.path().join("c");
+    let pushed = commit(&clone, "integrations.yml", "relative: {a: 1}\n", "relative");
+    let (ok_, stderr) = push(&clone, &t, &["main"]);
+    assert!(ok_, "{stderr}");
+    assert_eq!(
+        git_in(
+            &dir.path().join("data/tenants/acme.git"),
+            &["rev-parse", "main"]
+        ),
+        pushed
+    );
+}

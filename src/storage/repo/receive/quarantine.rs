@@ -32,7 +32,10 @@ impl Quarantine {
         };
         git2::Repository::init_bare(&path).map_err(git)?;
         let alternates = path.join("objects/info/alternates");
-        std::fs::write(&alternates, format!("{}\n", objects.display()))
+        // Absolute: git reads a relative alternate against the quarantine's own objects/.
+        let borrowed = std::path::absolute(&objects)
+            .map_err(|e| io("find the tenant's objects folder", &objects, e))?;
+        std::fs::write(&alternates, format!("{}\n", borrowed.display()))
             .map_err(|e| io("write the quarantine's alternates", &alternates, e))?;
         std::fs::create_dir_all(path.join("objects/pack"))
             .map_err(|e| io("make the quarantine's pack folder", &path, e))?;
