@@ -77,8 +77,8 @@ pub(super) async fn advertise(
     req: &HttpRequest,
     repo: &str,
 ) -> Reply {
-    let (who, tenant) = match authorize(state, who, req, repo).await {
-        Ok(found) => found,
+    let tenant = match authorize(state, who, req, repo).await {
+        Ok((_, tenant)) => tenant,
         Err(e) => return refuse(req, e),
     };
     let storage = state.storage.clone();
@@ -87,7 +87,6 @@ pub(super) async fn advertise(
         Ok(head) => head,
         Err(e) => return refuse(req, e),
     };
-    let _ = who;
     let mut body = pkt_line("# service=git-receive-pack\n");
     body.extend_from_slice(b"0000");
     body.extend_from_slice(&pkt_line_bytes(
