@@ -8,6 +8,9 @@ enum Frame {
     Seq(usize),
 }
 
+/// The token of a key that is not text (an alias, a collection): it matches no pointer.
+const NO_NAME: &str = "\u{0}";
+
 /// For each of `pointers`, where its value starts in `text`, if the text holds it as a node
 /// of its own (a value reached through an alias has no place).
 pub fn positions(text: &str, pointers: &[&str]) -> Vec<Option<(usize, usize)>> {
@@ -19,8 +22,38 @@ pub fn positions(text: &str, pointers: &[&str]) -> Vec<Option<(usize, usize)>> {
     // The reference tokens of the node being read, escaped as in a pointer.
     let mut path: Vec<String> = Vec::new();
     let mut left = pointers.len();
+    // Inside a key that is a collection (`? [a, b]`): how deep, until it ends.
+    let mut complex_key = 0usize;
     for event in Parser::new_from_str(text) {
         let Ok((event, span)) = event else { break };
+        if complex_key > 0 {
+            match event {
+                Event::MappingStart(..) | Event::SequenceStart(..) => complex_key += 1,
+                Event::MappingEnd | Event::SequenceEnd => complex_key -= 1,
+                _ => {}
+            }
+            if complex_key == 0 {
+                if let Some(Frame::Map(pending)) = stack.last_mut() {
+                    *pending = Some(NO_NAME.to_owned());
+                }
+            }
+            continue;
+        }
+        // An alias or a collection where a mapping waits for a key is that key: one no
+        // pointer can name (JSON's keys are text).
+        if let Some(Frame::Map(pending @ None)) = stack.last_mut() {
+            match event {
+                Event::Alias(_) => {
+                    *pending = Some(NO_NAME.to_owned());
+                    continue;
+                }
+                Event::MappingStart(..) | Event::SequenceStart(..) => {
+                    complex_key = 1;
+                    continue;
+                }
+                _ => {}
+            }
+        }
         let starts_node = matches!(
             event,
             Event::Scalar(..)
@@ -115,6 +148,13 @@ mod tests {
                 Some((3, 3)),
             ]
         );
+    }
+
+    #[test]
+    fn keys_that_are_aliases_or_collections_keep_the_rest_in_place() {
+        let text = "base: &k account_id\naws:\n  - *k : \"12\"\n    regions: [mars-1]\n? [a, b]\n: x\nnext: [1]\n";
+        let got = positions(text, &["/aws/0/regions/0", "/next/0", "/base"]);
+        assert_eq!(got, vec![Some((4, 15)), Some((7, 8)), Some((1, 10))]);
     }
 
     #[test]
