@@ -260,7 +260,13 @@ impl TestApp {
         Self {
             addr,
             data_dir,
-            client: reqwest::Client::new(),
+            // Idle connections are dropped before the server's keep-alive (5 s) closes them:
+            // a request sent on a connection the server is closing at that moment fails
+            // (`IncompleteMessage`), which a loaded machine made happen once.
+            client: reqwest::Client::builder()
+                .pool_idle_timeout(std::time::Duration::from_secs(3))
+                .build()
+                .unwrap(),
             handle,
             thread: Some(thread),
             events,
