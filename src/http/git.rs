@@ -104,13 +104,7 @@ pub(super) async fn info_refs(
         body.extend_from_slice(b"0000");
     }
     body.extend_from_slice(&refs);
-    Ok(HttpResponse::Ok()
-        .content_type(ADVERTISEMENT)
-        .insert_header((
-            header::CACHE_CONTROL,
-            "no-cache, max-age=0, must-revalidate",
-        ))
-        .body(body))
+    Ok(git_answer(ADVERTISEMENT).body(body))
 }
 
 /// `POST git-upload-pack`: one round of negotiation, answered with the pack as it is made.
@@ -177,13 +171,7 @@ pub(super) async fn upload_pack(
         Ok(stream) => stream,
         Err(e) => return upload_pack_error(&req, e),
     };
-    Ok(HttpResponse::Ok()
-        .content_type(RESULT)
-        .insert_header((
-            header::CACHE_CONTROL,
-            "no-cache, max-age=0, must-revalidate",
-        ))
-        .streaming(stream.map(|chunk| chunk.map(web::Bytes::from))))
+    Ok(git_answer(RESULT).streaming(stream.map(|chunk| chunk.map(web::Bytes::from))))
 }
 
 /// The checks every git route makes before it looks at the request itself, in the contract's
@@ -260,13 +248,7 @@ fn upload_pack_error(req: &HttpRequest, e: UploadPackError) -> Reply {
         ),
         UploadPackError::NotOurRef { tenant, oid } => {
             tracing::info!(%tenant, want = %oid, "refused an upload-pack want that is not reachable from a ref");
-            Ok(HttpResponse::Ok()
-                .content_type(RESULT)
-                .insert_header((
-                    header::CACHE_CONTROL,
-                    "no-cache, max-age=0, must-revalidate",
-                ))
-                .body(pkt_line(&format!("ERR upload-pack: not our ref {oid}\n"))))
+            Ok(git_answer(RESULT).body(pkt_line(format!("ERR upload-pack: not our ref {oid}\n"))))
         }
         UploadPackError::Malformed { source, .. } => Err(ApiError::InvalidBody(source.to_string())),
         UploadPackError::Storage(e) => Err(ApiError::from_storage(e, PlanFile::Integration)),
@@ -286,8 +268,22 @@ fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, ApiError> {
     Ok(out)
 }
 
-fn pkt_line(text: &str) -> Vec<u8> {
-    format!("{:04x}{text}", text.len() + 4).into_bytes()
+/// `data` as one pkt-line: its length (with the four digits) in hex, then the bytes.
+fn pkt_line(data: impl AsRef<[u8]>) -> Vec<u8> {
+    let data = data.as_ref();
+    let mut out = format!("{:04x}", data.len() + 4).into_bytes();
+    out.extend_from_slice(data);
+    out
+}
+
+/// A 200 of a git smart HTTP route: its media type, and never cached.
+fn git_answer(media: &'static str) -> actix_web::HttpResponseBuilder {
+    let mut res = HttpResponse::Ok();
+    res.content_type(media).insert_header((
+        header::CACHE_CONTROL,
+        "no-cache, max-age=0, must-revalidate",
+    ));
+    res
 }
 
 #[cfg(test)]

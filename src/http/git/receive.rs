@@ -1,5 +1,5 @@
 //! `git push` over smart HTTP: the receive-pack advertisement, the request's commands and pack, every pushed commit held to the rules of an API write (two regular files, each valid for its kind and the validators, the token's write permission per changed file), `main` moved by storage's compare-and-swap, and `report-status` (side-band messages name each reason).
-use super::{open_tenant, pkt_line, refuse};
+use super::{git_answer, open_tenant, pkt_line, refuse};
 use crate::auth::Principal;
 use crate::domain::{
     CommitId, ConfigurationDoc, IntegrationDoc, ObjectId, PlanFile, RequestId, TenantId,
@@ -12,7 +12,7 @@ use crate::http::AppState;
 use crate::storage::{FastForward, Storage, StorageError};
 use crate::validation::SchemaSet;
 use actix_web::http::header;
-use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use actix_web::{web, HttpMessage, HttpRequest};
 use std::sync::Arc;
 
 const ADVERTISEMENT: &str = "application/x-git-receive-pack-advertisement";
@@ -89,17 +89,11 @@ pub(super) async fn advertise(
     };
     let mut body = pkt_line("# service=git-receive-pack\n");
     body.extend_from_slice(b"0000");
-    body.extend_from_slice(&pkt_line_bytes(
+    body.extend_from_slice(&pkt_line(
         format!("{} {MAIN}\0{CAPABILITIES}\n", head.commit).as_bytes(),
     ));
     body.extend_from_slice(b"0000");
-    Ok(HttpResponse::Ok()
-        .content_type(ADVERTISEMENT)
-        .insert_header((
-            header::CACHE_CONTROL,
-            "no-cache, max-age=0, must-revalidate",
-        ))
-        .body(body))
+    Ok(git_answer(ADVERTISEMENT).body(body))
 }
 
 /// `POST git-receive-pack`: the push, all or nothing.
@@ -179,13 +173,7 @@ pub(in crate::http) async fn receive_pack(
     // git probes a large push with a request of one flush-pkt first (to learn whether it
     // may send it): answered with nothing, as git's own server does.
     if body.as_ref() == b"0000" {
-        return Ok(HttpResponse::Ok()
-            .content_type(RESULT)
-            .insert_header((
-                header::CACHE_CONTROL,
-                "no-cache, max-age=0, must-revalidate",
-            ))
-            .finish());
+        return Ok(git_answer(RESULT).finish());
     }
     let worked = web::block(move || {
         let _turn = turn;
@@ -225,13 +213,7 @@ pub(in crate::http) async fn receive_pack(
             }
         }
     }
-    Ok(HttpResponse::Ok()
-        .content_type(RESULT)
-        .insert_header((
-            header::CACHE_CONTROL,
-            "no-cache, max-age=0, must-revalidate",
-        ))
-        .body(answer(&report, side_band, report_status)))
+    Ok(git_answer(RESULT).body(answer(&report, side_band, report_status)))
 }
 
 /// The route, the token, its tenant and the tenant's repository (as for a clone), then a
@@ -465,7 +447,7 @@ fn answer(report: &Report, side_band: bool, report_status: bool) -> Vec<u8> {
                 // One line: git shows it as "[remote rejected] (reason)".
                 Some(why) => format!("ng {name} {}\n", why.replace('\n', " ")),
             };
-            status.extend(pkt_line_bytes(line.as_bytes()));
+            status.extend(pkt_line(line.as_bytes()));
         }
         status.extend_from_slice(b"0000");
     }
@@ -477,20 +459,14 @@ fn answer(report: &Report, side_band: bool, report_status: bool) -> Vec<u8> {
         let mut band = vec![2u8];
         band.extend_from_slice(m.as_bytes());
         band.push(b'\n');
-        out.extend(pkt_line_bytes(&band));
+        out.extend(pkt_line(&band));
     }
     for chunk in status.chunks(65_000) {
         let mut band = vec![1u8];
         band.extend_from_slice(chunk);
-        out.extend(pkt_line_bytes(&band));
+        out.extend(pkt_line(&band));
     }
     out.extend_from_slice(b"0000");
-    out
-}
-
-fn pkt_line_bytes(data: &[u8]) -> Vec<u8> {
-    let mut out = format!("{:04x}", data.len() + 4).into_bytes();
-    out.extend_from_slice(data);
     out
 }
 
@@ -503,11 +479,11 @@ mod tests {
 
     #[test]
     fn commands_capabilities_and_the_pack_are_read() {
-        let mut body = pkt_line_bytes(
+        let mut body = pkt_line(
             format!("{A} {B} refs/heads/main\0report-status side-band-64k agent=git/2\n")
                 .as_bytes(),
         );
-        body.extend(pkt_line_bytes(format!("{A} {B} refs/tags/v1\n").as_bytes()));
+        body.extend(pkt_line(format!("{A} {B} refs/tags/v1\n").as_bytes()));
         body.extend_from_slice(b"0000PACKxyz");
         let r = parse(&body).unwrap();
         assert_eq!(r.commands.len(), 2);
