@@ -13,7 +13,7 @@ use verified::VerifiedTokens;
 
 /// Every permission the service checks, with what it grants: what `planfiles token` accepts
 /// without `--custom-permission`.
-pub const PERMISSIONS: [(&str, &str); 7] = [
+pub const PERMISSIONS: [(&str, &str); 8] = [
     ("jit.integrations.read", "read the integration file"),
     (
         "jit.integrations.write",
@@ -31,6 +31,10 @@ pub const PERMISSIONS: [(&str, &str); 7] = [
     (
         "planfiles.repos.import",
         "import the tenant into a shard (tenant move)",
+    ),
+    (
+        "planfiles.webhooks.write",
+        "manage the tenant's webhook subscriptions",
     ),
     (
         "planfiles.metrics.read",

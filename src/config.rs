@@ -20,6 +20,7 @@ pub struct Config {
     pub cluster: ClusterConfig,
     pub validation: ValidationConfig,
     pub git: GitConfig,
+    pub webhooks: WebhooksConfig,
 }
 
 /// A parse error with its line, column, the setting it is about and toml's message, which
@@ -250,6 +251,9 @@ impl Config {
 
     fn check(&self) -> Result<(), ConfigError> {
         if let Some(problem) = self.server.bind_problem() {
+            return Err(ConfigError::Invalid(problem));
+        }
+        if let Some(problem) = self.webhooks.problem() {
             return Err(ConfigError::Invalid(problem));
         }
         if self.git.push_max_bytes == 0 {

@@ -12,6 +12,7 @@ pub mod object_id;
 pub mod request_id;
 pub mod shard_url;
 pub mod tenant;
+pub mod webhook;
 pub mod yaml;
 
 pub use commit_message::CommitMessage;
@@ -25,6 +26,7 @@ pub use object_id::{BlobId, CommitId, ObjectId};
 pub use request_id::RequestId;
 pub use shard_url::ShardUrl;
 pub use tenant::TenantId;
+pub use webhook::{EventType, WebhookId, WebhookSecret, WebhookUrl};
 
 /// A file as read from storage: a valid document, or what can be shown of a broken one.
 #[derive(Debug, Clone, PartialEq)]

@@ -20,12 +20,13 @@ mod problem;
 mod query;
 mod restore;
 pub mod routes;
-mod schema;
+pub(crate) mod schema;
 mod schemas;
 mod signing;
 mod socket;
 mod sse;
 mod views;
+mod webhooks;
 mod write;
 
 pub use body::BodyPace;
@@ -76,6 +77,9 @@ pub struct AppState {
     /// Pushes received at once: 4 in all, 1 per tenant; and the largest push.
     pub pushes: crate::gates::Turns,
     pub push_max_bytes: usize,
+    /// Webhook subscriptions' rules and dispatcher (`None`: built without them, as some
+    /// tests are; their endpoints then answer 503).
+    pub webhooks: Option<crate::webhooks::Webhooks>,
 }
 
 /// What `POST /admin/tenants/{id}/import` needs.
@@ -188,7 +192,23 @@ impl AppState {
             validators: crate::validation::Validators::none(),
             pushes: crate::gates::Turns::new(PUSHES, PUSHES_PER_TENANT, limits.queue_timeout),
             push_max_bytes: crate::config::GitConfig::default().push_max_bytes,
+            webhooks: None,
         }
+    }
+
+    /// Webhooks with their dispatcher (built over this state's storage, feed and metrics:
+    /// call after `events_config`).
+    pub fn webhooks(
+        mut self,
+        config: crate::config::WebhooksConfig,
+    ) -> Result<Self, crate::webhooks::BuildError> {
+        self.webhooks = Some(crate::webhooks::Webhooks::new(
+            self.storage.clone(),
+            self.events.clone(),
+            self.metrics.clone(),
+            config,
+        )?);
+        Ok(self)
     }
 
     /// The largest push (`git.push_max_bytes`).

@@ -15,4 +15,5 @@ pub mod storage;
 pub mod telemetry;
 pub mod upkeep;
 pub mod validation;
+pub mod webhooks;
 pub mod writer;

@@ -1,8 +1,8 @@
 //! `Metrics`: the service's Prometheus metrics, one registry per running app (prometheus).
 use crate::domain::yaml::splice::Made;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
 /// Every metric the service exports. Cheap to clone (the collectors are shared handles).
@@ -30,6 +30,12 @@ pub struct Metrics {
     pub schema_reloads: IntCounterVec,
     /// Writes refused by a validator, by file.
     pub schema_refusals: IntCounterVec,
+    /// Webhook delivery attempts, by outcome (delivered, http_error, timeout, refused, error).
+    pub webhook_attempts: IntCounterVec,
+    /// From a commit (its author date) to its event's 2xx, per event.
+    pub webhook_lag: Histogram,
+    /// Webhook subscriptions followed by this process, by state (active, failing).
+    pub webhook_subscriptions: IntGaugeVec,
 }
 
 impl Metrics {
@@ -142,6 +148,46 @@ impl Metrics {
             &["file"],
         )
         .expect("valid metric");
+        let webhook_attempts = IntCounterVec::new(
+            Opts::new(
+                "webhook_attempts_total",
+                "Webhook delivery attempts, by outcome",
+            ),
+            &["outcome"],
+        )
+        .expect("valid metric");
+        let webhook_lag = Histogram::with_opts(
+            HistogramOpts::new(
+                "webhook_delivery_lag_seconds",
+                "From a commit to its webhook event's 2xx",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+                3600.0,
+            ]),
+        )
+        .expect("valid metric");
+        let webhook_subscriptions = IntGaugeVec::new(
+            Opts::new(
+                "webhook_subscriptions",
+                "Webhook subscriptions this process follows, by state",
+            ),
+            &["state"],
+        )
+        .expect("valid metric");
+        for c in [
+            Box::new(webhook_attempts.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(webhook_lag.clone()),
+            Box::new(webhook_subscriptions.clone()),
+        ] {
+            registry.register(c).expect("metric names are unique");
+        }
+        for outcome in ["delivered", "http_error", "timeout", "refused", "error"] {
+            webhook_attempts.with_label_values(&[outcome]);
+        }
+        for state in ["active", "failing"] {
+            webhook_subscriptions.with_label_values(&[state]);
+        }
         for c in [
             Box::new(event_streams.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(schema_reloads.clone()),
@@ -201,6 +247,9 @@ impl Metrics {
             write_batches,
             schema_reloads,
             schema_refusals,
+            webhook_attempts,
+            webhook_lag,
+            webhook_subscriptions,
         }
     }
 

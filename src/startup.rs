@@ -30,6 +30,8 @@ pub enum StartupError {
     WeakSecret { bind: String, reason: &'static str },
     #[error("{0}")]
     Cluster(String),
+    #[error(transparent)]
+    Webhooks(#[from] crate::webhooks::BuildError),
     /// A schema of `validation.schemas_dir` that cannot be used.
     #[error("validation.schemas_dir {}: {source}", dir.display())]
     Schemas {
@@ -113,7 +115,8 @@ impl Application {
         .cluster(
             config.cluster.peer_urls().map_err(StartupError::Cluster)?,
             config.cluster.self_url().map_err(StartupError::Cluster)?,
-        );
+        )
+        .webhooks(config.webhooks.clone())?;
         let listener =
             TcpListener::bind(&config.server.bind).map_err(|source| StartupError::Bind {
                 bind: config.server.bind.clone(),
@@ -151,6 +154,9 @@ impl Application {
             self.state.storage.clone(),
             self.moved_grace,
         ));
+        if let Some(webhooks) = &self.state.webhooks {
+            webhooks.start()?;
+        }
         actix_web::rt::spawn(reload_on_hangup(
             self.state.validators.clone(),
             self.state.metrics.clone(),

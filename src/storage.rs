@@ -7,6 +7,7 @@ mod reads;
 mod repo;
 mod tenants;
 mod watch;
+mod webhooks;
 mod writes;
 
 /// Group commit over `syncfs`, for the benchmark's file-system floor.
@@ -20,6 +21,10 @@ pub use placement::seed::seed_if_empty;
 pub use repo::receive::StagedPush;
 pub use repo::upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
 pub use watch::feed::{ChangeFeed, Subscription, Update};
+pub use webhooks::{
+    Attempt, AttemptStatus, BundledCursor, CursorPosition, DeliveryCursor, NewWebhook, Webhook,
+    WebhookBundle, WebhookState, WebhooksStamp,
+};
 
 use crate::domain::{Identity, TenantId};
 use std::path::{Path, PathBuf};

@@ -205,7 +205,7 @@ pub(super) fn import_tenant(
             }
             ImportSource::Path(_) => false,
         };
-    let done = storage.import_tenant(&tenant, &source, head, source_hosting, &confirm)?;
+    let done = storage.import_tenant(&tenant, &source, head, source_hosting, None, &confirm)?;
     println!(
         "{} {tenant} at {} ({} ms); source hosting {}",
         if done.already {

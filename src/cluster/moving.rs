@@ -128,7 +128,7 @@ impl Move {
         let moved = matches!(placement, Some(Placement::Moved { .. }));
         if !moved {
             self.check_target_is_another_shard()?;
-            let check = self.ask_target(None, true)?;
+            let check = self.ask_target()?;
             if check.found == "served" && placement.is_none() {
                 return Err(MoveError::TargetServes {
                     to: self.to.clone(),
@@ -152,7 +152,10 @@ impl Move {
                 "step 2/4: the target {} imports {t} at {head}",
                 self.to
             ));
-            let done = self.ask_target(Some((&head, start.source_hosting)), false)?;
+            // The subscriptions as they stand now that no change can land (the source's
+            // deliveries stop at their next event: the target goes on from these cursors).
+            let webhooks = storage.export_webhooks(t)?;
+            let done = self.import(&head, start.source_hosting, webhooks)?;
             let got = done.head.unwrap_or_default();
             // A rerun after the router switched finds the target ahead (writes went on there).
             if got != head && !done.already {
@@ -203,7 +206,7 @@ impl Move {
     pub fn abort(&self, storage: &Storage, force: bool) -> Result<(), MoveError> {
         self.placement(storage)?;
         storage.begin_abort(&self.tenant, &self.to)?;
-        let taken = match self.ask_target(None, true) {
+        let taken = match self.ask_target() {
             Ok(check) => check.found == "served",
             Err(e) if force => {
                 eprintln!("planfiles: {e}; aborting anyway (--force)");
@@ -318,24 +321,40 @@ impl Move {
         }
     }
 
-    /// `POST /admin/tenants/<id>/import` on the target: a dry run, or the import of `head`.
-    fn ask_target(
+    /// `POST /admin/tenants/<id>/import?dry_run=true` on the target: what it would find.
+    fn ask_target(&self) -> Result<TargetAnswer, MoveError> {
+        let path = format!("/admin/tenants/{}/import?dry_run=true", self.tenant);
+        let body = serde_json::json!({ "from": self.from.as_str() });
+        super::peer::call(
+            &self.to,
+            &path,
+            &self.token,
+            Some(&body),
+            Duration::from_secs(30),
+        )
+    }
+
+    /// Step 2: the target imports `head`, with the tenant's webhooks.
+    fn import(
         &self,
-        head: Option<(&str, bool)>,
-        dry_run: bool,
+        head: &str,
+        source_hosting: bool,
+        webhooks: Option<crate::storage::WebhookBundle>,
     ) -> Result<TargetAnswer, MoveError> {
-        let path = format!(
-            "/admin/tenants/{}/import{}",
-            self.tenant,
-            if dry_run { "?dry_run=true" } else { "" }
-        );
+        let path = format!("/admin/tenants/{}/import", self.tenant);
         let body = serde_json::json!({
             "from": self.from.as_str(),
-            "head": head.map(|(h, _)| h),
-            "source_hosting": head.is_some_and(|(_, on)| on),
+            "head": head,
+            "source_hosting": source_hosting,
+            "webhooks": webhooks,
         });
-        let timeout = Duration::from_secs(if dry_run { 30 } else { 3600 });
-        super::peer::call(&self.to, &path, &self.token, Some(&body), timeout)
+        super::peer::call(
+            &self.to,
+            &path,
+            &self.token,
+            Some(&body),
+            Duration::from_secs(3600),
+        )
     }
 
     /// Before any write is refused: the router is named (or `--no-router`), and each HAProxy

@@ -594,3 +594,91 @@ impl Default for GitConfig {
         }
     }
 }
+
+/// `[webhooks]`: deliveries of each commit to the tenants' subscriptions (`src/webhooks.rs`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhooksConfig {
+    /// Seconds to wait before each retry of a failed delivery (each with up to 10% jitter);
+    /// after the last, the subscription is `failing` until it is resumed.
+    pub retry_schedule_secs: Vec<u64>,
+    /// Allow `http://` destinations (else only `https://`).
+    pub allow_http: bool,
+    /// Allow destinations in private, loopback, link-local or reserved address ranges.
+    pub allow_private_networks: bool,
+    /// Host names deliveries may go to (`*.example.com` for every name under it); empty: any.
+    pub allowed_hosts: Vec<String>,
+    /// The most subscriptions a tenant may have.
+    pub max_per_tenant: usize,
+    /// Attempts in flight at once, in all and per tenant.
+    pub max_in_flight: usize,
+    pub max_in_flight_per_tenant: usize,
+    /// An attempt's connection, and the whole attempt (connection, request, reply).
+    pub connect_timeout_secs: u64,
+    pub attempt_timeout_secs: u64,
+}
+
+impl Default for WebhooksConfig {
+    fn default() -> Self {
+        Self {
+            retry_schedule_secs: vec![5, 300, 1800, 7200, 18000, 36000, 36000],
+            allow_http: false,
+            allow_private_networks: false,
+            allowed_hosts: Vec::new(),
+            max_per_tenant: 100,
+            max_in_flight: 64,
+            max_in_flight_per_tenant: 8,
+            connect_timeout_secs: 5,
+            attempt_timeout_secs: 15,
+        }
+    }
+}
+
+impl WebhooksConfig {
+    /// A setting that cannot work, named.
+    pub fn problem(&self) -> Option<String> {
+        let zero = [
+            ("max_per_tenant", self.max_per_tenant as u64),
+            ("max_in_flight", self.max_in_flight as u64),
+            (
+                "max_in_flight_per_tenant",
+                self.max_in_flight_per_tenant as u64,
+            ),
+            ("connect_timeout_secs", self.connect_timeout_secs),
+            ("attempt_timeout_secs", self.attempt_timeout_secs),
+        ]
+        .into_iter()
+        .find(|(_, v)| *v == 0);
+        if let Some((name, _)) = zero {
+            return Some(format!("webhooks.{name} must be at least 1, not 0"));
+        }
+        if self.retry_schedule_secs.len() > 100 {
+            return Some("webhooks.retry_schedule_secs has at most 100 entries".into());
+        }
+        if let Some(s) = self.retry_schedule_secs.iter().find(|s| **s > 7 * 86_400) {
+            return Some(format!(
+                "webhooks.retry_schedule_secs: {s} is more than a week (604800)"
+            ));
+        }
+        if let Some(h) = self.allowed_hosts.iter().find(|h| {
+            let name = h.strip_prefix("*.").unwrap_or(h);
+            name.is_empty()
+                || name.contains(['*', '/', ':', ' '])
+                || *name != name.to_ascii_lowercase()
+        }) {
+            return Some(format!(
+                "webhooks.allowed_hosts: {h:?} is not a lowercase host name (or *.name)"
+            ));
+        }
+        None
+    }
+
+    /// The destination rules.
+    pub fn destinations(&self) -> crate::webhooks::Destinations {
+        crate::webhooks::Destinations {
+            allow_http: self.allow_http,
+            allow_private_networks: self.allow_private_networks,
+            allowed_hosts: self.allowed_hosts.clone(),
+        }
+    }
+}

@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 /// for that import.
 pub const REPOS_IMPORT: &str = "planfiles.repos.import";
 /// An import request is a URL, a commit id and a flag.
-const BODY_LIMIT: usize = 4096;
+/// An import's body: a few fields, and up to `webhooks.max_per_tenant` subscriptions.
+const BODY_LIMIT: usize = 1024 * 1024;
 
 /// What to import.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -29,6 +30,11 @@ pub struct ImportRequest {
     /// The tenant's source-hosting flag at the source.
     #[serde(default)]
     pub source_hosting: bool,
+    /// The tenant's webhook subscriptions and their cursors, as the source holds them once
+    /// it refuses the tenant's writes (secrets included: only between shards).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub webhooks: Option<crate::storage::WebhookBundle>,
 }
 
 /// An import's result, or with `?dry_run=true` what it would do.
@@ -135,8 +141,14 @@ pub async fn import(
                 url: from.clone(),
                 token: token.clone(),
             };
-            let done =
-                storage.import_tenant(&id, &source, head, body.source_hosting, &handed_over)?;
+            let done = storage.import_tenant(
+                &id,
+                &source,
+                head,
+                body.source_hosting,
+                body.webhooks.as_ref(),
+                &handed_over,
+            )?;
             Ok((done.found.clone(), Some(done)))
         },
         PlanFile::Integration,
@@ -146,6 +158,9 @@ pub async fn import(
     let (head, already, millis) = match (&done, &found) {
         (Some(done), _) => {
             tracing::info!(%tenant, head = %done.head, already = done.already, millis = done.millis, "tenant imported");
+            if let Some(hooks) = &state.webhooks {
+                hooks.poke(&tenant);
+            }
             (Some(done.head), done.already, done.millis)
         }
         (None, ImportPlan::Served { head, holds_head }) => {

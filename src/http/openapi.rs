@@ -2,12 +2,15 @@
 use super::admin::{ImportAnswer, ImportRequest, PlacementAnswer};
 use super::problem::Problem;
 use super::schema::{
-    Author, CommitsAnswer, ConfigurationContent, ConfigurationFile, DiffSide, FileDiff, FileEvent,
-    FileProblem, FileStatus, Folder, GitBytes, HeadEvent, Health, HistoryEntry, HistoryPage,
-    IntegrationFile, PatchOp, PostCommits, PutConfigurationFile, PutConfigurationPart,
-    PutIntegrationFile, PutIntegrationPart, RestoreFile, SigningKey, SigningKeys, Ticket,
+    Author, CommitsAnswer, ConfigurationContent, ConfigurationFile, DeliveryList, DiffSide,
+    FileDiff, FileEvent, FileProblem, FileStatus, Folder, GitBytes, HeadEvent, Health,
+    HistoryEntry, HistoryPage, IntegrationFile, PatchOp, PostCommits, PutConfigurationFile,
+    PutConfigurationPart, PutIntegrationFile, PutIntegrationPart, RestoreFile, SigningKey,
+    SigningKeys, Ticket, WebhookList, WebhookView,
 };
-use super::{admin, commits, diff, events, git, handlers, history, ops, restore, schemas, signing};
+use super::{
+    admin, commits, diff, events, git, handlers, history, ops, restore, schemas, signing, webhooks,
+};
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -41,6 +44,12 @@ use utoipa::{Modify, OpenApi};
         signing::signing_keys,
         schemas::integration_schema,
         schemas::configuration_schema,
+        webhooks::create,
+        webhooks::list,
+        webhooks::get,
+        webhooks::delete,
+        webhooks::resume,
+        webhooks::deliveries,
         ops::healthz,
         ops::readyz,
         ops::metrics,
@@ -52,7 +61,8 @@ use utoipa::{Modify, OpenApi};
         Author, GitBytes, HeadEvent, FileEvent, Ticket,
         Author, GitBytes, PostCommits, PutIntegrationPart, PutConfigurationPart, CommitsAnswer,
         RestoreFile, FileDiff, DiffSide, PatchOp, ImportRequest, ImportAnswer, PlacementAnswer,
-        SigningKeys, SigningKey, FileProblem, crate::validation::Violation
+        SigningKeys, SigningKey, FileProblem, crate::validation::Violation,
+        webhooks::CreateWebhook, WebhookView, WebhookList, DeliveryList
     )),
     modifiers(&BearerJwt),
 )]

@@ -120,6 +120,12 @@ pub enum ApiError {
     #[error("the import failed: {0}")]
     ImportFailed(String),
     /// Anything the client cannot act on. The detail goes to the log, never to the client.
+    #[error("no webhook {0} for this tenant")]
+    WebhookNotFound(String),
+    #[error("this destination is refused: {0}")]
+    WebhookUrlRefused(String),
+    #[error("the tenant has {0} webhooks, the most it may have")]
+    WebhookLimit(usize),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -248,6 +254,21 @@ impl ApiError {
                 "Peer not allowed",
             ),
             ImportFailed(_) => (StatusCode::BAD_GATEWAY, "import_failed", "Import failed"),
+            WebhookNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                "webhook_not_found",
+                "Webhook not found",
+            ),
+            WebhookUrlRefused(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "webhook_url_refused",
+                "Webhook URL refused",
+            ),
+            WebhookLimit(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "webhook_limit_reached",
+                "Webhook limit reached",
+            ),
             Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
@@ -487,6 +508,8 @@ impl ApiError {
             StorageError::TenantMoved { tenant, .. } => ApiError::TenantMoved(tenant.to_string()),
             e @ StorageError::MoveConflict { .. } => ApiError::MoveConflict(e.to_string()),
             StorageError::Import { reason, .. } => ApiError::ImportFailed(reason),
+            StorageError::WebhookNotFound { id, .. } => ApiError::WebhookNotFound(id.to_string()),
+            StorageError::WebhookLimit { limit, .. } => ApiError::WebhookLimit(limit),
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -2,7 +2,7 @@
 use super::problem::ApiError;
 use super::{
     admin, commits, console, diff, events, git, handlers, history, openapi, ops, restore, schemas,
-    signing,
+    signing, webhooks,
 };
 use actix_web::{web, HttpResponse};
 
@@ -108,6 +108,44 @@ pub const ROUTES: &[Route] = &[
         name: Some("/plans/events/tickets"),
         allow: "POST",
         handlers: || vec![web::post().to(events::ticket)],
+        documented: true,
+    },
+    Route {
+        path: "/plans/webhooks",
+        name: Some("/plans/webhooks"),
+        allow: "GET, POST",
+        handlers: || {
+            vec![
+                web::get().to(webhooks::list),
+                web::post().to(webhooks::create),
+            ]
+        },
+        documented: true,
+    },
+    Route {
+        path: "/plans/webhooks/{id}",
+        name: None,
+        allow: "GET, DELETE",
+        handlers: || {
+            vec![
+                web::get().to(webhooks::get),
+                web::delete().to(webhooks::delete),
+            ]
+        },
+        documented: true,
+    },
+    Route {
+        path: "/plans/webhooks/{id}/resume",
+        name: None,
+        allow: "POST",
+        handlers: || vec![web::post().to(webhooks::resume)],
+        documented: true,
+    },
+    Route {
+        path: "/plans/webhooks/{id}/deliveries",
+        name: None,
+        allow: "GET",
+        handlers: || vec![web::get().to(webhooks::deliveries)],
         documented: true,
     },
     Route {

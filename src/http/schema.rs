@@ -367,6 +367,40 @@ pub struct FileEvent {
     pub pushed_by: Option<Author>,
 }
 
+impl FileEvent {
+    /// The event of one file changed by one commit (streams and webhooks say the same).
+    pub fn from_change(change: &crate::storage::FileChange) -> Self {
+        let e = &change.entry;
+        Self {
+            file: match change.file {
+                crate::domain::PlanFile::Integration => "integration-file",
+                crate::domain::PlanFile::Configuration => "configuration-file",
+            },
+            commit_sha: e.commit.to_string(),
+            file_sha: e.blob.to_string(),
+            author: Author {
+                name: e.author_name.clone(),
+                email: e.author_email.clone(),
+            },
+            date: humantime::format_rfc3339_seconds(e.time).to_string(),
+            message: e.message.clone(),
+            forced: e.forced,
+            verified: e.verified,
+            request_id: change.request_id.as_ref().map(|r| r.as_str().to_owned()),
+            pushed_by: change.pushed_by.as_ref().map(|p| Author {
+                name: p.name().to_owned(),
+                email: p.email().to_owned(),
+            }),
+            // `None` only from storage without a judge, which the service never builds.
+            status: if change.valid == Some(false) {
+                FileStatus::Invalid
+            } else {
+                FileStatus::Valid
+            },
+        }
+    }
+}
+
 /// A ticket for `GET /plans/events?ticket=` (browsers' `EventSource` cannot send headers).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Ticket {
@@ -488,4 +522,54 @@ pub struct WriteHeaders {
     /// Kept when it is 1-128 of [A-Za-z0-9._:-]; goes into the commit
     #[param(rename = "X-Request-Id")]
     request_id: Option<String>,
+}
+
+/// A webhook subscription. Its `secret` is in the answer to its creation only.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WebhookView {
+    /// `wh_` and 26 characters of a-z0-9.
+    pub id: String,
+    pub url: String,
+    /// `integration-file.updated`, `configuration-file.updated`, `main.reset`.
+    pub events: Vec<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `active`, or `failing` after its last retry (it waits for `POST .../resume`).
+    pub state: &'static str,
+    /// RFC 3339.
+    pub created: String,
+    /// `whsec_` and the base64 of 32 random bytes: the key of every delivery's
+    /// `webhook-signature` (Standard Webhooks). Shown once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret: Option<String>,
+}
+
+impl WebhookView {
+    pub fn new(hook: &crate::storage::Webhook, with_secret: bool) -> Self {
+        Self {
+            id: hook.id.to_string(),
+            url: hook.url.to_string(),
+            events: hook.events.iter().map(|e| e.as_str()).collect(),
+            description: hook.description.clone(),
+            state: hook.state.as_str(),
+            created: humantime::format_rfc3339_seconds(hook.created).to_string(),
+            secret: with_secret.then(|| hook.secret.expose().to_owned()),
+        }
+    }
+}
+
+/// `GET /plans/webhooks`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WebhookList {
+    pub webhooks: Vec<WebhookView>,
+}
+
+/// `GET /plans/webhooks/{id}/deliveries`: attempts, newest first. Each has `webhook_id` (the
+/// same for every attempt of one event), `type`, `commit_sha`, `attempt` (1 for the first),
+/// `status` (the receiver's HTTP status, or `timeout`, `refused`, `error`), `duration_ms`,
+/// `at` (RFC 3339) and, when it failed, `detail` (the start of the answer, or the reason).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryList {
+    #[schema(value_type = Vec<Object>)]
+    pub deliveries: Vec<crate::storage::Attempt>,
 }

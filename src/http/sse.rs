@@ -6,7 +6,6 @@
 //! client that accepts nothing for [`STALL`] while that buffer is full is dropped (its
 //! connection is closed with an error when next written), and resumes with `Last-Event-ID`.
 use super::problem::ApiError;
-use super::schema::Author;
 use super::schema::{FileEvent, HeadEvent};
 use crate::domain::{CommitId, ObjectId};
 use crate::events::{Events, Grant, Slot};
@@ -392,39 +391,8 @@ impl Task {
 }
 
 fn file_event(change: &FileChange) -> String {
-    let e = &change.entry;
-    let data = FileEvent {
-        file: event_name(change.file),
-        commit_sha: e.commit.to_string(),
-        file_sha: e.blob.to_string(),
-        author: Author {
-            name: e.author_name.clone(),
-            email: e.author_email.clone(),
-        },
-        date: humantime::format_rfc3339_seconds(e.time).to_string(),
-        message: e.message.clone(),
-        forced: e.forced,
-        verified: e.verified,
-        request_id: change.request_id.as_ref().map(|r| r.as_str().to_owned()),
-        pushed_by: change.pushed_by.as_ref().map(|p| Author {
-            name: p.name().to_owned(),
-            email: p.email().to_owned(),
-        }),
-        // `None` only from storage without a judge, which the service never builds.
-        status: if change.valid == Some(false) {
-            super::schema::FileStatus::Invalid
-        } else {
-            super::schema::FileStatus::Valid
-        },
-    };
-    frame(event_name(change.file), &e.commit, &data)
-}
-
-fn event_name(file: crate::domain::PlanFile) -> &'static str {
-    match file {
-        crate::domain::PlanFile::Integration => "integration-file",
-        crate::domain::PlanFile::Configuration => "configuration-file",
-    }
+    let data = FileEvent::from_change(change);
+    frame(data.file, &change.entry.commit, &data)
 }
 
 /// One event in the format of the HTML standard: JSON has no raw newline, so one `data:`

@@ -70,6 +70,13 @@ pub enum StorageError {
     MoveConflict { tenant: TenantId, reason: String },
     #[error("tenant {tenant}: import failed: {reason}")]
     Import { tenant: TenantId, reason: String },
+    #[error("tenant {tenant}: no webhook {id}")]
+    WebhookNotFound {
+        tenant: TenantId,
+        id: crate::domain::WebhookId,
+    },
+    #[error("tenant {tenant} has {limit} webhooks already, the most it may have")]
+    WebhookLimit { tenant: TenantId, limit: usize },
     #[error("tenant {tenant}: git upload-pack failed: {message}")]
     UploadPack { tenant: TenantId, message: String },
     #[error("{op} ({}): {source}", path.display())]

@@ -49,6 +49,18 @@ impl Storage {
         Ok(replay)
     }
 
+    /// Where `from`, which is off `to`'s first-parent line (a replay said reset), meets that
+    /// line: from there on, nothing of the new line is skipped. `None` when they do not meet
+    /// on the line (within 10,000 commits).
+    pub fn fork_point(
+        &self,
+        tenant: &TenantId,
+        from: CommitId,
+        to: CommitId,
+    ) -> Result<Option<HeadState>, StorageError> {
+        self.repo_for(tenant, Access::Read)?.fork_point(from, to)
+    }
+
     /// How to replay from `from` to `to` in steps of at most `step` commits (see
     /// [`ReplayPlan`]): the line is walked once, here; each step is then one [`Storage::replay`]
     /// of at most `step` commits.

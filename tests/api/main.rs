@@ -34,5 +34,6 @@ mod seed;
 mod signing;
 mod upkeep;
 mod validation;
+mod webhooks;
 mod yaml_ambiguity;
 mod yaml_splice;

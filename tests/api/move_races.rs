@@ -49,6 +49,11 @@ impl Pair {
     /// Two shards; with `same_key` false, B signs commits with a key of its own. `a_config`
     /// is added to A's configuration.
     fn start_with(same_key: bool, a_config: &str) -> Pair {
+        Self::start_full(same_key, a_config, "")
+    }
+
+    /// [`Pair::start_with`], and `both` added to both shards' configurations.
+    fn start_full(same_key: bool, a_config: &str, both: &str) -> Pair {
         let root = tempfile::tempdir().unwrap();
         let (pa, pb) = (free_port(), free_port());
         let relay = Relay::start(0, &format!("127.0.0.1:{pb}"));
@@ -59,7 +64,7 @@ impl Pair {
             std::fs::write(
                 dir.join("config.toml"),
                 format!(
-                    "[storage]\nseed_from = \"\"\n[cluster]\nself_url = \"{self_url}\"\npeers = [\"{peer}\"]\n"
+                    "[storage]\nseed_from = \"\"\n[cluster]\nself_url = \"{self_url}\"\npeers = [\"{peer}\"]\n{both}"
                 ),
             )
             .unwrap();
@@ -471,4 +476,102 @@ fn a_move_to_a_shard_with_another_schema_set_is_refused_before_anything() {
     );
     assert_eq!(pair.placement(&pair.a), "served");
     assert_eq!(pair.placement(&pair.b), "absent");
+}
+
+/// Webhooks move with the tenant: a subscription made on A, writers on both shards all along,
+/// a move over the relay. Every commit of the tenant's history after the subscription reaches
+/// the receiver (signed, in order, each event's first delivery in `main`'s order; a repeat
+/// only with the same `webhook-id`), A stops, and B lists the subscription.
+#[test]
+fn webhooks_move_with_the_tenant_and_skip_nothing() {
+    let hooks = "[webhooks]\nallow_http = true\nallow_private_networks = true\nretry_schedule_secs = [1, 1, 1, 1, 1, 1, 1, 1]\n";
+    let pair = Pair::start_full(true, "", hooks);
+    let rx = common::receiver::Receiver::start();
+    let a_repo = pair.a.dir.join(format!("data/tenants/{TENANT}.git"));
+    let start = common::git_in(&a_repo, &["rev-parse", "main"]);
+    let http = reqwest::blocking::Client::new();
+    let created: Value = http
+        .post(format!("{}/plans/webhooks", pair.a.url))
+        .bearer_auth(common::webhooks_token(TENANT))
+        .json(&json!({"url": rx.url("/hook/m")}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    rx.set_secret("/hook/m", created["secret"].as_str().unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (handles, acked) = writers(&pair, stop.clone());
+    std::thread::sleep(Duration::from_millis(700));
+    let args = pair.move_args();
+    let mut args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (first, _) = pair.command(&args);
+    let (ok, err) = finish(first);
+    assert!(!ok && err.contains("--routed"), "{err}");
+    args.push("--routed");
+    let (second, _) = pair.command(&args);
+    let (ok, err) = finish(second);
+    assert!(ok, "the move did not finish: {err}");
+    std::thread::sleep(Duration::from_millis(700));
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join().unwrap();
+    }
+    pair.check(&acked.lock().unwrap(), "webhooks across a move");
+    let b_repo = pair.b.dir.join(format!("data/tenants/{TENANT}.git"));
+    let want: Vec<String> = common::git_in(
+        &b_repo,
+        &[
+            "rev-list",
+            "--first-parent",
+            "--reverse",
+            &format!("{start}..main"),
+        ],
+    )
+    .lines()
+    .map(|c| format!("msg_{c}_integration-file"))
+    .collect();
+    assert!(
+        acked.lock().unwrap().iter().any(|(s, _)| *s == 1) && want.len() > 5,
+        "writes on both sides of the move"
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let firsts = loop {
+        let got = rx.deliveries("/hook/m");
+        let mut firsts: Vec<String> = Vec::new();
+        for d in got.iter().filter(|d| d.answered == 200) {
+            assert!(d.verified, "a delivery whose signature does not check out");
+            if !firsts.contains(&d.id) {
+                firsts.push(d.id.clone());
+            }
+        }
+        if firsts.len() >= want.len() || Instant::now() > deadline {
+            break firsts;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let differs = firsts.iter().zip(&want).position(|(a, b)| a != b);
+    assert!(
+        firsts.len() == want.len() && differs.is_none(),
+        "every event once at least, in main's order: {} of {} delivered, first difference at {differs:?}",
+        firsts.len(),
+        want.len()
+    );
+    let listed = http
+        .get(format!(
+            "{}/plans/webhooks/{}",
+            pair.b.url,
+            created["id"].as_str().unwrap()
+        ))
+        .bearer_auth(common::webhooks_token(TENANT))
+        .send()
+        .unwrap();
+    assert_eq!(listed.status(), 200, "the target holds the subscription");
+    let gone = http
+        .get(format!("{}/plans/webhooks", pair.a.url))
+        .bearer_auth(common::webhooks_token(TENANT))
+        .send()
+        .unwrap();
+    assert_eq!(gone.status(), 421, "the source answers for it no more");
+    let total = rx.deliveries("/hook/m").len();
+    eprintln!("{} events, {total} deliveries", want.len());
 }

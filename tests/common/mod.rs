@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod process;
+pub mod receiver;
 pub mod relay;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
@@ -53,6 +54,28 @@ thread_local! {
     /// Set by a test before `spawn` to start the server with these `[validation]` settings
     /// (by default the tests run with no schemas).
     pub static VALIDATION: std::cell::RefCell<Option<planfiles::config::ValidationConfig>> = const { std::cell::RefCell::new(None) };
+}
+
+thread_local! {
+    /// Set by a test before `spawn` to start the server with these `[webhooks]` settings.
+    pub static WEBHOOKS: std::cell::RefCell<Option<planfiles::config::WebhooksConfig>> = const { std::cell::RefCell::new(None) };
+}
+
+/// `[webhooks]` for a receiver on this machine: http and loopback allowed, retries after 1 s
+/// and 1 s, attempts cut after 2 s.
+pub fn local_webhooks() -> planfiles::config::WebhooksConfig {
+    planfiles::config::WebhooksConfig {
+        allow_http: true,
+        allow_private_networks: true,
+        retry_schedule_secs: vec![1, 1],
+        attempt_timeout_secs: 2,
+        ..Default::default()
+    }
+}
+
+/// The token that manages webhooks.
+pub fn webhooks_token(tenant: &str) -> String {
+    token(tenant, &["planfiles.webhooks.write"])
 }
 
 thread_local! {
@@ -244,6 +267,7 @@ impl TestApp {
                 ..Default::default()
             },
         );
+        config.webhooks = WEBHOOKS.with(|w| w.borrow_mut().take()).unwrap_or_default();
         let hook = WRITE_HOOK.with(|h| h.borrow_mut().take());
         let app = Application::build_with(&config, hook).unwrap();
         let events = app.events();
@@ -496,6 +520,78 @@ impl TestApp {
             })
         });
         Self::spawn().await
+    }
+
+    /// Starts the app with these `[webhooks]` settings.
+    pub async fn spawn_with_webhooks(webhooks: planfiles::config::WebhooksConfig) -> Self {
+        WEBHOOKS.with(|w| *w.borrow_mut() = Some(webhooks));
+        Self::spawn().await
+    }
+
+    /// `POST /plans/webhooks`.
+    pub async fn create_webhook(&self, token: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(self.url("/plans/webhooks"))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `GET /plans/webhooks`.
+    pub async fn webhooks(&self, token: &str) -> reqwest::Response {
+        self.client
+            .get(self.url("/plans/webhooks"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `GET /plans/webhooks/{id}`.
+    pub async fn webhook(&self, token: &str, id: &str) -> reqwest::Response {
+        self.client
+            .get(self.url(&format!("/plans/webhooks/{id}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `DELETE /plans/webhooks/{id}`.
+    pub async fn delete_webhook(&self, token: &str, id: &str) -> reqwest::Response {
+        self.client
+            .delete(self.url(&format!("/plans/webhooks/{id}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `POST /plans/webhooks/{id}/resume`.
+    pub async fn resume_webhook(&self, token: &str, id: &str) -> reqwest::Response {
+        self.client
+            .post(self.url(&format!("/plans/webhooks/{id}/resume")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// `GET /plans/webhooks/{id}/deliveries`.
+    pub async fn webhook_deliveries(
+        &self,
+        token: &str,
+        id: &str,
+        query: &str,
+    ) -> reqwest::Response {
+        self.client
+            .get(self.url(&format!("/plans/webhooks/{id}/deliveries{query}")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
     }
 
     /// `GET /plans/signing-keys` (no token), with `Accept` when given.

@@ -31,6 +31,7 @@ impl Storage {
         source: &ImportSource,
         head: Option<CommitId>,
         source_hosting: bool,
+        webhooks: Option<&crate::storage::WebhookBundle>,
         confirm: &dyn Fn() -> Result<(), StorageError>,
     ) -> Result<Imported, StorageError> {
         let started = Instant::now();
@@ -63,6 +64,9 @@ impl Storage {
                 // the placement record refuses them).
                 confirm()?;
                 let fetched = fetch_and_check(tenant, &path, source, head, source_hosting)?;
+                if let Some(bundle) = webhooks {
+                    crate::storage::webhooks::install(tenant, &path, bundle)?;
+                }
                 sync_tree(&path)?;
                 // The source still hands it over (an abort that began meanwhile does not),
                 // asked under the hand-over turn, which a dry run waits for.
@@ -105,6 +109,9 @@ impl Storage {
             git(tmp.path()).args(["symbolic-ref", "HEAD", "refs/heads/main"]),
         )?;
         let fetched = fetch_and_check(tenant, tmp.path(), source, head, source_hosting)?;
+        if let Some(bundle) = webhooks {
+            crate::storage::webhooks::install(tenant, tmp.path(), bundle)?;
+        }
         sync_tree(tmp.path())?;
         // The source still hands it over (an abort that began meanwhile does not), asked under
         // the hand-over turn, which a dry run waits for: the dry run never answers `fresh`
@@ -353,7 +360,7 @@ mod tests {
             }
         };
         assert!(matches!(
-            target.import_tenant(&other, &from, None, false, &once),
+            target.import_tenant(&other, &from, None, false, None, &once),
             Err(StorageError::MoveConflict { .. })
         ));
         assert_eq!(asked.get(), 2);
@@ -365,7 +372,7 @@ mod tests {
             Ok(())
         };
         let done = target
-            .import_tenant(&other, &from, None, false, &always)
+            .import_tenant(&other, &from, None, false, None, &always)
             .unwrap();
         assert_eq!(asked.get(), 2);
         assert_eq!(done.found, ImportPlan::Fresh);

@@ -121,6 +121,24 @@ impl TenantRepo {
         Ok(Some(line))
     }
 
+    /// Where `from` (a point that is not on `to`'s first-parent line any more) and that line
+    /// meet: their merge base, when it is on the line within [`MAX_REPLAY_COMMITS`] commits;
+    /// `None` when either is unknown or the base is off the line.
+    pub(in crate::storage) fn fork_point(
+        &self,
+        from: CommitId,
+        to: CommitId,
+    ) -> Result<Option<HeadState>, StorageError> {
+        let (from, to) = (to_oid(&from.0), to_oid(&to.0));
+        let Ok(base) = self.repo.merge_base(from, to) else {
+            return Ok(None);
+        };
+        if self.line(base, to, MAX_REPLAY_COMMITS)?.is_none() {
+            return Ok(None);
+        }
+        self.state_at(base).map(Some)
+    }
+
     /// A reset to `to`, or to `main`'s head when `to` is unknown.
     fn reset(&self, to: Oid) -> Result<Replay, StorageError> {
         let at = match self.repo.find_commit(to) {

@@ -1,0 +1,426 @@
+//! A tenant's webhook subscriptions, kept in its repository folder beside git's files (`webhooks/`: never in an object or a ref, so no clone carries a secret) and moved with it: the subscriptions file, each one's delivery cursor and deliveries log.
+mod cursor;
+mod log;
+
+use super::disk;
+use super::placement::{self, Access};
+use super::{Storage, StorageError};
+use crate::domain::{EventType, TenantId, WebhookId, WebhookSecret, WebhookUrl};
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use cursor::{CursorPosition, DeliveryCursor};
+pub use log::{Attempt, AttemptStatus};
+
+/// The folder in a repository.
+const DIR: &str = "webhooks";
+/// The subscriptions, one JSON document (mode 0600).
+const FILE: &str = "subscriptions.json";
+/// Taken (`flock`) around every change of the subscriptions and by a move's export.
+const LOCK: &str = "lock";
+
+/// A subscription as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Webhook {
+    pub id: WebhookId,
+    pub url: WebhookUrl,
+    /// Sorted, without repeats, never empty.
+    pub events: Vec<EventType>,
+    pub description: Option<String>,
+    pub secret: WebhookSecret,
+    pub state: WebhookState,
+    pub created: SystemTime,
+}
+
+/// `active`, or `failing` after the last retry (it waits for a resume).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WebhookState {
+    Active,
+    Failing,
+}
+
+impl WebhookState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Failing => "failing",
+        }
+    }
+}
+
+/// What a new subscription asks for.
+#[derive(Debug, Clone)]
+pub struct NewWebhook {
+    pub url: WebhookUrl,
+    pub events: Vec<EventType>,
+    pub description: Option<String>,
+}
+
+/// A tenant's subscriptions and cursors as a move carries them to the target (secrets
+/// included: it travels only between shards, with the import's token).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WebhookBundle {
+    /// The subscriptions file as it is.
+    pub subscriptions: String,
+    /// Each subscription's cursor.
+    pub cursors: Vec<BundledCursor>,
+}
+
+/// A cursor in a [`WebhookBundle`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BundledCursor {
+    pub id: String,
+    pub through: String,
+    #[serde(default)]
+    pub partial: Option<String>,
+}
+
+/// When the subscriptions file last changed (a reader reloads it when this differs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebhooksStamp {
+    modified: SystemTime,
+    len: u64,
+    inode: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredFile {
+    version: u32,
+    subscriptions: Vec<StoredWebhook>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredWebhook {
+    id: String,
+    url: String,
+    events: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    secret: String,
+    state: WebhookState,
+    created: u64,
+}
+
+impl Storage {
+    /// The tenant's subscriptions (wherever it is read: while it moves too).
+    pub fn webhooks(&self, tenant: &TenantId) -> Result<Vec<Webhook>, StorageError> {
+        let path = self.locate(tenant, Access::Read)?;
+        read_all(tenant, &path)
+    }
+
+    /// Adds a subscription whose cursor starts at `main`'s head now (it is told of what
+    /// comes after). At most `limit` per tenant. Refused while the tenant moves: the
+    /// placement is read again under the subscriptions' lock, which a move's export takes.
+    pub fn add_webhook(
+        &self,
+        tenant: &TenantId,
+        new: NewWebhook,
+        limit: usize,
+    ) -> Result<Webhook, StorageError> {
+        let path = self.locate(tenant, Access::Follow)?;
+        let _lock = lock(&path)?;
+        served_here(tenant, &path)?;
+        let mut all = read_all(tenant, &path)?;
+        if all.len() >= limit {
+            return Err(StorageError::WebhookLimit {
+                tenant: tenant.clone(),
+                limit,
+            });
+        }
+        let head = self.head_state(tenant)?.commit;
+        let hook = Webhook {
+            id: WebhookId::generate(),
+            url: new.url,
+            events: new.events,
+            description: new.description,
+            secret: WebhookSecret::generate(),
+            state: WebhookState::Active,
+            // Whole seconds: as it is stored and shown.
+            created: UNIX_EPOCH
+                + Duration::from_secs(
+                    SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap_or_default()
+                        .as_secs(),
+                ),
+        };
+        cursor::create(&cursor_path(&path, &hook.id), CursorPosition::at(head))
+            .map_err(|e| StorageError::io("create a webhook's cursor", &path, e))?;
+        all.push(hook.clone());
+        write_all(&path, &all)?;
+        Ok(hook)
+    }
+
+    /// Removes a subscription, its cursor and its log.
+    pub fn remove_webhook(&self, tenant: &TenantId, id: &WebhookId) -> Result<(), StorageError> {
+        let path = self.locate(tenant, Access::Follow)?;
+        let _lock = lock(&path)?;
+        served_here(tenant, &path)?;
+        let mut all = read_all(tenant, &path)?;
+        let before = all.len();
+        all.retain(|h| &h.id != id);
+        if all.len() == before {
+            return Err(not_found(tenant, id));
+        }
+        write_all(&path, &all)?;
+        disk::remove_synced(&cursor_path(&path, id), "remove a webhook's cursor")?;
+        log::remove(&dir(&path), id);
+        Ok(())
+    }
+
+    /// Sets a subscription's state (`failing` after its last retry, `active` on a resume).
+    pub fn set_webhook_state(
+        &self,
+        tenant: &TenantId,
+        id: &WebhookId,
+        state: WebhookState,
+    ) -> Result<Webhook, StorageError> {
+        let path = self.locate(tenant, Access::Follow)?;
+        let _lock = lock(&path)?;
+        served_here(tenant, &path)?;
+        let mut all = read_all(tenant, &path)?;
+        let hook = all
+            .iter_mut()
+            .find(|h| &h.id == id)
+            .ok_or_else(|| not_found(tenant, id))?;
+        hook.state = state;
+        let hook = hook.clone();
+        write_all(&path, &all)?;
+        Ok(hook)
+    }
+
+    /// When the tenant's subscriptions file last changed; `None` without one.
+    pub fn webhooks_stamp(&self, tenant: &TenantId) -> Option<WebhooksStamp> {
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = std::fs::metadata(dir(&self.repo_path(tenant)).join(FILE)).ok()?;
+        Some(WebhooksStamp {
+            modified: meta.modified().ok()?,
+            len: meta.len(),
+            inode: meta.ino(),
+        })
+    }
+
+    /// The tenants of this data dir with a subscriptions file.
+    pub fn tenants_with_webhooks(&self) -> Vec<TenantId> {
+        let Ok(entries) = std::fs::read_dir(&self.tenants_dir) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let name = e.file_name();
+                let tenant = TenantId::parse(name.to_str()?.strip_suffix(".git")?).ok()?;
+                e.path().join(DIR).join(FILE).is_file().then_some(tenant)
+            })
+            .collect()
+    }
+
+    /// The cursor of a subscription, held by this caller alone (an OS lock on its file, in any
+    /// process); `None` while another holder has it. Only while the tenant takes writes here.
+    pub fn claim_webhook_cursor(
+        &self,
+        tenant: &TenantId,
+        id: &WebhookId,
+    ) -> Result<Option<DeliveryCursor>, StorageError> {
+        let path = self.locate(tenant, Access::Follow)?;
+        let file = cursor_path(&path, id);
+        match DeliveryCursor::claim(&file) {
+            Ok(c) => Ok(c),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(not_found(tenant, id)),
+            Err(e) => Err(StorageError::io("claim a webhook's cursor", &file, e)),
+        }
+    }
+
+    /// Records one delivery attempt in the subscription's log (not synced: a log, not a
+    /// promise; the cursor is the promise).
+    pub fn log_webhook_attempt(&self, tenant: &TenantId, id: &WebhookId, attempt: &Attempt) {
+        let dir = dir(&self.repo_path(tenant));
+        if let Err(e) = log::append(&dir, id, attempt) {
+            tracing::warn!(%tenant, webhook = %id, error = %e, "could not log a webhook delivery");
+        }
+    }
+
+    /// The subscription's latest attempts, newest first, at most `limit`.
+    pub fn webhook_attempts(
+        &self,
+        tenant: &TenantId,
+        id: &WebhookId,
+        limit: usize,
+    ) -> Result<Vec<Attempt>, StorageError> {
+        let path = self.locate(tenant, Access::Read)?;
+        if !read_all(tenant, &path)?.iter().any(|h| &h.id == id) {
+            return Err(not_found(tenant, id));
+        }
+        log::recent(&dir(&path), id, limit)
+            .map_err(|e| StorageError::io("read a webhook's deliveries", &path, e))
+    }
+
+    /// What a move carries of the tenant's subscriptions; `None` without any. Read under the
+    /// subscriptions' lock after the move began: no change lands after it.
+    pub fn export_webhooks(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Option<WebhookBundle>, StorageError> {
+        let path = self.locate(tenant, Access::Manage)?;
+        let file = dir(&path).join(FILE);
+        if !file.is_file() {
+            return Ok(None);
+        }
+        let _lock = lock(&path)?;
+        let subscriptions = std::fs::read_to_string(&file)
+            .map_err(|e| StorageError::io("read webhook subscriptions", &file, e))?;
+        let mut cursors = Vec::new();
+        for hook in parse_all(tenant, &subscriptions)? {
+            let at = cursor::read(&cursor_path(&path, &hook.id))
+                .map_err(|e| StorageError::io("read a webhook's cursor", &path, e))?;
+            cursors.push(BundledCursor {
+                id: hook.id.to_string(),
+                through: at.through.to_string(),
+                partial: at.partial.map(|c| c.to_string()),
+            });
+        }
+        Ok(Some(WebhookBundle {
+            subscriptions,
+            cursors,
+        }))
+    }
+}
+
+/// Writes a move's bundle into the repository at `repo` (an import, before the tenant is
+/// writable there), synced.
+pub(in crate::storage) fn install(
+    tenant: &TenantId,
+    repo: &Path,
+    bundle: &WebhookBundle,
+) -> Result<(), StorageError> {
+    let hooks = parse_all(tenant, &bundle.subscriptions)?;
+    let dir = dir(repo);
+    disk::create_dir_all_synced(&dir)?;
+    for hook in &hooks {
+        let at = bundle
+            .cursors
+            .iter()
+            .find(|c| c.id == hook.id.as_str())
+            .and_then(|c| CursorPosition::parse(&c.through, c.partial.as_deref()))
+            .ok_or_else(|| StorageError::Import {
+                tenant: tenant.clone(),
+                reason: format!("the webhook {} came without a valid cursor", hook.id),
+            })?;
+        cursor::create(&cursor_path(repo, &hook.id), at)
+            .map_err(|e| StorageError::io("write a webhook's cursor", &dir, e))?;
+    }
+    write_all(repo, &hooks)
+}
+
+fn dir(repo: &Path) -> PathBuf {
+    repo.join(DIR)
+}
+
+fn cursor_path(repo: &Path, id: &WebhookId) -> PathBuf {
+    dir(repo).join(format!("{id}.cursor"))
+}
+
+fn not_found(tenant: &TenantId, id: &WebhookId) -> StorageError {
+    StorageError::WebhookNotFound {
+        tenant: tenant.clone(),
+        id: id.clone(),
+    }
+}
+
+/// The tenant takes writes here (read again under the lock a move's export takes).
+fn served_here(tenant: &TenantId, repo: &Path) -> Result<(), StorageError> {
+    match placement::read(repo)? {
+        None => Ok(()),
+        Some(p) => Err(placement::refusal(tenant, &p)),
+    }
+}
+
+/// The subscriptions' lock, held until the file is dropped.
+fn lock(repo: &Path) -> Result<File, StorageError> {
+    use std::os::fd::AsRawFd as _;
+    let dir = dir(repo);
+    disk::create_dir_synced(&dir)
+        .map_err(|e| StorageError::io("create the webhooks folder", &dir, e))?;
+    let path = dir.join(LOCK);
+    let file =
+        disk::open_or_create(&path).map_err(|e| StorageError::io("open a lock", &path, e))?;
+    // SAFETY: the descriptor is open for the call. A blocking lock: every holder keeps it
+    // for one small file's read and rewrite.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(StorageError::io(
+            "lock webhook subscriptions",
+            &path,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(file)
+}
+
+fn read_all(tenant: &TenantId, repo: &Path) -> Result<Vec<Webhook>, StorageError> {
+    let file = dir(repo).join(FILE);
+    match std::fs::read_to_string(&file) {
+        Ok(text) => parse_all(tenant, &text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(StorageError::io("read webhook subscriptions", &file, e)),
+    }
+}
+
+fn parse_all(tenant: &TenantId, text: &str) -> Result<Vec<Webhook>, StorageError> {
+    let bad = |what: String| StorageError::Io {
+        op: "read webhook subscriptions",
+        path: format!("{tenant}.git/{DIR}/{FILE}").into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, what),
+    };
+    let stored: StoredFile = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+    stored
+        .subscriptions
+        .into_iter()
+        .map(|s| {
+            Ok(Webhook {
+                id: WebhookId::parse(&s.id).ok_or_else(|| bad(format!("id {:?}", s.id)))?,
+                url: WebhookUrl::parse(&s.url).map_err(|e| bad(e.to_string()))?,
+                events: s
+                    .events
+                    .iter()
+                    .map(|e| EventType::parse(e).ok_or_else(|| bad(format!("event {e:?}"))))
+                    .collect::<Result<_, _>>()?,
+                description: s.description,
+                secret: WebhookSecret::parse(&s.secret)
+                    .ok_or_else(|| bad(format!("the secret of {}", s.id)))?,
+                state: s.state,
+                created: UNIX_EPOCH + Duration::from_secs(s.created),
+            })
+        })
+        .collect()
+}
+
+fn write_all(repo: &Path, all: &[Webhook]) -> Result<(), StorageError> {
+    let stored = StoredFile {
+        version: 1,
+        subscriptions: all
+            .iter()
+            .map(|h| StoredWebhook {
+                id: h.id.to_string(),
+                url: h.url.to_string(),
+                events: h.events.iter().map(|e| e.as_str().to_owned()).collect(),
+                description: h.description.clone(),
+                secret: h.secret.expose().to_owned(),
+                state: h.state,
+                created: h
+                    .created
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .as_secs(),
+            })
+            .collect(),
+    };
+    let text = zeroize::Zeroizing::new(serde_json::to_vec_pretty(&stored).expect("plain data"));
+    // tempfile makes its files 0600: the secrets are readable by the service's user only.
+    disk::replace_synced(&dir(repo).join(FILE), &text, "write webhook subscriptions")
+}
+
+#[cfg(test)]
+mod tests;

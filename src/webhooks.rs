@@ -1,0 +1,297 @@
+//! Webhooks: `Webhooks`, the handle the handlers use (the destination rules, the limit, a poke after a change), and its dispatcher: a runtime of its own that follows each tenant with subscriptions (one task per tenant, one per subscription) and delivers the commits on `main`'s first-parent line in order (`webhooks/backlog.rs`).
+mod backlog;
+mod deliver;
+mod destination;
+
+pub use deliver::{signature, Message, Outcome, Sender};
+pub use destination::{Destinations, Refused};
+
+use crate::config::WebhooksConfig;
+use crate::domain::{CommitId, TenantId, WebhookId};
+use crate::events::Events;
+use crate::metrics::Metrics;
+use crate::storage::{Storage, StorageError, Webhook, WebhookState};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{watch, Notify, Semaphore};
+
+/// How often a tenant's task looks at its subscriptions file (changes by another process,
+/// the CLI) and a moving tenant's placement; a change made through this process wakes it at
+/// once, and so does a move of `main`.
+const TICK: Duration = Duration::from_secs(10);
+/// How often the data dir is scanned for tenants with subscriptions (an import, the CLI).
+const SCAN: Duration = Duration::from_secs(10);
+
+/// The webhook client could not be built (its TLS set-up).
+#[derive(Debug, thiserror::Error)]
+#[error("the webhook client could not be built: {0}")]
+pub struct BuildError(#[from] reqwest::Error);
+
+/// The handle: cheap to clone; the dispatcher stops when the last clone is dropped.
+#[derive(Clone)]
+pub struct Webhooks {
+    core: Arc<Core>,
+    _running: Arc<Running>,
+}
+
+/// What every task of the dispatcher shares.
+struct Core {
+    storage: Storage,
+    events: Events,
+    metrics: Metrics,
+    config: WebhooksConfig,
+    sender: Sender,
+    /// Attempts in flight in the whole process.
+    in_flight: Arc<Semaphore>,
+    /// The tenants followed, and how to wake each one's task.
+    tenants: Mutex<HashMap<TenantId, Arc<Notify>>>,
+    /// The dispatcher's runtime, once started.
+    runtime: Mutex<Option<tokio::runtime::Handle>>,
+}
+
+/// Ends the dispatcher's thread when dropped.
+struct Running {
+    stop: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        drop(self.stop.lock().expect("not poisoned").take());
+    }
+}
+
+impl std::fmt::Debug for Webhooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Webhooks")
+    }
+}
+
+impl Webhooks {
+    pub fn new(
+        storage: Storage,
+        events: Events,
+        metrics: Metrics,
+        config: WebhooksConfig,
+    ) -> Result<Self, BuildError> {
+        let sender = Sender::new(
+            config.destinations(),
+            Duration::from_secs(config.connect_timeout_secs),
+            Duration::from_secs(config.attempt_timeout_secs),
+        )?;
+        Ok(Self {
+            core: Arc::new(Core {
+                storage,
+                events,
+                metrics,
+                in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
+                config,
+                sender,
+                tenants: Mutex::default(),
+                runtime: Mutex::default(),
+            }),
+            _running: Arc::new(Running {
+                stop: Mutex::default(),
+            }),
+        })
+    }
+
+    /// The destination rules (a subscription's URL is checked against them when made).
+    pub fn rules(&self) -> &Destinations {
+        self.core.sender.rules()
+    }
+
+    pub fn max_per_tenant(&self) -> usize {
+        self.core.config.max_per_tenant
+    }
+
+    /// Starts the dispatcher's thread (`planfiles-webhooks`: one async worker, its own
+    /// blocking pool for git reads and cursor syncs), which follows every tenant with
+    /// subscriptions. Runs until the last handle is dropped.
+    pub fn start(&self) -> std::io::Result<()> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .max_blocking_threads(16)
+            .thread_name("planfiles-webhooks")
+            .enable_all()
+            .build()?;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        *self.core.runtime.lock().expect("not poisoned") = Some(runtime.handle().clone());
+        *self._running.stop.lock().expect("not poisoned") = Some(stop);
+        runtime.spawn(scan(self.core.clone()));
+        std::thread::Builder::new()
+            .name("planfiles-webhooks".into())
+            .spawn(move || {
+                // Every handle gone (the service stopped): the tasks end with the runtime.
+                let _ = stopped.recv();
+                runtime.shutdown_timeout(Duration::from_secs(1));
+            })?;
+        Ok(())
+    }
+
+    /// A tenant's subscriptions changed through this process: its task reads them now.
+    pub fn poke(&self, tenant: &TenantId) {
+        self.core.follow(tenant);
+    }
+}
+
+impl Core {
+    /// Wakes the tenant's task, starting one when there is none (and the dispatcher runs).
+    fn follow(self: &Arc<Self>, tenant: &TenantId) {
+        let Some(runtime) = self.runtime.lock().expect("not poisoned").clone() else {
+            return;
+        };
+        let mut tenants = self.tenants.lock().expect("not poisoned");
+        if let Some(wake) = tenants.get(tenant) {
+            wake.notify_one();
+            return;
+        }
+        let wake = Arc::new(Notify::new());
+        tenants.insert(tenant.clone(), wake.clone());
+        runtime.spawn(follow_tenant(self.clone(), tenant.clone(), wake));
+    }
+
+    /// Runs storage work on the dispatcher's blocking pool.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Storage) -> T + Send + 'static,
+    ) -> Option<T> {
+        let storage = self.storage.clone();
+        tokio::task::spawn_blocking(move || work(&storage))
+            .await
+            .ok()
+    }
+}
+
+/// Follows every tenant of the data dir that has subscriptions, now and every [`SCAN`].
+async fn scan(core: Arc<Core>) {
+    loop {
+        if let Some(tenants) = core.blocking(Storage::tenants_with_webhooks).await {
+            for tenant in tenants {
+                core.follow(&tenant);
+            }
+        }
+        tokio::time::sleep(SCAN).await;
+    }
+}
+
+/// A running subscription: its definition's sender and its task.
+struct Follower {
+    def: watch::Sender<Webhook>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// One tenant: its subscriptions read again when their file changes, `main`'s head sent to
+/// each subscription's task (`None` while the tenant is not writable here: moving), until the
+/// tenant has none or is not here any more.
+async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
+    let per_tenant = Arc::new(Semaphore::new(core.config.max_in_flight_per_tenant));
+    let (head_tx, _) = watch::channel::<Option<CommitId>>(None);
+    let mut followers: HashMap<WebhookId, Follower> = HashMap::new();
+    let mut stamp = None;
+    let mut feed = None;
+    let mut counted = [0i64; 2];
+    loop {
+        let t = tenant.clone();
+        let now = core.blocking(move |s| s.webhooks_stamp(&t)).await.flatten();
+        if now.is_none() || now != stamp {
+            let t = tenant.clone();
+            match core.blocking(move |s| s.webhooks(&t)).await {
+                Some(Ok(list)) if !list.is_empty() => {
+                    stamp = now;
+                    count(&core, &mut counted, &list);
+                    reconcile(&core, &tenant, &per_tenant, &head_tx, &mut followers, list);
+                }
+                Some(
+                    Ok(_) | Err(StorageError::TenantNotFound(_) | StorageError::TenantMoved { .. }),
+                ) => break,
+                Some(Err(e)) => {
+                    tracing::warn!(%tenant, error = %e, "could not read the tenant's webhooks")
+                }
+                None => break,
+            }
+        }
+        if feed.is_none() {
+            feed = core.events.subscribe(&tenant).await.ok();
+        }
+        let head = feed
+            .as_mut()
+            .and_then(|f: &mut crate::storage::Subscription| {
+                let update = f.current();
+                (!update.moving).then_some(update.head.commit)
+            });
+        if head.is_none() {
+            feed = None;
+        }
+        head_tx.send_if_modified(|h| std::mem::replace(h, head) != head);
+        tokio::select! {
+            changed = async {
+                match feed.as_mut() {
+                    Some(f) => f.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if changed.is_none() {
+                    feed = None;
+                }
+            }
+            () = wake.notified() => {}
+            () = tokio::time::sleep(TICK) => {}
+        }
+    }
+    for follower in followers.into_values() {
+        follower.task.abort();
+    }
+    count(&core, &mut counted, &[]);
+    core.tenants.lock().expect("not poisoned").remove(&tenant);
+}
+
+/// Starts, updates and stops subscriptions' tasks to match `list`.
+fn reconcile(
+    core: &Arc<Core>,
+    tenant: &TenantId,
+    per_tenant: &Arc<Semaphore>,
+    head: &watch::Sender<Option<CommitId>>,
+    followers: &mut HashMap<WebhookId, Follower>,
+    list: Vec<Webhook>,
+) {
+    followers.retain(|id, f| {
+        let kept = list.iter().any(|h| &h.id == id);
+        if !kept {
+            f.task.abort();
+        }
+        kept
+    });
+    for hook in list {
+        if let Some(f) = followers.get(&hook.id) {
+            f.def
+                .send_if_modified(|d| std::mem::replace(d, hook.clone()) != hook);
+            continue;
+        }
+        let (def, def_rx) = watch::channel(hook.clone());
+        let task = tokio::spawn(backlog::follow_subscription(
+            core.clone(),
+            tenant.clone(),
+            per_tenant.clone(),
+            def_rx,
+            head.subscribe(),
+        ));
+        followers.insert(hook.id, Follower { def, task });
+    }
+}
+
+/// Moves the subscriptions gauge from what this tenant counted to what `list` says.
+fn count(core: &Core, counted: &mut [i64; 2], list: &[Webhook]) {
+    let failing = list
+        .iter()
+        .filter(|h| h.state == WebhookState::Failing)
+        .count() as i64;
+    let now = [list.len() as i64 - failing, failing];
+    for (i, state) in ["active", "failing"].into_iter().enumerate() {
+        core.metrics
+            .webhook_subscriptions
+            .with_label_values(&[state])
+            .add(now[i] - counted[i]);
+    }
+    *counted = now;
+}
