@@ -398,6 +398,10 @@ fn parse_all(tenant: &TenantId, text: &str) -> Result<Vec<Webhook>, StorageError
 }
 
 fn write_all(repo: &Path, all: &[Webhook]) -> Result<(), StorageError> {
+    if all.is_empty() {
+        // No file: the dispatcher's scan passes the tenant by.
+        return disk::remove_synced(&dir(repo).join(FILE), "remove webhook subscriptions");
+    }
     let stored = StoredFile {
         version: 1,
         subscriptions: all

@@ -40,6 +40,8 @@ pub(super) async fn follow_subscription(
     mut head_rx: watch::Receiver<Option<CommitId>>,
 ) {
     let mut retry = Retry::default();
+    // The head every event up to which is delivered: nothing to do until `main` moves.
+    let mut reached = None;
     loop {
         let def = def_rx.borrow_and_update().clone();
         let head = *head_rx.borrow_and_update();
@@ -47,7 +49,8 @@ pub(super) async fn follow_subscription(
             retry = Retry::default();
         }
         let due = retry.at.is_none_or(|at| Instant::now() >= at);
-        if let (WebhookState::Active, true, Some(head)) = (def.state, due, head) {
+        let behind = head.filter(|h| reached != Some(*h));
+        if let (WebhookState::Active, true, Some(head)) = (def.state, due, behind) {
             retry.at = None;
             match deliver(
                 &core,
@@ -60,7 +63,7 @@ pub(super) async fn follow_subscription(
             )
             .await
             {
-                Step::CaughtUp => {}
+                Step::CaughtUp => reached = Some(head),
                 Step::Wait(at) => retry.at = Some(at),
                 Step::Failing => {
                     let (t, id) = (tenant.clone(), def.id.clone());

@@ -41,6 +41,25 @@ fn expected_events(app: &TestApp, tenant: &str, from: &str) -> Vec<(String, Stri
     out
 }
 
+/// CPU time (ms) of this process's `planfiles-webhooks` threads (the tests run the app in
+/// their own process).
+fn dispatcher_cpu() -> u64 {
+    let mut ticks = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let Some((name, rest)) = stat.split_once(") ") else {
+            continue;
+        };
+        if name.ends_with("planfiles-webho") {
+            let fields: Vec<&str> = rest.split(' ').collect();
+            ticks += fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        }
+    }
+    ticks * 10
+}
+
 async fn subscribe(app: &TestApp, rx: &Receiver, path: &str, extra: Value) -> Value {
     let mut body = json!({"url": rx.url(path), "description": "tests"});
     body.as_object_mut()
@@ -163,6 +182,15 @@ async fn every_commit_reaches_the_receiver_signed_in_order_plain_git_too() {
         .map(|d| (d.commit().to_owned(), d.kind().to_owned()))
         .collect();
     assert_eq!(seen, conf_only);
+
+    // Caught up, the dispatcher waits: its threads take (almost) no CPU.
+    let before = dispatcher_cpu();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let spent = dispatcher_cpu() - before;
+    assert!(
+        spent < 50,
+        "the idle dispatcher spent {spent} ms of CPU in a second"
+    );
 
     let id = all["id"].as_str().unwrap();
     let log: Value = app

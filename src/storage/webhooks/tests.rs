@@ -43,6 +43,12 @@ fn subscriptions_live_beside_git_and_start_at_the_head() {
         Err(StorageError::WebhookNotFound { .. })
     ));
     assert_eq!(storage.webhooks(&acme).unwrap().len(), 1);
+    let last = storage.webhooks(&acme).unwrap().remove(0);
+    storage.remove_webhook(&acme, &last.id).unwrap();
+    assert!(
+        storage.tenants_with_webhooks().is_empty(),
+        "no file left to scan"
+    );
 }
 
 #[test]
