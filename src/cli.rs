@@ -1,6 +1,7 @@
-//! The command line: `serve` (default), `token`, `maintain`, `tenant create|set|list|move|import` (clap; the shard commands are in `cli/shards.rs`).
+//! The command line: `serve` (default), `token`, `maintain`, `tenant create|set|list|move|import`, `validate`, `webhook`, `signing` (clap; the shard commands are in `cli/shards.rs`).
 mod shards;
 mod validate;
+mod webhook;
 
 use crate::auth::{self, MintRequest};
 use crate::config::{Config, ConfigError, Sources};
@@ -81,6 +82,11 @@ pub enum Command {
     /// valid, 1 with each violation (FILE:LINE:COLUMN: POINTER: MESSAGE), 2 for usage or
     /// schema errors. Usable as a git pre-commit hook or in CI.
     Validate(validate::ValidateArgs),
+    /// A tenant's webhook subscriptions, in the data dir.
+    Webhook {
+        #[command(subcommand)]
+        action: webhook::WebhookAction,
+    },
     /// The keys that sign the service's commits.
     Signing {
         #[command(subcommand)]
@@ -222,6 +228,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Tenant { action } => tenant(&config, action),
         Command::Maintain { tenant } => maintain(&config, tenant.as_deref()),
         Command::Validate(args) => validate::run(&config, args),
+        Command::Webhook { action } => webhook::run(&config, action),
         Command::Signing {
             action: SigningAction::AllowedSigners,
         } => {

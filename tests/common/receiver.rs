@@ -17,6 +17,8 @@ pub enum Mode {
     Hang,
     /// 302 to another path of this receiver.
     Redirect,
+    /// 200 after this long.
+    Slow(Duration),
 }
 
 /// One request received.
@@ -171,6 +173,7 @@ async fn receive(req: HttpRequest, body: web::Bytes, state: web::Data<State>) ->
         Mode::Status(s) => s,
         Mode::Hang => 0,
         Mode::Redirect => 302,
+        Mode::Slow(_) => 200,
     };
     state.got.lock().unwrap().push(Delivery {
         path,
@@ -188,6 +191,10 @@ async fn receive(req: HttpRequest, body: web::Bytes, state: web::Data<State>) ->
         Mode::Hang => {
             tokio::time::sleep(Duration::from_secs(60)).await;
             HttpResponse::Ok().finish()
+        }
+        Mode::Slow(pause) => {
+            tokio::time::sleep(pause).await;
+            HttpResponse::Ok().body("thanks, slowly")
         }
         Mode::Redirect => HttpResponse::Found()
             .insert_header(("Location", "/redirected"))
