@@ -113,6 +113,12 @@ impl Webhooks {
             .worker_threads(1)
             .max_blocking_threads(16)
             .thread_name("planfiles-webhooks")
+            // Deliveries yield the CPU to reads and writes: a nice of 10 on each of the
+            // runtime's threads (Linux sets it per thread).
+            .on_thread_start(|| {
+                // SAFETY: setpriority on the calling thread (`who` 0) has no preconditions.
+                unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+            })
             .enable_all()
             .build()?;
         let (stop, stopped) = std::sync::mpsc::channel::<()>();
@@ -191,6 +197,7 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
     let mut stamp = None;
     let mut feed = None;
     let mut counted = [0i64; 2];
+    let mut settled = None;
     loop {
         let t = tenant.clone();
         let now = core.blocking(move |s| s.webhooks_stamp(&t)).await.flatten();
@@ -223,6 +230,23 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
         if head.is_none() {
             feed = None;
         }
+        // A head is announced once it is durable: its writer may not have synced it yet.
+        let head = match head {
+            Some(h) if settled != Some(h) => {
+                let (t, from) = (tenant.clone(), settled);
+                match core.blocking(move |s| s.settle(&t, from, h)).await {
+                    Some(Ok(())) => {
+                        settled = Some(h);
+                        Some(h)
+                    }
+                    other => {
+                        tracing::warn!(%tenant, error = ?other.map(|r| r.err()), "could not sync main before its webhooks");
+                        *head_tx.borrow()
+                    }
+                }
+            }
+            other => other,
+        };
         head_tx.send_if_modified(|h| std::mem::replace(h, head) != head);
         tokio::select! {
             changed = async {

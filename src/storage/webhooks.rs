@@ -192,6 +192,18 @@ impl Storage {
         Ok(hook)
     }
 
+    /// Makes `main` up to `to` durable (see `TenantRepo::settle`) before its commits are
+    /// announced: `from` is the head settled before, whose line need not be synced again.
+    pub fn settle(
+        &self,
+        tenant: &TenantId,
+        from: Option<crate::domain::CommitId>,
+        to: crate::domain::CommitId,
+    ) -> Result<(), StorageError> {
+        self.repo_for(tenant, Access::Read)?
+            .settle(from, to, self.sync.as_deref())
+    }
+
     /// When the tenant's subscriptions file last changed; `None` without one.
     pub fn webhooks_stamp(&self, tenant: &TenantId) -> Option<WebhooksStamp> {
         use std::os::unix::fs::MetadataExt as _;
@@ -231,6 +243,23 @@ impl Storage {
             Ok(c) => Ok(c),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(not_found(tenant, id)),
             Err(e) => Err(StorageError::io("claim a webhook's cursor", &file, e)),
+        }
+    }
+
+    /// Moves a claimed cursor durably: its slot written, then a shared `syncfs` in group
+    /// commit (subscriptions moving at once, and the writes, share the rounds) or its own
+    /// `fdatasync`.
+    pub fn advance_webhook_cursor(
+        &self,
+        tenant: &TenantId,
+        cursor: &mut DeliveryCursor,
+        to: CursorPosition,
+    ) -> Result<(), StorageError> {
+        let err = |e| StorageError::io("move a webhook's cursor", &self.repo_path(tenant), e);
+        cursor.advance(to, self.sync.is_none()).map_err(err)?;
+        match &self.sync {
+            Some(group) => group.sync().map_err(err),
+            None => Ok(()),
         }
     }
 

@@ -177,13 +177,13 @@ async fn deliver(
             if let Err(step) = attempt(core, tenant, def, &message, retry).await {
                 return step;
             }
-            cursor = match advance(cursor, after).await {
+            cursor = match advance(core, tenant, cursor, after).await {
                 Ok(c) => c,
                 Err(step) => return step,
             };
         }
         if cursor.position() != CursorPosition::at(through) {
-            cursor = match advance(cursor, CursorPosition::at(through)).await {
+            cursor = match advance(core, tenant, cursor, CursorPosition::at(through)).await {
                 Ok(c) => c,
                 Err(step) => return step,
             };
@@ -292,17 +292,23 @@ async fn attempt(
     }
 }
 
-/// Moves the cursor on the blocking pool (an `fdatasync`).
-async fn advance(mut cursor: DeliveryCursor, to: CursorPosition) -> Result<DeliveryCursor, Step> {
+/// Moves the cursor durably, on the blocking pool.
+async fn advance(
+    core: &Core,
+    tenant: &TenantId,
+    mut cursor: DeliveryCursor,
+    to: CursorPosition,
+) -> Result<DeliveryCursor, Step> {
+    let (storage, t) = (core.storage.clone(), tenant.clone());
     let moved = tokio::task::spawn_blocking(move || {
-        let result = cursor.advance(to);
+        let result = storage.advance_webhook_cursor(&t, &mut cursor, to);
         (cursor, result)
     })
     .await;
     match moved {
         Ok((cursor, Ok(()))) => Ok(cursor),
         Ok((_, Err(e))) => {
-            tracing::error!(error = %e, "could not move a webhook's cursor: its event will be delivered again");
+            tracing::error!(%tenant, error = %e, "could not move a webhook's cursor: its event will be delivered again");
             Err(Step::Wait(Instant::now() + BUSY))
         }
         Err(_) => Err(Step::Wait(Instant::now() + BUSY)),

@@ -139,6 +139,53 @@ impl TenantRepo {
         self.state_at(base).map(Some)
     }
 
+    /// Makes `to` and the commits before it on its first-parent line (back to `from`,
+    /// excluded; at most [`MAX_REPLAY_COMMITS`]) durable, as a reader must before it tells
+    /// anyone of them: a commit is visible on `main` a moment before its writer's last sync.
+    /// Group commit: one shared `syncfs`. Fsync mode: each commit's loose objects (the
+    /// commit, its tree, both files' blobs: plain git may not have synced them), their
+    /// folders and `objects/`, then `refs/heads/main`, `refs/heads`, `packed-refs` and the
+    /// repository folder.
+    pub(in crate::storage) fn settle(
+        &self,
+        from: Option<CommitId>,
+        to: CommitId,
+        sync: Option<&crate::storage::disk::durable::SyncGroup>,
+    ) -> Result<(), StorageError> {
+        if sync.is_some() {
+            return self.group_sync(sync, "");
+        }
+        let to = to_oid(&to.0);
+        let line = match from.map(|f| self.line(to_oid(&f.0), to, MAX_REPLAY_COMMITS)) {
+            Some(result) => result?,
+            None => None,
+        }
+        .unwrap_or_else(|| vec![to]);
+        let mut objects = Vec::with_capacity(line.len() * 4);
+        for &commit in &line {
+            objects.push(commit);
+            if let Ok(c) = self.repo.find_commit(commit) {
+                objects.push(c.tree_id());
+            }
+            for file in [PlanFile::Integration, PlanFile::Configuration] {
+                objects.push(self.blob_in(commit, file)?.0);
+            }
+        }
+        self.sync_objects(&objects, "")?;
+        let main = self.path.join(MAIN);
+        match std::fs::File::open(&main).and_then(|f| f.sync_all()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StorageError::io("sync main", &main, e)),
+        }
+        let packed = self.path.join("packed-refs");
+        if packed.exists() {
+            crate::storage::disk::sync_file(&packed)?;
+        }
+        crate::storage::disk::sync_dir(&self.path.join("refs/heads"))?;
+        crate::storage::disk::sync_dir(&self.path)
+    }
+
     /// A reset to `to`, or to `main`'s head when `to` is unknown.
     fn reset(&self, to: Oid) -> Result<Replay, StorageError> {
         let at = match self.repo.find_commit(to) {

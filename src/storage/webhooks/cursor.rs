@@ -79,12 +79,15 @@ impl DeliveryCursor {
         self.position
     }
 
-    /// Moves the cursor, durably: the slot not holding the newest record is written and
-    /// synced before this returns.
-    pub fn advance(&mut self, to: CursorPosition) -> io::Result<()> {
+    /// Moves the cursor: the slot not holding the newest record is written, and synced
+    /// with `fdatasync` unless `sync` is given (the caller then makes it durable with a
+    /// shared `syncfs` before it relies on it).
+    pub(in crate::storage) fn advance(&mut self, to: CursorPosition, sync: bool) -> io::Result<()> {
         let seq = self.seq + 1;
         write_slot(&self.file, seq, to)?;
-        self.file.sync_data()?;
+        if sync {
+            self.file.sync_data()?;
+        }
         self.seq = seq;
         self.position = to;
         Ok(())
@@ -167,12 +170,15 @@ mod tests {
             DeliveryCursor::claim(&path).unwrap().is_none(),
             "one holder at a time"
         );
-        c.advance(CursorPosition {
-            through: commit(1),
-            partial: Some(commit(2)),
-        })
+        c.advance(
+            CursorPosition {
+                through: commit(1),
+                partial: Some(commit(2)),
+            },
+            true,
+        )
         .unwrap();
-        c.advance(CursorPosition::at(commit(2))).unwrap();
+        c.advance(CursorPosition::at(commit(2)), true).unwrap();
         assert_eq!(read(&path).unwrap(), CursorPosition::at(commit(2)));
         drop(c);
         // Creation wrote seq 0 and 1; the moves seq 2 (slot 0) and 3 (slot 1). The newest

@@ -64,7 +64,7 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
         through: head,
         partial: Some(head),
     };
-    cursor.advance(moved_on).unwrap();
+    storage.advance_webhook_cursor(&acme, &mut cursor, moved_on).unwrap();
     drop(cursor);
     storage
         .begin_move(&acme, &ShardUrl::parse("http://b:8080").unwrap())

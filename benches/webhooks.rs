@@ -1,0 +1,360 @@
+//! `cargo bench --bench webhooks`: how fast a commit reaches webhook receivers, and what subscriptions cost a write.
+//!
+//! The release binary serves the demo tenants from a temporary data dir (`TMPDIR`: put it on
+//! the volume to measure), with loopback destinations allowed; a receiver in this process
+//! answers 200 and notes when each event arrived. Phases, in one run, WRITES serial PUTs each
+//! (default 1,000):
+//! 1. no subscription: the PUT p50 (the baseline);
+//! 2. one subscription on the tenant: each event's lag, from the PUT's 200 to its arrival;
+//! 3. 100 subscriptions on the tenant: the lag of every delivery, and the PUT p50 against 1;
+//! 4. no subscription again (the baseline after, for the volume's drift);
+//! 5. a receiver that hangs (every attempt cut at 2 s) on another tenant's 8 subscriptions,
+//!    while phase 2 runs again: the PUT p99 and the lag of the healthy tenant.
+//!
+//! Then SUBS subscriptions (default 10,000) over 100 tenants: the server's RSS before and
+//! after, idle CPU over 5 s.
+//!
+//! Small numbers for a smoke run: `WRITES=100 SUBS=500 cargo bench --bench webhooks`.
+#[path = "http/fixtures.rs"]
+#[allow(dead_code)]
+mod fixtures;
+
+use actix_web::{web, App, HttpRequest, HttpResponse, HttpServer};
+use hdrhistogram::Histogram;
+use planfiles::auth::{mint_hs256, MintRequest};
+use planfiles::domain::TenantId;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const SECRET: &str = "bench-secret-0123456789abcdef0123456789";
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn token(tenant: &str, permissions: &[&str]) -> String {
+    mint_hs256(
+        SECRET,
+        &MintRequest {
+            tenant: TenantId::parse(tenant).unwrap(),
+            permissions: permissions.iter().map(|p| p.to_string()).collect(),
+            sub: Some("bench".into()),
+            email: Some("bench@example.com".into()),
+            name: Some("Bench".into()),
+            ttl_secs: 3600,
+        },
+    )
+    .unwrap()
+}
+
+/// A `planfiles serve` over `dir/data` with `dir/config.toml`; killed on drop.
+struct Server {
+    child: std::process::Child,
+    base: String,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Self {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_planfiles"))
+            .env("PLANFILES_CONFIG", dir.join("config.toml"))
+            .env("PLANFILES_DATA_DIR", dir.join("data"))
+            .env("PLANFILES_BIND", "127.0.0.1:0")
+            .env("PLANFILES_JWT_SECRET", SECRET)
+            .env("PLANFILES_LOG_FORMAT", "json")
+            .env("PLANFILES_LOG", "warn,planfiles::cli=info")
+            .current_dir(dir)
+            .arg("serve")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut base = String::new();
+        for line in lines.by_ref() {
+            let v: Value = serde_json::from_str(&line.unwrap()).unwrap_or_default();
+            if let Some(addr) = v["addr"].as_str() {
+                base = format!("http://{addr}");
+                break;
+            }
+        }
+        assert!(!base.is_empty(), "the server did not say where it listens");
+        std::thread::spawn(move || lines.for_each(drop));
+        Self { child, base }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// When each (path, webhook-id) arrived.
+type Arrivals = Arc<Mutex<HashMap<(String, String), Instant>>>;
+
+/// A receiver: 200 at once on every path but `/hang/...`, which never answers.
+fn receiver() -> (String, Arrivals) {
+    let arrivals: Arrivals = Arc::default();
+    let shared = arrivals.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            let data = web::Data::new(shared);
+            let server = HttpServer::new(move || {
+                App::new()
+                    .app_data(data.clone())
+                    .default_service(web::to(receive))
+            })
+            .workers(2)
+            .bind("127.0.0.1:0")
+            .unwrap();
+            tx.send(server.addrs()[0]).unwrap();
+            server.run().await.unwrap();
+        })
+    });
+    (format!("http://{}", rx.recv().unwrap()), arrivals)
+}
+
+async fn receive(req: HttpRequest, arrivals: web::Data<Arrivals>) -> HttpResponse {
+    let now = Instant::now();
+    let path = req.path().to_owned();
+    if path.starts_with("/hang/") {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
+    let id = req
+        .headers()
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    arrivals.lock().unwrap().entry((path, id)).or_insert(now);
+    HttpResponse::Ok().finish()
+}
+
+fn subscribe(http: &reqwest::blocking::Client, base: &str, tenant: &str, url: &str) {
+    let res = http
+        .post(format!("{base}/plans/webhooks"))
+        .bearer_auth(token(tenant, &["planfiles.webhooks.write"]))
+        .json(&json!({"url": url}))
+        .send()
+        .unwrap();
+    assert_eq!(res.status(), 201, "{}", res.text().unwrap());
+}
+
+fn unsubscribe_all(http: &reqwest::blocking::Client, base: &str, tenant: &str) {
+    let t = token(tenant, &["planfiles.webhooks.write"]);
+    let list: Value = http
+        .get(format!("{base}/plans/webhooks"))
+        .bearer_auth(&t)
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    for hook in list["webhooks"].as_array().unwrap() {
+        http.delete(format!("{base}/plans/webhooks/{}", hook["id"].as_str().unwrap()))
+            .bearer_auth(&t)
+            .send()
+            .unwrap();
+    }
+}
+
+/// `n` serial PUTs on `tenant`: each one's latency and its commit with the moment of its 200.
+fn writes(
+    http: &reqwest::blocking::Client,
+    base: &str,
+    tenant: &str,
+    n: usize,
+) -> (Histogram<u64>, Vec<(String, Instant)>) {
+    let t = token(tenant, &["jit.integrations.write"]);
+    let mut latency = Histogram::<u64>::new(3).unwrap();
+    let mut acked = Vec::with_capacity(n);
+    for i in 0..n {
+        let started = Instant::now();
+        let res = http
+            .put(format!("{base}/plans/integration-file"))
+            .bearer_auth(&t)
+            .json(&json!({"content": {"bench": i}}))
+            .send()
+            .unwrap();
+        let done = Instant::now();
+        assert_eq!(res.status(), 200);
+        let body: Value = res.json().unwrap();
+        latency.record(done.duration_since(started).as_micros() as u64).unwrap();
+        acked.push((body["commit_sha"].as_str().unwrap().to_owned(), done));
+    }
+    (latency, acked)
+}
+
+/// Waits until every (path, commit) event arrived (at most 120 s); the lag of each.
+fn lags(arrivals: &Arrivals, paths: &[String], acked: &[(String, Instant)]) -> Histogram<u64> {
+    let mut lag = Histogram::<u64>::new(3).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let want = paths.len() * acked.len();
+    loop {
+        let got = arrivals.lock().unwrap();
+        let mut found = 0;
+        lag.reset();
+        for path in paths {
+            for (commit, at) in acked {
+                let id = format!("msg_{commit}_integration-file");
+                if let Some(arrived) = got.get(&(path.clone(), id)) {
+                    found += 1;
+                    lag.record(arrived.saturating_duration_since(*at).as_micros() as u64)
+                        .unwrap();
+                }
+            }
+        }
+        if found == want {
+            return lag;
+        }
+        drop(got);
+        assert!(
+            Instant::now() < deadline,
+            "{found} of {want} deliveries after 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn cpu_ms(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+    ticks * 10
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        println!("webhooks: bench");
+        return;
+    }
+    let n = env("WRITES", 1000);
+    let subs = env("SUBS", 10_000);
+    let dir = tempfile::tempdir().unwrap();
+    fixtures::copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("repos-fixture/tenants"),
+        &dir.path().join("data/tenants"),
+    );
+    std::fs::write(
+        dir.path().join("config.toml"),
+        "[storage]\nseed_from = \"\"\n[validation]\nschemas_dir = \"\"\n[webhooks]\nallow_http = true\nallow_private_networks = true\nattempt_timeout_secs = 2\nmax_per_tenant = 200\nmax_in_flight = 256\n",
+    )
+    .unwrap();
+    let (rx, arrivals) = receiver();
+    let server = Server::start(dir.path());
+    let base = server.base.clone();
+    let http = reqwest::blocking::Client::new();
+    println!("webhooks bench: {n} serial PUTs per phase, data dir {}", dir.path().display());
+
+    let (before, _) = writes(&http, &base, "acme", n);
+
+    subscribe(&http, &base, "acme", &format!("{rx}/one/0"));
+    let (one_writes, acked) = writes(&http, &base, "acme", n);
+    let one = lags(&arrivals, &["/one/0".to_owned()], &acked);
+    unsubscribe_all(&http, &base, "acme");
+
+    let paths: Vec<String> = (0..100).map(|i| format!("/many/{i}")).collect();
+    for p in &paths {
+        subscribe(&http, &base, "acme", &format!("{rx}{p}"));
+    }
+    let (with_100, acked) = writes(&http, &base, "acme", n);
+    let many = lags(&arrivals, &paths, &acked);
+    unsubscribe_all(&http, &base, "acme");
+
+    let (after, _) = writes(&http, &base, "acme", n);
+
+    for i in 0..8 {
+        subscribe(&http, &base, "globex", &format!("{rx}/hang/{i}"));
+    }
+    // The hanging receiver's attempts are under way before the measured phase.
+    let g = token("globex", &["jit.integrations.write"]);
+    http.put(format!("{base}/plans/integration-file"))
+        .bearer_auth(&g)
+        .json(&json!({"content": {"hang": true}}))
+        .send()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    subscribe(&http, &base, "acme", &format!("{rx}/beside/0"));
+    let (beside_writes, acked) = writes(&http, &base, "acme", n);
+    let beside = lags(&arrivals, &["/beside/0".to_owned()], &acked);
+    unsubscribe_all(&http, &base, "acme");
+    unsubscribe_all(&http, &base, "globex");
+
+    println!();
+    println!("| phase | PUT p50 ms | PUT p99 ms | lag p50 ms | lag p99 ms | lag max ms |");
+    println!("|---|---|---|---|---|---|");
+    let row = |name: &str, w: &Histogram<u64>, l: Option<&Histogram<u64>>| {
+        let lag = |q: f64| l.map_or("-".into(), |l| format!("{:.2}", ms(l.value_at_quantile(q))));
+        println!(
+            "| {name} | {:.2} | {:.2} | {} | {} | {} |",
+            ms(w.value_at_quantile(0.5)),
+            ms(w.value_at_quantile(0.99)),
+            lag(0.5),
+            lag(0.99),
+            l.map_or("-".into(), |l| format!("{:.2}", ms(l.max())))
+        );
+    };
+    row("no subscription (before)", &before, None);
+    row("1 subscription", &one_writes, Some(&one));
+    row("100 subscriptions on the tenant", &with_100, Some(&many));
+    row("no subscription (after)", &after, None);
+    row(
+        "1 subscription, another tenant's 8 hang",
+        &beside_writes,
+        Some(&beside),
+    );
+    let base_p50 = (before.value_at_quantile(0.5) + after.value_at_quantile(0.5)) as f64 / 2.0;
+    println!(
+        "\nPUT p50 with 100 subscriptions vs without (mean of before and after): {:+.1}%",
+        (with_100.value_at_quantile(0.5) as f64 / base_p50 - 1.0) * 100.0
+    );
+
+    // Many subscriptions at rest: memory and idle CPU.
+    let pid = server.child.id();
+    let rss_before = rss_mib(pid);
+    let tenants = 100.min(subs.max(1));
+    let t0 = Instant::now();
+    for t in 0..tenants {
+        let tenant = format!("bench-{t}");
+        fixtures::copy_tree(
+            &dir.path().join("data/tenants/initech.git"),
+            &dir.path().join(format!("data/tenants/{tenant}.git")),
+        );
+    }
+    for i in 0..subs {
+        subscribe(&http, &base, &format!("bench-{}", i % tenants), &format!("{rx}/rest/{i}"));
+    }
+    let made = t0.elapsed();
+    std::thread::sleep(Duration::from_secs(12));
+    let cpu0 = cpu_ms(pid);
+    std::thread::sleep(Duration::from_secs(5));
+    let idle = cpu_ms(pid) - cpu0;
+    println!(
+        "\n{subs} subscriptions over {tenants} tenants (made in {:.1} s): RSS {:.1} MiB -> {:.1} MiB ({:+.1} KiB each); idle CPU over 5 s: {idle} ms",
+        made.as_secs_f64(),
+        rss_before,
+        rss_mib(pid),
+        (rss_mib(pid) - rss_before) * 1024.0 / subs as f64
+    );
+}
