@@ -158,10 +158,13 @@ fn unsubscribe_all(http: &reqwest::blocking::Client, base: &str, tenant: &str) {
         .json()
         .unwrap();
     for hook in list["webhooks"].as_array().unwrap() {
-        http.delete(format!("{base}/plans/webhooks/{}", hook["id"].as_str().unwrap()))
-            .bearer_auth(&t)
-            .send()
-            .unwrap();
+        http.delete(format!(
+            "{base}/plans/webhooks/{}",
+            hook["id"].as_str().unwrap()
+        ))
+        .bearer_auth(&t)
+        .send()
+        .unwrap();
     }
 }
 
@@ -186,7 +189,9 @@ fn writes(
         let done = Instant::now();
         assert_eq!(res.status(), 200);
         let body: Value = res.json().unwrap();
-        latency.record(done.duration_since(started).as_micros() as u64).unwrap();
+        latency
+            .record(done.duration_since(started).as_micros() as u64)
+            .unwrap();
         acked.push((body["commit_sha"].as_str().unwrap().to_owned(), done));
     }
     (latency, acked)
@@ -203,7 +208,7 @@ fn lags(arrivals: &Arrivals, paths: &[String], acked: &[(String, Instant)]) -> H
         lag.reset();
         for path in paths {
             for (commit, at) in acked {
-                let id = format!("msg_{commit}_integration-file");
+                let id = format!("msg_acme_{commit}_integration-file");
                 if let Some(arrived) = got.get(&(path.clone(), id)) {
                     found += 1;
                     lag.record(arrived.saturating_duration_since(*at).as_micros() as u64)
@@ -265,7 +270,10 @@ fn main() {
     let server = Server::start(dir.path());
     let base = server.base.clone();
     let http = reqwest::blocking::Client::new();
-    println!("webhooks bench: {n} serial PUTs per phase, data dir {}", dir.path().display());
+    println!(
+        "webhooks bench: {n} serial PUTs per phase, data dir {}",
+        dir.path().display()
+    );
 
     let (before, _) = writes(&http, &base, "acme", n);
 
@@ -343,7 +351,12 @@ fn main() {
         );
     }
     for i in 0..subs {
-        subscribe(&http, &base, &format!("bench-{}", i % tenants), &format!("{rx}/rest/{i}"));
+        subscribe(
+            &http,
+            &base,
+            &format!("bench-{}", i % tenants),
+            &format!("{rx}/rest/{i}"),
+        );
     }
     let made = t0.elapsed();
     std::thread::sleep(Duration::from_secs(12));

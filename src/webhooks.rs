@@ -44,6 +44,8 @@ struct Core {
     sender: Sender,
     /// Attempts in flight in the whole process.
     in_flight: Arc<Semaphore>,
+    /// Cursors claimed at once (each an open file, for one step of at most 64 commits).
+    claims: Semaphore,
     /// The tenants followed, and how to wake each one's task.
     tenants: Mutex<HashMap<TenantId, Arc<Notify>>>,
     /// The dispatcher's runtime, once started.
@@ -85,6 +87,7 @@ impl Webhooks {
                 events,
                 metrics,
                 in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
+                claims: Semaphore::new((config.max_in_flight * 4).max(256)),
                 config,
                 sender,
                 tenants: Mutex::default(),

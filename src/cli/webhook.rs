@@ -4,7 +4,7 @@ use crate::config::Config;
 use crate::domain::{EventType, WebhookId, WebhookUrl};
 use crate::http::schema::WebhookView;
 use crate::startup::SigningKey;
-use crate::storage::{NewWebhook, WebhookState};
+use crate::storage::NewWebhook;
 use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
@@ -12,21 +12,37 @@ pub enum WebhookAction {
     /// Subscribe URL to TENANT's commits; prints the subscription with its secret (shown
     /// only here) as JSON. The URL is held to the [webhooks] destination rules.
     Add {
+        /// The tenant's id.
         tenant: String,
+        /// Where deliveries go (https://...).
         url: String,
         /// An event to deliver (integration-file.updated, configuration-file.updated,
         /// main.reset); repeat for several. Default: all.
         #[arg(long = "event")]
         events: Vec<String>,
+        /// What it is for (at most 500 characters).
         #[arg(long)]
         description: Option<String>,
     },
     /// List TENANT's subscriptions (no secrets): id, state, events, URL.
-    List { tenant: String },
+    List {
+        /// The tenant's id.
+        tenant: String,
+    },
     /// Remove a subscription.
-    Remove { tenant: String, id: String },
+    Remove {
+        /// The tenant's id.
+        tenant: String,
+        /// The subscription's id (wh_...).
+        id: String,
+    },
     /// Start a failing subscription again from where it stopped.
-    Resume { tenant: String, id: String },
+    Resume {
+        /// The tenant's id.
+        tenant: String,
+        /// The subscription's id (wh_...).
+        id: String,
+    },
 }
 
 pub fn run(config: &Config, action: WebhookAction) -> Result<(), CliError> {
@@ -58,6 +74,13 @@ pub fn run(config: &Config, action: WebhookAction) -> Result<(), CliError> {
             };
             kinds.sort();
             kinds.dedup();
+            if let Some(d) = &description {
+                if d.chars().count() > 500 || d.chars().any(char::is_control) {
+                    return Err(CliError::Usage(
+                        "--description: at most 500 characters, no control characters".into(),
+                    ));
+                }
+            }
             let rules = config.webhooks.destinations();
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -103,7 +126,7 @@ pub fn run(config: &Config, action: WebhookAction) -> Result<(), CliError> {
         }
         WebhookAction::Resume { tenant, id } => {
             let (tenant, id) = (tenant_id(&tenant)?, webhook_id(&id)?);
-            storage.set_webhook_state(&tenant, &id, WebhookState::Active)?;
+            storage.resume_webhook(&tenant, &id)?;
             println!("{tenant}: {id} is active");
         }
     }

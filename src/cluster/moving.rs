@@ -339,7 +339,7 @@ impl Move {
         &self,
         head: &str,
         source_hosting: bool,
-        webhooks: Option<crate::storage::WebhookBundle>,
+        webhooks: crate::storage::WebhookBundle,
     ) -> Result<TargetAnswer, MoveError> {
         let path = format!("/admin/tenants/{}/import", self.tenant);
         let body = serde_json::json!({

@@ -15,8 +15,11 @@ use serde::{Deserialize, Serialize};
 /// for that import.
 pub const REPOS_IMPORT: &str = "planfiles.repos.import";
 /// An import request is a URL, a commit id and a flag.
-/// An import's body: a few fields, and up to `webhooks.max_per_tenant` subscriptions.
-const BODY_LIMIT: usize = 1024 * 1024;
+/// An import's body: a few fields, and the tenant's subscriptions (each at most about 6 KiB:
+/// a 2 KiB URL and a 500-character description, escaped).
+fn body_limit(state: &AppState) -> usize {
+    64 * 1024 + 8 * 1024 * state.webhooks.as_ref().map_or(0, |w| w.max_per_tenant())
+}
 
 /// What to import.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -103,7 +106,7 @@ pub async fn import(
     if !super::body::is_json(&req) {
         return Err(ApiError::UnsupportedMediaType);
     }
-    let bytes = read_limited(&req, payload, BODY_LIMIT, state.body_pace).await?;
+    let bytes = read_limited(&req, payload, body_limit(&state), state.body_pace).await?;
     let body: ImportRequest =
         serde_json::from_slice(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
     let from =

@@ -6,7 +6,7 @@ use super::schema::{CommonProblems, DeliveryList, WebhookList, WebhookView};
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{EventType, PlanFile, WebhookId, WebhookUrl};
-use crate::storage::{NewWebhook, WebhookState};
+use crate::storage::NewWebhook;
 use crate::webhooks::Webhooks;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
@@ -159,7 +159,7 @@ pub async fn resume(state: web::Data<AppState>, who: Principal, id: web::Path<St
     let id = parse_id(&id)?;
     let (storage, tenant) = (state.storage.clone(), who.tenant().clone());
     let hook = blocking(
-        move || storage.set_webhook_state(&tenant, &id, WebhookState::Active),
+        move || storage.resume_webhook(&tenant, &id),
         PlanFile::Integration,
     )
     .await?;

@@ -411,6 +411,21 @@ pub enum Replay {
     Reset(HeadState),
 }
 
+/// How a webhook subscription goes from its cursor to `main`'s head.
+#[derive(Debug, Clone)]
+pub enum DeliveryPlan {
+    /// The cursor is on the head's first-parent line: the commits to stop at, oldest first
+    /// (the cursor, one every step, the head); each pair is one [`Replay`].
+    Steps(Vec<CommitId>),
+    /// The head the caller knows is behind the cursor (its view of `main` lags): nothing to do
+    /// until it catches up.
+    Behind,
+    /// `main` left the cursor's line; the lines meet here (on both first-parent lines).
+    Fork(HeadState),
+    /// They do not meet (or the cursor's commit is gone): start again at the head.
+    Reset(HeadState),
+}
+
 /// How a stream catches up from a resume point to a head: the commits to stop at, oldest
 /// first (the resume point, then one every step, then the head), each pair read as one
 /// [`Replay`] without walking the line again; or a reset, when the resume point is unknown

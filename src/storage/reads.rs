@@ -49,16 +49,18 @@ impl Storage {
         Ok(replay)
     }
 
-    /// Where `from`, which is off `to`'s first-parent line (a replay said reset), meets that
-    /// line: from there on, nothing of the new line is skipped. `None` when they do not meet
-    /// on the line (within 10,000 commits).
-    pub fn fork_point(
+    /// How a webhook subscription at `from` reaches `to`, in steps of at most `step`
+    /// commits: the line walked once, as far back as it goes; where the lines meet when
+    /// `main` left `from`'s line (nothing of the new line skipped).
+    pub fn delivery_plan(
         &self,
         tenant: &TenantId,
         from: CommitId,
         to: CommitId,
-    ) -> Result<Option<HeadState>, StorageError> {
-        self.repo_for(tenant, Access::Read)?.fork_point(from, to)
+        step: usize,
+    ) -> Result<crate::storage::DeliveryPlan, StorageError> {
+        self.repo_for(tenant, Access::Read)?
+            .delivery_plan(from, to, step)
     }
 
     /// How to replay from `from` to `to` in steps of at most `step` commits (see

@@ -32,6 +32,9 @@ pub struct Webhook {
     pub secret: WebhookSecret,
     pub state: WebhookState,
     pub created: SystemTime,
+    /// When it was last resumed (Unix milliseconds; 0: never): a failure streak that began
+    /// before it does not make it `failing`.
+    pub resumed_ms: u64,
 }
 
 /// `active`, or `failing` after the last retry (it waits for a resume).
@@ -60,13 +63,26 @@ pub struct NewWebhook {
 }
 
 /// A tenant's subscriptions and cursors as a move carries them to the target (secrets
-/// included: it travels only between shards, with the import's token).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// included: it travels only between shards, with the import's token). Its `Debug` shows
+/// no secret.
+#[derive(Clone, Serialize, Deserialize)]
 pub struct WebhookBundle {
-    /// The subscriptions file as it is.
+    /// The subscriptions file as it is; empty: none.
     pub subscriptions: String,
     /// Each subscription's cursor.
     pub cursors: Vec<BundledCursor>,
+}
+
+impl std::fmt::Debug for WebhookBundle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookBundle")
+            .field(
+                "subscriptions",
+                &format_args!("{} bytes", self.subscriptions.len()),
+            )
+            .field("cursors", &self.cursors)
+            .finish()
+    }
 }
 
 /// A cursor in a [`WebhookBundle`].
@@ -102,6 +118,18 @@ struct StoredWebhook {
     secret: String,
     state: WebhookState,
     created: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    resumed_ms: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64
 }
 
 impl Storage {
@@ -138,6 +166,7 @@ impl Storage {
             description: new.description,
             secret: WebhookSecret::generate(),
             state: WebhookState::Active,
+            resumed_ms: 0,
             // Whole seconds: as it is stored and shown.
             created: UNIX_EPOCH
                 + Duration::from_secs(
@@ -171,12 +200,39 @@ impl Storage {
         Ok(())
     }
 
-    /// Sets a subscription's state (`failing` after its last retry, `active` on a resume).
-    pub fn set_webhook_state(
+    /// Resumes a subscription: `active`, and a failure streak under way starts over.
+    pub fn resume_webhook(
         &self,
         tenant: &TenantId,
         id: &WebhookId,
-        state: WebhookState,
+    ) -> Result<Webhook, StorageError> {
+        self.change_webhook(tenant, id, |hook| {
+            hook.state = WebhookState::Active;
+            hook.resumed_ms = unix_ms(SystemTime::now());
+        })
+    }
+
+    /// Marks a subscription `failing` after the last retry of a streak of failures that
+    /// began at `streak_began`, unless it was resumed since (a resume wins the race).
+    pub fn mark_webhook_failing(
+        &self,
+        tenant: &TenantId,
+        id: &WebhookId,
+        streak_began: SystemTime,
+    ) -> Result<Webhook, StorageError> {
+        self.change_webhook(tenant, id, |hook| {
+            if hook.resumed_ms < unix_ms(streak_began) {
+                hook.state = WebhookState::Failing;
+            }
+        })
+    }
+
+    /// One subscription changed under the lock, where the tenant takes writes.
+    fn change_webhook(
+        &self,
+        tenant: &TenantId,
+        id: &WebhookId,
+        change: impl FnOnce(&mut Webhook),
     ) -> Result<Webhook, StorageError> {
         let path = self.locate(tenant, Access::Follow)?;
         let _lock = lock(&path)?;
@@ -186,7 +242,7 @@ impl Storage {
             .iter_mut()
             .find(|h| &h.id == id)
             .ok_or_else(|| not_found(tenant, id))?;
-        hook.state = state;
+        change(hook);
         let hook = hook.clone();
         write_all(&path, &all)?;
         Ok(hook)
@@ -257,10 +313,11 @@ impl Storage {
     ) -> Result<(), StorageError> {
         let err = |e| StorageError::io("move a webhook's cursor", &self.repo_path(tenant), e);
         cursor.advance(to, self.sync.is_none()).map_err(err)?;
-        match &self.sync {
-            Some(group) => group.sync().map_err(err),
-            None => Ok(()),
+        if let Some(group) = &self.sync {
+            group.sync().map_err(err)?;
         }
+        // The tenant began to move: no more deliveries here (the move reads this cursor).
+        served_here(tenant, &self.repo_path(tenant))
     }
 
     /// Records one delivery attempt in the subscription's log (not synced: a log, not a
@@ -287,46 +344,76 @@ impl Storage {
             .map_err(|e| StorageError::io("read a webhook's deliveries", &path, e))
     }
 
-    /// What a move carries of the tenant's subscriptions; `None` without any. Read under the
-    /// subscriptions' lock after the move began: no change lands after it.
-    pub fn export_webhooks(
-        &self,
-        tenant: &TenantId,
-    ) -> Result<Option<WebhookBundle>, StorageError> {
+    /// What a move carries of the tenant's subscriptions (none is said too: a tenant coming
+    /// back to a shard it left must not find the old ones there). Read under the
+    /// subscriptions' lock after the move began, each cursor claimed (waiting up to 30 s for
+    /// an attempt under way): no change and no delivery lands here after it.
+    pub fn export_webhooks(&self, tenant: &TenantId) -> Result<WebhookBundle, StorageError> {
         let path = self.locate(tenant, Access::Manage)?;
-        let file = dir(&path).join(FILE);
-        if !file.is_file() {
-            return Ok(None);
-        }
         let _lock = lock(&path)?;
-        let subscriptions = std::fs::read_to_string(&file)
-            .map_err(|e| StorageError::io("read webhook subscriptions", &file, e))?;
+        let file = dir(&path).join(FILE);
+        let subscriptions = match std::fs::read_to_string(&file) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(WebhookBundle {
+                    subscriptions: String::new(),
+                    cursors: Vec::new(),
+                })
+            }
+            Err(e) => return Err(StorageError::io("read webhook subscriptions", &file, e)),
+        };
         let mut cursors = Vec::new();
+        let mut claimed = Vec::new();
         for hook in parse_all(tenant, &subscriptions)? {
-            let at = cursor::read(&cursor_path(&path, &hook.id))
-                .map_err(|e| StorageError::io("read a webhook's cursor", &path, e))?;
+            let file = cursor_path(&path, &hook.id);
+            let err = |e| StorageError::io("read a webhook's cursor", &file, e);
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            let at = loop {
+                match DeliveryCursor::claim(&file).map_err(err)? {
+                    Some(c) => {
+                        let at = c.position();
+                        claimed.push(c);
+                        break at;
+                    }
+                    None if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    // Held past an attempt's longest: read as it stands (at worst an event
+                    // is delivered twice, never skipped).
+                    None => break cursor::read(&file).map_err(err)?,
+                }
+            };
             cursors.push(BundledCursor {
                 id: hook.id.to_string(),
                 through: at.through.to_string(),
                 partial: at.partial.map(|c| c.to_string()),
             });
         }
-        Ok(Some(WebhookBundle {
+        Ok(WebhookBundle {
             subscriptions,
             cursors,
-        }))
+        })
     }
 }
 
-/// Writes a move's bundle into the repository at `repo` (an import, before the tenant is
-/// writable there), synced.
+/// Puts a move's bundle in place of the `webhooks/` folder of the repository at `repo` (an
+/// import, before the tenant is writable there): what was there before (a tenant coming
+/// back) goes, logs included. Synced.
 pub(in crate::storage) fn install(
     tenant: &TenantId,
     repo: &Path,
     bundle: &WebhookBundle,
 ) -> Result<(), StorageError> {
-    let hooks = parse_all(tenant, &bundle.subscriptions)?;
     let dir = dir(repo);
+    match std::fs::remove_dir_all(&dir) {
+        Ok(()) => disk::sync_dir(repo)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StorageError::io("remove the old webhooks", &dir, e)),
+    }
+    if bundle.subscriptions.is_empty() {
+        return Ok(());
+    }
+    let hooks = parse_all(tenant, &bundle.subscriptions)?;
     disk::create_dir_all_synced(&dir)?;
     for hook in &hooks {
         let at = bundle
@@ -421,6 +508,7 @@ fn parse_all(tenant: &TenantId, text: &str) -> Result<Vec<Webhook>, StorageError
                     .ok_or_else(|| bad(format!("the secret of {}", s.id)))?,
                 state: s.state,
                 created: UNIX_EPOCH + Duration::from_secs(s.created),
+                resumed_ms: s.resumed_ms,
             })
         })
         .collect()
@@ -442,6 +530,7 @@ fn write_all(repo: &Path, all: &[Webhook]) -> Result<(), StorageError> {
                 description: h.description.clone(),
                 secret: h.secret.expose().to_owned(),
                 state: h.state,
+                resumed_ms: h.resumed_ms,
                 created: h
                     .created
                     .duration_since(UNIX_EPOCH)

@@ -2,7 +2,8 @@
 use super::{Core, Message, TICK};
 use crate::domain::{CommitId, EventType, PlanFile, TenantId};
 use crate::storage::{
-    Attempt, CursorPosition, DeliveryCursor, Replay, StorageError, Webhook, WebhookState,
+    Attempt, CursorPosition, DeliveryCursor, DeliveryPlan, FileChange, Replay, StorageError,
+    Webhook, WebhookState,
 };
 use rand::Rng as _;
 use std::sync::Arc;
@@ -24,11 +25,13 @@ enum Step {
     Failing,
 }
 
-/// The event being retried, and how many attempts of it failed.
+/// The event being retried, how many attempts of it failed, since when, and when to try
+/// again.
 #[derive(Default)]
 struct Retry {
     event: Option<String>,
     failures: u32,
+    began: Option<SystemTime>,
     at: Option<Instant>,
 }
 
@@ -52,7 +55,7 @@ pub(super) async fn follow_subscription(
         let behind = head.filter(|h| reached != Some(*h));
         if let (WebhookState::Active, true, Some(head)) = (def.state, due, behind) {
             retry.at = None;
-            match deliver(
+            let step = deliver(
                 &core,
                 &tenant,
                 &def,
@@ -61,14 +64,17 @@ pub(super) async fn follow_subscription(
                 &head_rx,
                 &mut retry,
             )
-            .await
-            {
+            .await;
+            match step.unwrap_or_else(|s| s) {
                 Step::CaughtUp => reached = Some(head),
                 Step::Wait(at) => retry.at = Some(at),
                 Step::Failing => {
                     let (t, id) = (tenant.clone(), def.id.clone());
+                    let began = retry.began.unwrap_or_else(SystemTime::now);
+                    // A resume that comes before the new state is read starts a new streak.
+                    retry = Retry::default();
                     let set = core
-                        .blocking(move |s| s.set_webhook_state(&t, &id, WebhookState::Failing))
+                        .blocking(move |s| s.mark_webhook_failing(&t, &id, began))
                         .await;
                     match set {
                         Some(Ok(_)) => {
@@ -97,7 +103,8 @@ pub(super) async fn follow_subscription(
     }
 }
 
-/// Delivers from the cursor to `head` (or to where it must wait).
+/// Delivers from the cursor to `head` (or to where it must wait): one step of the plan (at
+/// most [`BATCH`] commits) per claim of the cursor, so that claims (open files) take turns.
 async fn deliver(
     core: &Arc<Core>,
     tenant: &TenantId,
@@ -106,135 +113,167 @@ async fn deliver(
     per_tenant: &Semaphore,
     head_rx: &watch::Receiver<Option<CommitId>>,
     retry: &mut Retry,
-) -> Step {
+) -> Result<Step, Step> {
     let busy = || Step::Wait(Instant::now() + BUSY);
-    let Ok(_tenant_turn) = per_tenant.acquire().await else {
-        return busy();
-    };
-    let Ok(_turn) = core.in_flight.acquire().await else {
-        return busy();
-    };
-    let (t, id) = (tenant.clone(), def.id.clone());
-    let mut cursor = match core
-        .blocking(move |s| s.claim_webhook_cursor(&t, &id))
-        .await
-    {
-        Some(Ok(Some(cursor))) => cursor,
-        // Another process delivers it now.
-        Some(Ok(None)) => return busy(),
-        Some(Err(StorageError::TenantMoving { .. } | StorageError::TenantMoved { .. })) => {
-            return Step::Wait(Instant::now() + TICK)
-        }
-        Some(Err(e)) => {
-            tracing::warn!(%tenant, webhook = %def.id, error = %e, "could not claim a webhook's cursor");
-            return busy();
-        }
-        None => return busy(),
-    };
+    // The plan's stops and the index of the next step's start.
+    let mut plan: Option<(Vec<CommitId>, usize)> = None;
     loop {
-        let at = cursor.position();
-        if at == CursorPosition::at(head) {
-            return Step::CaughtUp;
-        }
-        let t = tenant.clone();
-        let replay = match core
-            .blocking(move |s| s.replay(&t, at.through, head, BATCH))
+        let Ok(_claim) = core.claims.acquire().await else {
+            return Err(busy());
+        };
+        let (t, id) = (tenant.clone(), def.id.clone());
+        let mut cursor = match core
+            .blocking(move |s| s.claim_webhook_cursor(&t, &id))
             .await
         {
-            Some(Ok(replay)) => replay,
-            Some(Err(e)) => {
-                tracing::warn!(%tenant, webhook = %def.id, error = %e, "could not read the history to deliver");
-                return busy();
+            Some(Ok(Some(cursor))) => cursor,
+            // Another process delivers it now.
+            Some(Ok(None)) => return Err(busy()),
+            Some(Err(StorageError::TenantMoving { .. } | StorageError::TenantMoved { .. })) => {
+                return Err(Step::Wait(Instant::now() + TICK))
             }
-            None => return busy(),
+            Some(Err(e)) => {
+                tracing::warn!(%tenant, webhook = %def.id, error = %e, "could not claim a webhook's cursor");
+                return Err(busy());
+            }
+            None => return Err(busy()),
         };
-        // `main` left the cursor's line: go on from where the lines meet (nothing of the new
-        // line skipped), or from the head when they do not.
-        let replay = match replay {
-            Replay::Reset(head) => {
+        let at = cursor.position();
+        if at == CursorPosition::at(head) {
+            return Ok(Step::CaughtUp);
+        }
+        let planned = plan
+            .as_ref()
+            .filter(|(stops, i)| stops.get(*i) == Some(&at.through) && i + 1 < stops.len())
+            .map(|(stops, i)| (stops[*i], stops[i + 1]));
+        let (from, to) = match planned {
+            Some(step) => step,
+            None => {
                 let t = tenant.clone();
-                match core
-                    .blocking(move |s| s.fork_point(&t, at.through, head.commit))
-                    .await
-                {
-                    Some(Ok(Some(fork))) => Replay::Reset(fork),
-                    Some(Ok(None)) => Replay::Reset(head),
+                let fresh = core
+                    .blocking(move |s| s.delivery_plan(&t, at.through, head, BATCH))
+                    .await;
+                match fresh {
+                    Some(Ok(DeliveryPlan::Steps(stops))) if stops.len() > 1 => {
+                        let step = (stops[0], stops[1]);
+                        plan = Some((stops, 0));
+                        step
+                    }
+                    Some(Ok(DeliveryPlan::Steps(_) | DeliveryPlan::Behind)) => {
+                        return Ok(Step::CaughtUp)
+                    }
+                    Some(Ok(DeliveryPlan::Fork(meet))) => {
+                        reset(core, tenant, def, per_tenant, retry, cursor, at, meet, true).await?;
+                        plan = None;
+                        continue;
+                    }
+                    Some(Ok(DeliveryPlan::Reset(now))) => {
+                        reset(core, tenant, def, per_tenant, retry, cursor, at, now, false).await?;
+                        plan = None;
+                        continue;
+                    }
                     Some(Err(e)) => {
                         tracing::warn!(%tenant, webhook = %def.id, error = %e, "could not read the history to deliver");
-                        return busy();
+                        return Err(busy());
                     }
-                    None => return busy(),
+                    None => return Err(busy()),
                 }
             }
-            changes => changes,
         };
-        let (events, through) = events_of(tenant, def, at, &replay);
-        for (message, after) in events {
+        let t = tenant.clone();
+        let changes = match core.blocking(move |s| s.replay(&t, from, to, BATCH)).await {
+            Some(Ok(Replay::Changes { changes, .. })) => changes,
+            // `main` moved meanwhile: plan again.
+            Some(Ok(Replay::Reset(_))) => {
+                plan = None;
+                continue;
+            }
+            Some(Err(e)) => {
+                tracing::warn!(%tenant, webhook = %def.id, error = %e, "could not read the history to deliver");
+                return Err(busy());
+            }
+            None => return Err(busy()),
+        };
+        for (message, after) in events_of(tenant, def, at, &changes) {
             // The tenant began to move: the shard it moves to goes on from the cursor.
             if head_rx.borrow().is_none() {
-                return Step::Wait(Instant::now() + TICK);
+                return Err(Step::Wait(Instant::now() + TICK));
             }
-            if let Err(step) = attempt(core, tenant, def, &message, retry).await {
-                return step;
-            }
-            cursor = match advance(core, tenant, cursor, after).await {
-                Ok(c) => c,
-                Err(step) => return step,
-            };
+            attempt(core, tenant, def, per_tenant, &message, retry).await?;
+            cursor = advance(core, tenant, cursor, after).await?;
         }
-        if cursor.position() != CursorPosition::at(through) {
-            cursor = match advance(core, tenant, cursor, CursorPosition::at(through)).await {
-                Ok(c) => c,
-                Err(step) => return step,
-            };
+        // The step's end; a commit after it whose integration event went out stays marked.
+        let reached = CursorPosition {
+            through: to,
+            partial: at
+                .partial
+                .filter(|p| !changes.iter().any(|c| c.entry.commit == *p)),
+        };
+        if cursor.position() != reached {
+            advance(core, tenant, cursor, reached).await?;
+        }
+        if let Some((_, i)) = plan.as_mut() {
+            *i += 1;
         }
     }
 }
 
-/// The subscription's events in a replay from `at`, each with where the cursor stands once
-/// it is delivered; and the commit the replay reached.
+/// `main` left the cursor's line: `main.reset` (when subscribed) names where deliveries go
+/// on (`meet`: where the lines meet, or the head when they do not), and the cursor moves
+/// there.
+#[allow(clippy::too_many_arguments)]
+async fn reset(
+    core: &Arc<Core>,
+    tenant: &TenantId,
+    def: &Webhook,
+    per_tenant: &Semaphore,
+    retry: &mut Retry,
+    cursor: DeliveryCursor,
+    at: CursorPosition,
+    meet: crate::storage::HeadState,
+    lines_meet: bool,
+) -> Result<(), Step> {
+    if !lines_meet {
+        tracing::warn!(%tenant, webhook = %def.id, from = %at.through, to = %meet.commit, "main does not meet the webhook's cursor: deliveries go on from the head, the commits between are not delivered");
+    }
+    if def.events.contains(&EventType::MainReset) {
+        let message = Message::reset(tenant, &at.through, &meet);
+        attempt(core, tenant, def, per_tenant, &message, retry).await?;
+    }
+    advance(core, tenant, cursor, CursorPosition::at(meet.commit)).await?;
+    Ok(())
+}
+
+/// The subscription's events among `changes` (a step after `at`, oldest first), each with
+/// where the cursor stands once it is delivered.
 fn events_of(
     tenant: &TenantId,
     def: &Webhook,
     at: CursorPosition,
-    replay: &Replay,
-) -> (Vec<(Message, CursorPosition)>, CommitId) {
-    let wants = |kind: EventType| def.events.contains(&kind);
-    match replay {
-        Replay::Reset(head) => {
-            let after = CursorPosition::at(head.commit);
-            let events = wants(EventType::MainReset)
-                .then(|| (Message::reset(tenant, &at.through, head), after))
-                .into_iter()
-                .collect();
-            (events, head.commit)
-        }
-        Replay::Changes { changes, through } => {
-            let mut events = Vec::new();
-            let mut done = at.through;
-            for (i, change) in changes.iter().enumerate() {
-                let commit = change.entry.commit;
-                let delivered_before =
-                    at.partial == Some(commit) && change.file == PlanFile::Integration;
-                let last_of_commit = changes.get(i + 1).is_none_or(|n| n.entry.commit != commit);
-                let after = if last_of_commit {
-                    CursorPosition::at(commit)
-                } else {
-                    CursorPosition {
-                        through: done,
-                        partial: Some(commit),
-                    }
-                };
-                if !delivered_before && wants(EventType::updated(change.file)) {
-                    events.push((Message::file_change(tenant, change), after));
-                }
-                if last_of_commit {
-                    done = commit;
-                }
+    changes: &[FileChange],
+) -> Vec<(Message, CursorPosition)> {
+    let mut events = Vec::new();
+    let mut done = at.through;
+    for (i, change) in changes.iter().enumerate() {
+        let commit = change.entry.commit;
+        let delivered_before = at.partial == Some(commit) && change.file == PlanFile::Integration;
+        let last_of_commit = changes.get(i + 1).is_none_or(|n| n.entry.commit != commit);
+        let after = if last_of_commit {
+            CursorPosition::at(commit)
+        } else {
+            CursorPosition {
+                through: done,
+                partial: Some(commit),
             }
-            (events, *through)
+        };
+        if !delivered_before && def.events.contains(&EventType::updated(change.file)) {
+            events.push((Message::file_change(tenant, change), after));
+        }
+        if last_of_commit {
+            done = commit;
         }
     }
+    events
 }
 
 /// One attempt of `message`: `Ok` on a 2xx; else when to try again, or `Failing`.
@@ -242,6 +281,7 @@ async fn attempt(
     core: &Arc<Core>,
     tenant: &TenantId,
     def: &Webhook,
+    per_tenant: &Semaphore,
     message: &Message,
     retry: &mut Retry,
 ) -> Result<(), Step> {
@@ -251,6 +291,12 @@ async fn attempt(
             ..Retry::default()
         };
     }
+    // The attempt's turns, in its tenant and in the process: held for this attempt only.
+    let (Ok(_tenant_turn), Ok(_turn)) =
+        (per_tenant.acquire().await, core.in_flight.acquire().await)
+    else {
+        return Err(Step::Wait(Instant::now() + BUSY));
+    };
     let outcome = core.sender.send(&def.url, &def.secret, message).await;
     core.metrics
         .webhook_attempts
@@ -277,6 +323,7 @@ async fn attempt(
         return Ok(());
     }
     retry.failures += 1;
+    retry.began.get_or_insert_with(SystemTime::now);
     match core
         .config
         .retry_schedule_secs
@@ -307,6 +354,10 @@ async fn advance(
     .await;
     match moved {
         Ok((cursor, Ok(()))) => Ok(cursor),
+        // The cursor moved; the tenant began to move: the next shard goes on from it.
+        Ok((_, Err(StorageError::TenantMoving { .. } | StorageError::TenantMoved { .. }))) => {
+            Err(Step::Wait(Instant::now() + TICK))
+        }
         Ok((_, Err(e))) => {
             tracing::error!(%tenant, error = %e, "could not move a webhook's cursor: its event will be delivered again");
             Err(Step::Wait(Instant::now() + BUSY))

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// The most of a receiver's answer read (the rest is dropped with the connection).
 const MAX_REPLY: usize = 64 * 1024;
+/// The most of a commit message an event carries.
+const MAX_MESSAGE: usize = 16 * 1024;
 /// The most of it kept in the deliveries log.
 const DETAIL_CHARS: usize = 200;
 
@@ -19,7 +21,7 @@ const DETAIL_CHARS: usize = 200;
 /// its own secret).
 #[derive(Debug, Clone)]
 pub struct Message {
-    /// `webhook-id`: the same for every attempt of this event.
+    /// `webhook-id`: the same for every attempt of this event (`msg_<tenant>_<commit>_<file>`).
     pub id: String,
     pub kind: EventType,
     pub commit: String,
@@ -59,9 +61,19 @@ impl Message {
     pub fn file_change(tenant: &TenantId, change: &FileChange) -> Self {
         let kind = EventType::updated(change.file);
         let commit = change.entry.commit.to_string();
-        let event = FileEvent::from_change(change);
+        let mut event = FileEvent::from_change(change);
+        // A pushed commit's message can be megabytes: its start is enough for a receiver
+        // (it has the commit id), and keeps a subscription's batch small.
+        if event.message.len() > MAX_MESSAGE {
+            let mut cut = MAX_MESSAGE;
+            while !event.message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            event.message.truncate(cut);
+            event.message.push_str("\n[truncated]");
+        }
         Self {
-            id: format!("msg_{commit}_{}", event.file),
+            id: format!("msg_{tenant}_{commit}_{}", event.file),
             kind,
             at: change.entry.time,
             body: Arc::new(envelope(tenant, kind, change.entry.time, event)),
@@ -80,7 +92,7 @@ impl Message {
             previous_commit_sha: previous.to_string(),
         };
         Self {
-            id: format!("msg_{commit}_reset_{previous}"),
+            id: format!("msg_{tenant}_{commit}_reset_{previous}"),
             kind: EventType::MainReset,
             at: now,
             body: Arc::new(envelope(tenant, EventType::MainReset, now, data)),
@@ -204,11 +216,13 @@ impl Sender {
             Err(e) => return from_error(&e, started),
         };
         let status = response.status();
+        let delivered = status.is_success();
         let reply = match read_reply(response).await {
             Ok(reply) => reply,
+            // A 2xx is the receiver's word that it has the event, whatever its body does.
+            Err(_) if delivered => Vec::new(),
             Err(e) => return from_error(&e, started),
         };
-        let delivered = status.is_success();
         Outcome {
             delivered,
             status: AttemptStatus::Http(status.as_u16()),

@@ -528,7 +528,7 @@ fn webhooks_move_with_the_tenant_and_skip_nothing() {
         ],
     )
     .lines()
-    .map(|c| format!("msg_{c}_integration-file"))
+    .map(|c| format!("msg_acme_{c}_integration-file"))
     .collect();
     assert!(
         acked.lock().unwrap().iter().any(|(s, _)| *s == 1) && want.len() > 5,

@@ -887,7 +887,7 @@ fn webhook_deliveries_resume_after_power_cuts_with_nothing_skipped() {
     )
     .unwrap()
     .lines()
-    .map(|c| format!("msg_{c}_integration-file"))
+    .map(|c| format!("msg_acme_{c}_integration-file"))
     .collect();
     assert!(want.len() > 10, "writes landed: {}", want.len());
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
@@ -903,7 +903,10 @@ fn webhook_deliveries_resume_after_power_cuts_with_nothing_skipped() {
     };
     drop(server);
     mounted.unmount();
-    assert!(got.iter().all(|d| d.verified), "a signature did not check out");
+    assert!(
+        got.iter().all(|d| d.verified),
+        "a signature did not check out"
+    );
     let wanted: BTreeSet<&str> = want.iter().map(String::as_str).collect();
     let mut firsts: Vec<&str> = Vec::new();
     let mut phantoms = 0;

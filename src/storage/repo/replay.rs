@@ -2,12 +2,16 @@
 use super::history::{entry, request_id};
 use super::{git_err, to_id, to_oid, TenantRepo, MAIN};
 use crate::domain::{BlobId, CommitId, PlanFile};
-use crate::storage::{FileChange, HeadState, Replay, ReplayPlan, StorageError};
+use crate::storage::{DeliveryPlan, FileChange, HeadState, Replay, ReplayPlan, StorageError};
 use git2::Oid;
 
 /// A resume point further back than this many commits of the first-parent line is answered
 /// with a reset: the client reads the files again rather than a replay of that length.
 pub(in crate::storage) const MAX_REPLAY_COMMITS: usize = 10_000;
+
+/// How far back a webhook subscription's line is walked (ids only: 20 MB at most): a
+/// receiver that was down for a long while still gets every commit.
+pub(in crate::storage) const MAX_DELIVERY_LINE: usize = 1_000_000;
 
 impl TenantRepo {
     /// `main`'s commit and the blob ids of both files in it (the empty blob when absent).
@@ -121,22 +125,65 @@ impl TenantRepo {
         Ok(Some(line))
     }
 
-    /// Where `from` (a point that is not on `to`'s first-parent line any more) and that line
-    /// meet: their merge base, when it is on the line within [`MAX_REPLAY_COMMITS`] commits;
-    /// `None` when either is unknown or the base is off the line.
-    pub(in crate::storage) fn fork_point(
+    /// How a webhook subscription standing at `from` reaches `to` (see [`DeliveryPlan`]):
+    /// the line is walked once, as far back as it takes (up to [`MAX_DELIVERY_LINE`]
+    /// commits), then each step is one [`TenantRepo::replay`] of at most `step` commits.
+    pub(in crate::storage) fn delivery_plan(
         &self,
         from: CommitId,
         to: CommitId,
-    ) -> Result<Option<HeadState>, StorageError> {
-        let (from, to) = (to_oid(&from.0), to_oid(&to.0));
-        let Ok(base) = self.repo.merge_base(from, to) else {
-            return Ok(None);
-        };
-        if self.line(base, to, MAX_REPLAY_COMMITS)?.is_none() {
-            return Ok(None);
+        step: usize,
+    ) -> Result<DeliveryPlan, StorageError> {
+        let (from_oid, to_oid_) = (to_oid(&from.0), to_oid(&to.0));
+        if from_oid == to_oid_ {
+            return Ok(DeliveryPlan::Steps(vec![from]));
         }
-        self.state_at(base).map(Some)
+        if let Some(line) = self.line(from_oid, to_oid_, MAX_DELIVERY_LINE)? {
+            let mut stops = vec![from];
+            let oldest_first: Vec<Oid> = line.into_iter().rev().collect();
+            for chunk in oldest_first.chunks(step.max(1)) {
+                stops.push(CommitId(to_id(
+                    *chunk.last().expect("chunks are not empty"),
+                )));
+            }
+            return Ok(DeliveryPlan::Steps(stops));
+        }
+        // `to` on `from`'s line: the caller's view of `main` is behind (another process's
+        // feed, say), not a reset.
+        if self.line(to_oid_, from_oid, MAX_DELIVERY_LINE)?.is_some() {
+            return Ok(DeliveryPlan::Behind);
+        }
+        // Off the line: the newest commit of `from`'s first-parent line that is on `to`'s.
+        let on_line: std::collections::HashSet<Oid> = self
+            .first_parents(to_oid_, MAX_DELIVERY_LINE)
+            .into_iter()
+            .collect();
+        let fork = self
+            .first_parents(from_oid, MAX_DELIVERY_LINE)
+            .into_iter()
+            .find(|c| on_line.contains(c));
+        match fork {
+            Some(fork) => Ok(DeliveryPlan::Fork(self.state_at(fork)?)),
+            None => match self.reset(to_oid_)? {
+                Replay::Reset(head) => Ok(DeliveryPlan::Reset(head)),
+                Replay::Changes { .. } => unreachable!("a reset"),
+            },
+        }
+    }
+
+    /// `at` and its first parents, newest first, at most `max` (ids only; an unknown commit
+    /// ends the walk).
+    fn first_parents(&self, at: Oid, max: usize) -> Vec<Oid> {
+        let mut out = Vec::new();
+        let mut next = Some(at);
+        while let Some(oid) = next.filter(|_| out.len() < max) {
+            let Ok(commit) = self.repo.find_commit(oid) else {
+                break;
+            };
+            out.push(oid);
+            next = commit.parent_id(0).ok();
+        }
+        out
     }
 
     /// Makes `to` and the commits before it on its first-parent line (back to `from`,

@@ -33,10 +33,18 @@ fn subscriptions_live_beside_git_and_start_at_the_head() {
         storage.add_webhook(&acme, new_hook(), 2),
         Err(StorageError::WebhookLimit { limit: 2, .. })
     ));
+    let streak = SystemTime::now() - Duration::from_secs(1);
     let failing = storage
-        .set_webhook_state(&acme, &hook.id, WebhookState::Failing)
+        .mark_webhook_failing(&acme, &hook.id, streak)
         .unwrap();
     assert_eq!(failing.state, WebhookState::Failing);
+    let resumed = storage.resume_webhook(&acme, &hook.id).unwrap();
+    assert_eq!(resumed.state, WebhookState::Active);
+    // The dispatcher's verdict on a streak that began before the resume comes too late.
+    let late = storage
+        .mark_webhook_failing(&acme, &hook.id, streak)
+        .unwrap();
+    assert_eq!(late.state, WebhookState::Active, "a resume wins the race");
     storage.remove_webhook(&acme, &hook.id).unwrap();
     assert!(matches!(
         storage.remove_webhook(&acme, &hook.id),
@@ -64,7 +72,9 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
         through: head,
         partial: Some(head),
     };
-    storage.advance_webhook_cursor(&acme, &mut cursor, moved_on).unwrap();
+    storage
+        .advance_webhook_cursor(&acme, &mut cursor, moved_on)
+        .unwrap();
     drop(cursor);
     storage
         .begin_move(&acme, &ShardUrl::parse("http://b:8080").unwrap())
@@ -77,7 +87,7 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
         storage.claim_webhook_cursor(&acme, &hook.id),
         Err(StorageError::TenantMoving { .. })
     ));
-    let bundle = storage.export_webhooks(&acme).unwrap().unwrap();
+    let bundle = storage.export_webhooks(&acme).unwrap();
     let target = tempfile::tempdir().unwrap();
     install(&acme, target.path(), &bundle).unwrap();
     assert_eq!(read_all(&acme, target.path()).unwrap(), vec![hook.clone()]);
@@ -85,4 +95,13 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
         cursor::read(&cursor_path(target.path(), &hook.id)).unwrap(),
         moved_on
     );
+    // A tenant without subscriptions says so: one coming back finds none of its old ones.
+    let empty = WebhookBundle {
+        subscriptions: String::new(),
+        cursors: Vec::new(),
+    };
+    install(&acme, target.path(), &empty).unwrap();
+    assert!(read_all(&acme, target.path()).unwrap().is_empty());
+    assert!(!target.path().join("webhooks").exists());
+    assert!(!format!("{bundle:?}").contains("whsec_"), "{bundle:?}");
 }
