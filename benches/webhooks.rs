@@ -323,7 +323,7 @@ fn main() {
         .map(|(k, v)| (k.clone(), v - cpu_before.get(k).copied().unwrap_or(0)))
         .filter(|(_, v)| *v > 0)
         .collect();
-    spent.sort_by(|a, b| b.1.cmp(&a.1));
+    spent.sort_by_key(|s| std::cmp::Reverse(s.1));
     unsubscribe_all(&http, &base, "acme");
 
     let (after, _) = writes(&http, &base, "acme", n);

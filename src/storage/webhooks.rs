@@ -314,7 +314,9 @@ impl Storage {
         let err = |e| StorageError::io("move a webhook's cursor", &self.repo_path(tenant), e);
         cursor.advance(to, self.sync.is_none()).map_err(err)?;
         if let Some(group) = &self.sync {
-            group.sync().map_err(err)?;
+            group
+                .sync_patiently(super::disk::durable::PATIENCE)
+                .map_err(err)?;
         }
         // The tenant began to move: no more deliveries here (the move reads this cursor).
         served_here(tenant, &self.repo_path(tenant))

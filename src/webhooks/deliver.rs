@@ -173,7 +173,7 @@ impl Sender {
             .no_proxy()
             .connect_timeout(connect_timeout)
             .timeout(attempt_timeout)
-            .pool_max_idle_per_host(4)
+            .pool_max_idle_per_host(32)
             .pool_idle_timeout(Duration::from_secs(30))
             .dns_resolver(rules.resolver())
             .build()?;

@@ -9,6 +9,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 /// How writes are made durable. One mode per process: libgit2's fsync switch is global.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +107,8 @@ struct Rounds {
     forgotten: u64,
     /// Callers waiting for a round to finish.
     waiting: usize,
+    /// When a caller that does not wait (a write) last asked for a round.
+    last_eager: Option<std::time::Instant>,
 }
 
 impl Rounds {
@@ -141,6 +144,13 @@ impl Rounds {
         self.failed.push_back((round, kind));
     }
 }
+
+/// How long a reader that must make something durable (webhooks) waits for a write's round
+/// before it starts one of its own.
+pub const PATIENCE: Duration = Duration::from_millis(10);
+
+/// A write asked for a round this recently: another is likely to come soon.
+const EAGER_RECENT: Duration = Duration::from_millis(20);
 
 /// Where a writer's window of rounds begins: taken before it writes (see [`SyncGroup::mark`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -185,7 +195,32 @@ impl SyncGroup {
     /// Like [`SyncGroup::sync`], and fails as well when any round from `mark` on failed: one
     /// of them may have flushed (and lost) pages written after the mark.
     pub fn sync_from(&self, mark: SyncMark) -> io::Result<()> {
+        self.sync_within(mark, Duration::ZERO)
+    }
+
+    /// Like [`SyncGroup::sync`], for a caller that can wait a little (a webhook's cursor, a
+    /// head about to be announced): while writes ask for rounds (one asked in the last
+    /// [`EAGER_RECENT`]), it waits up to `patience` for one of theirs to start rather than
+    /// start one that the next write would have to wait out.
+    pub fn sync_patiently(&self, patience: Duration) -> io::Result<()> {
+        self.sync_within(self.mark(), patience)
+    }
+
+    fn sync_within(&self, mark: SyncMark, patience: Duration) -> io::Result<()> {
         let mut s = self.state.lock().expect("not poisoned");
+        let now = std::time::Instant::now();
+        let patience = if patience.is_zero() {
+            s.last_eager = Some(now);
+            Duration::ZERO
+        } else if s
+            .last_eager
+            .is_some_and(|t| now.duration_since(t) < EAGER_RECENT)
+        {
+            patience
+        } else {
+            Duration::ZERO
+        };
+        let deadline = now + patience;
         // Rounds up to `started` may have begun before our writes: we need a later one.
         let target = s.started + 1;
         let from = mark.0.min(s.first_covering());
@@ -199,6 +234,13 @@ impl SyncGroup {
             if s.running {
                 s.waiting += 1;
                 s = self.done.wait(s).expect("not poisoned");
+                s.waiting -= 1;
+                continue;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if !left.is_zero() {
+                s.waiting += 1;
+                s = self.done.wait_timeout(s, left).expect("not poisoned").0;
                 s.waiting -= 1;
                 continue;
             }

@@ -199,8 +199,10 @@ impl TenantRepo {
         to: CommitId,
         sync: Option<&crate::storage::disk::durable::SyncGroup>,
     ) -> Result<(), StorageError> {
-        if sync.is_some() {
-            return self.group_sync(sync, "");
+        if let Some(group) = sync {
+            return group
+                .sync_patiently(crate::storage::disk::durable::PATIENCE)
+                .map_err(|e| StorageError::io("sync the data volume", &self.path, e));
         }
         let to = to_oid(&to.0);
         let line = match from.map(|f| self.line(to_oid(&f.0), to, MAX_REPLAY_COMMITS)) {

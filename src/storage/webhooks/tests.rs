@@ -105,3 +105,66 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
     assert!(!target.path().join("webhooks").exists());
     assert!(!format!("{bundle:?}").contains("whsec_"), "{bundle:?}");
 }
+
+fn write(storage: &Storage, tenant: &TenantId, text: &str) -> crate::domain::CommitId {
+    use crate::domain::{Identity, PlanFile};
+    use crate::storage::{CommitRequest, Preconditions};
+    let who = Identity::new("t", "t@localhost", "localhost");
+    let req = CommitRequest::of(
+        PlanFile::Integration,
+        text.as_bytes().to_vec(),
+        Preconditions::default(),
+        who,
+    );
+    storage.commit(tenant, req).unwrap();
+    storage.head_state(tenant).unwrap().commit
+}
+
+/// `main` moved by hand, as plain git would.
+fn set_main(storage: &Storage, tenant: &TenantId, to: crate::domain::CommitId) {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(storage.repo_path(tenant))
+        .args(["update-ref", "refs/heads/main", to.as_str()])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+}
+
+#[test]
+fn a_delivery_plan_steps_along_the_line_waits_when_behind_and_meets_after_a_reset() {
+    use crate::storage::DeliveryPlan;
+    let (_dir, storage, acme) = crate::storage::test_storage();
+    let a = write(&storage, &acme, "n: 1\n");
+    let b = write(&storage, &acme, "n: 2\n");
+    let c = write(&storage, &acme, "n: 3\n");
+    let d = write(&storage, &acme, "n: 4\n");
+    let steps = |from, to| match storage.delivery_plan(&acme, from, to, 2).unwrap() {
+        DeliveryPlan::Steps(s) => s,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        steps(a, d),
+        vec![a, c, d],
+        "the cursor, every second commit, the head"
+    );
+    assert_eq!(steps(d, d), vec![d]);
+    assert!(matches!(
+        storage.delivery_plan(&acme, d, b, 2).unwrap(),
+        DeliveryPlan::Behind
+    ));
+    // main back to b, then a new commit on it: the cursor at d meets the new line at b.
+    set_main(&storage, &acme, b);
+    let e = write(&storage, &acme, "n: 5\n");
+    match storage.delivery_plan(&acme, d, e, 2).unwrap() {
+        DeliveryPlan::Fork(meet) => assert_eq!(meet.commit, b),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(steps(b, e), vec![b, e]);
+    // A cursor whose commit is gone: start again at the head.
+    let gone = crate::domain::CommitId(crate::domain::ObjectId::parse(&"ab".repeat(20)).unwrap());
+    match storage.delivery_plan(&acme, gone, e, 2).unwrap() {
+        DeliveryPlan::Reset(head) => assert_eq!(head.commit, e),
+        other => panic!("{other:?}"),
+    }
+}
