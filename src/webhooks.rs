@@ -44,7 +44,8 @@ struct Core {
     sender: Sender,
     /// Attempts in flight in the whole process.
     in_flight: Arc<Semaphore>,
-    /// Cursors claimed at once (each an open file, for one step of at most 64 commits).
+    /// Cursors claimed at once (each an open file and a step's events, at most 128 of at most
+    /// 16 KiB each, for one step of at most 64 commits).
     claims: Semaphore,
     /// The tenants followed, and how to wake each one's task.
     tenants: Mutex<HashMap<TenantId, Arc<Notify>>>,
@@ -87,7 +88,7 @@ impl Webhooks {
                 events,
                 metrics,
                 in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
-                claims: Semaphore::new((config.max_in_flight * 4).max(256)),
+                claims: Semaphore::new(config.max_in_flight.max(16)),
                 config,
                 sender,
                 tenants: Mutex::default(),

@@ -194,7 +194,14 @@ async fn deliver(
             }
             None => return Err(busy()),
         };
-        for (message, after) in events_of(tenant, def, at, &changes) {
+        // Only the events (their messages cut at 16 KiB) stay: a pushed commit's message can
+        // be megabytes, and a step holds up to 64 commits.
+        let partial_in_step = at
+            .partial
+            .is_some_and(|p| changes.iter().any(|c| c.entry.commit == p));
+        let events = events_of(tenant, def, at, &changes);
+        drop(changes);
+        for (message, after) in events {
             // The tenant began to move: the shard it moves to goes on from the cursor.
             if head_rx.borrow().is_none() {
                 return Err(Step::Wait(Instant::now() + TICK));
@@ -205,9 +212,7 @@ async fn deliver(
         // The step's end; a commit after it whose integration event went out stays marked.
         let reached = CursorPosition {
             through: to,
-            partial: at
-                .partial
-                .filter(|p| !changes.iter().any(|c| c.entry.commit == *p)),
+            partial: at.partial.filter(|_| !partial_in_step),
         };
         if cursor.position() != reached {
             advance(core, tenant, cursor, reached).await?;
