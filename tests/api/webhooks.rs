@@ -673,3 +673,65 @@ async fn a_backlog_of_more_than_ten_thousand_commits_is_delivered_whole() {
         "in main's order"
     );
 }
+
+/// Plain git's housekeeping beside live deliveries: `git gc` (which packs refs and objects, and
+/// prunes with git's default grace: `--prune=now` beside live writers is unsafe, as git's own
+/// documentation says) and `git pack-refs --all` in a loop while 40 writes land; every event
+/// arrives, in order.
+#[tokio::test]
+async fn deliveries_go_on_beside_git_gc() {
+    let rx = Receiver::start();
+    rx.set_mode("/hook/g", Mode::Slow(Duration::from_millis(5)));
+    let app = TestApp::spawn_with_webhooks(local_webhooks()).await;
+    let start = app.head("acme");
+    subscribe(
+        &app,
+        &rx,
+        "/hook/g",
+        json!({"events": ["integration-file.updated"]}),
+    )
+    .await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let gc = {
+        let (repo, stop) = (app.repo("acme"), stop.clone());
+        std::thread::spawn(move || {
+            let mut runs = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for args in [&["gc", "--quiet"][..], &["pack-refs", "--all"]] {
+                    let _ = std::process::Command::new("git")
+                        .arg("--git-dir")
+                        .arg(&repo)
+                        .args(args)
+                        .output();
+                }
+                runs += 1;
+            }
+            runs
+        })
+    };
+    let t = token("acme", ALL);
+    for n in 0..40 {
+        let res = app
+            .put_integration(&t, &json!({"content": {"gc": n}}))
+            .await;
+        assert_eq!(res.status(), 200);
+    }
+    let got = rx.wait_for("/hook/g", 40, Duration::from_secs(60)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let runs = gc.join().unwrap();
+    assert!(runs > 0);
+    let want: Vec<String> = git_in(
+        &app.repo("acme"),
+        &[
+            "rev-list",
+            "--first-parent",
+            "--reverse",
+            &format!("{start}..main"),
+        ],
+    )
+    .lines()
+    .map(|c| format!("msg_acme_{c}_integration-file"))
+    .collect();
+    let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, want, "{runs} gc runs beside");
+}
