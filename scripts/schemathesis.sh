@@ -18,7 +18,7 @@ trap 'kill $server 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
 token=$(PLANFILES_DATA_DIR=$work "$bin" token --tenant acme --ttl 3600 \
   --permission jit.integrations.write --permission jit.preferences.write --permission planfiles.metrics.read \
-  --permission planfiles.repos.read)
+  --permission planfiles.repos.read --permission planfiles.webhooks.write)
 # positive_data_acceptance is left out on purpose: a schema-valid file_sha that is not the
 # current one must be refused with 409, which no schema can express.
 # /plans/events is left out: a stream never ends, so no check could read its whole answer

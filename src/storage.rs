@@ -266,6 +266,23 @@ pub(crate) fn test_storage() -> (tempfile::TempDir, Storage, TenantId) {
     (dir, storage, tenant)
 }
 
+/// Tests: a write of the integration file's text `text` to `tenant`, by a test identity.
+#[cfg(test)]
+pub(crate) fn test_write(
+    storage: &Storage,
+    tenant: &TenantId,
+    text: &str,
+) -> Result<(), StorageError> {
+    let who = Identity::new("t", "t@localhost", "localhost");
+    let req = CommitRequest::of(
+        crate::domain::PlanFile::Integration,
+        text.as_bytes().to_vec(),
+        Preconditions::default(),
+        who,
+    );
+    storage.commit(tenant, req).map(|_| ())
+}
+
 /// `e`, unless the tenant's repository is gone meanwhile (archived after a move): then why.
 fn gone_or(e: StorageError, path: &Path, tenant: &TenantId) -> StorageError {
     if path.is_dir() {

@@ -40,6 +40,7 @@ pub struct CreateWebhook {
     request_body(content = CreateWebhook, content_type = "application/json"),
     responses(
         (status = 201, description = "Subscribed; Location names it", body = WebhookView),
+        (status = 403, description = "insufficient_scope: the token lacks planfiles.webhooks.write", body = Problem, content_type = "application/problem+json"),
         (status = 400, description = "invalid_json, invalid_body (a field, an unknown event, a URL that is not one)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "tenant_not_found", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported_media_type", body = Problem, content_type = "application/problem+json"),
@@ -87,6 +88,7 @@ pub async fn create(
     description = "The tenant's subscriptions, without their secrets.",
     responses(
         (status = 200, description = "The subscriptions", body = WebhookList),
+        (status = 403, description = "insufficient_scope: the token lacks planfiles.webhooks.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "tenant_not_found", body = Problem, content_type = "application/problem+json"),
         CommonProblems,
     ),
@@ -105,6 +107,7 @@ pub async fn list(state: web::Data<AppState>, who: Principal) -> Reply {
     params(("id" = String, Path, description = "The subscription's id (wh_...)")),
     responses(
         (status = 200, description = "The subscription", body = WebhookView),
+        (status = 403, description = "insufficient_scope: the token lacks planfiles.webhooks.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "webhook_not_found or tenant_not_found", body = Problem, content_type = "application/problem+json"),
         CommonProblems,
     ),
@@ -126,6 +129,7 @@ pub async fn get(state: web::Data<AppState>, who: Principal, id: web::Path<Strin
     params(("id" = String, Path, description = "The subscription's id")),
     responses(
         (status = 204, description = "Removed"),
+        (status = 403, description = "insufficient_scope: the token lacks planfiles.webhooks.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "webhook_not_found or tenant_not_found", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "tenant_moving", body = Problem, content_type = "application/problem+json"),
         CommonProblems,
@@ -149,6 +153,7 @@ pub async fn delete(state: web::Data<AppState>, who: Principal, id: web::Path<St
     params(("id" = String, Path, description = "The subscription's id")),
     responses(
         (status = 200, description = "The subscription, active", body = WebhookView),
+        (status = 403, description = "insufficient_scope: the token lacks planfiles.webhooks.write", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "webhook_not_found or tenant_not_found", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "tenant_moving", body = Problem, content_type = "application/problem+json"),
         CommonProblems,
@@ -175,6 +180,7 @@ pub async fn resume(state: web::Data<AppState>, who: Principal, id: web::Path<St
     ),
     responses(
         (status = 200, description = "The attempts", body = DeliveryList),
+        (status = 403, description = "insufficient_scope: the token lacks planfiles.webhooks.write", body = Problem, content_type = "application/problem+json"),
         (status = 400, description = "invalid_query", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "webhook_not_found or tenant_not_found", body = Problem, content_type = "application/problem+json"),
         CommonProblems,

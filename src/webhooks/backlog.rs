@@ -150,50 +150,40 @@ async fn deliver(
             Some(step) => step,
             None => {
                 let t = tenant.clone();
-                let fresh = core
-                    .blocking(move |s| s.delivery_plan(&t, at.through, head, BATCH))
-                    .await;
+                let fresh = history(core, tenant, def, move |s| {
+                    s.delivery_plan(&t, at.through, head, BATCH)
+                })
+                .await?;
                 match fresh {
-                    Some(Ok(DeliveryPlan::Steps(stops))) if stops.len() > 1 => {
+                    DeliveryPlan::Steps(stops) if stops.len() > 1 => {
                         let step = (stops[0], stops[1]);
                         plan = Some((stops, 0));
                         step
                     }
-                    Some(Ok(DeliveryPlan::Steps(_) | DeliveryPlan::Behind)) => {
-                        return Ok(Step::CaughtUp)
-                    }
-                    Some(Ok(DeliveryPlan::Fork(meet))) => {
+                    DeliveryPlan::Steps(_) | DeliveryPlan::Behind => return Ok(Step::CaughtUp),
+                    DeliveryPlan::Fork(meet) => {
                         reset(core, tenant, def, per_tenant, retry, cursor, at, meet, true).await?;
                         plan = None;
                         continue;
                     }
-                    Some(Ok(DeliveryPlan::Reset(now))) => {
+                    DeliveryPlan::Reset(now) => {
                         reset(core, tenant, def, per_tenant, retry, cursor, at, now, false).await?;
                         plan = None;
                         continue;
                     }
-                    Some(Err(e)) => {
-                        tracing::warn!(%tenant, webhook = %def.id, error = %e, "could not read the history to deliver");
-                        return Err(busy());
-                    }
-                    None => return Err(busy()),
                 }
             }
         };
         let t = tenant.clone();
-        let changes = match core.blocking(move |s| s.replay(&t, from, to, BATCH)).await {
-            Some(Ok(Replay::Changes { changes, .. })) => changes,
-            // `main` moved meanwhile: plan again.
-            Some(Ok(Replay::Reset(_))) => {
-                plan = None;
-                continue;
-            }
-            Some(Err(e)) => {
-                tracing::warn!(%tenant, webhook = %def.id, error = %e, "could not read the history to deliver");
-                return Err(busy());
-            }
-            None => return Err(busy()),
-        };
+        let changes =
+            match history(core, tenant, def, move |s| s.replay(&t, from, to, BATCH)).await? {
+                Replay::Changes { changes, .. } => changes,
+                // `main` moved meanwhile: plan again.
+                Replay::Reset(_) => {
+                    plan = None;
+                    continue;
+                }
+            };
         // Only the events (their messages cut at 16 KiB) stay: a pushed commit's message can
         // be megabytes, and a step holds up to 64 commits.
         let partial_in_step = at
@@ -220,6 +210,23 @@ async fn deliver(
         if let Some((_, i)) = plan.as_mut() {
             *i += 1;
         }
+    }
+}
+
+/// A read of the history on the blocking pool; a failure is logged and waits [`BUSY`].
+async fn history<T: Send + 'static>(
+    core: &Core,
+    tenant: &TenantId,
+    def: &Webhook,
+    work: impl FnOnce(&crate::storage::Storage) -> Result<T, StorageError> + Send + 'static,
+) -> Result<T, Step> {
+    match core.blocking(work).await {
+        Some(Ok(found)) => Ok(found),
+        Some(Err(e)) => {
+            tracing::warn!(%tenant, webhook = %def.id, error = %e, "could not read the history to deliver");
+            Err(Step::Wait(Instant::now() + BUSY))
+        }
+        None => Err(Step::Wait(Instant::now() + BUSY)),
     }
 }
 

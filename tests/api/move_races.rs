@@ -518,18 +518,7 @@ fn webhooks_move_with_the_tenant_and_skip_nothing() {
     }
     pair.check(&acked.lock().unwrap(), "webhooks across a move");
     let b_repo = pair.b.dir.join(format!("data/tenants/{TENANT}.git"));
-    let want: Vec<String> = common::git_in(
-        &b_repo,
-        &[
-            "rev-list",
-            "--first-parent",
-            "--reverse",
-            &format!("{start}..main"),
-        ],
-    )
-    .lines()
-    .map(|c| format!("msg_acme_{c}_integration-file"))
-    .collect();
+    let want = common::integration_event_ids(&b_repo, "acme", &start);
     assert!(
         acked.lock().unwrap().iter().any(|(s, _)| *s == 1) && want.len() > 5,
         "writes on both sides of the move"

@@ -581,18 +581,7 @@ async fn kill_9_during_deliveries_skips_nothing() {
         let res = server.put_integration("acme", json!({"n": n})).await;
         assert_eq!(res.status(), 200);
     }
-    let want: Vec<String> = git_in(
-        &repo,
-        &[
-            "rev-list",
-            "--first-parent",
-            "--reverse",
-            &format!("{start}..main"),
-        ],
-    )
-    .lines()
-    .map(|c| format!("msg_acme_{c}_integration-file"))
-    .collect();
+    let want = integration_event_ids(&repo, "acme", &start);
     assert_eq!(want.len(), 50);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let (firsts, total) = loop {
@@ -654,18 +643,7 @@ async fn a_backlog_of_more_than_ten_thousand_commits_is_delivered_whole() {
         got.iter().all(|d| d.kind() == "integration-file.updated"),
         "no reset"
     );
-    let want: Vec<String> = git_in(
-        &app.repo("acme"),
-        &[
-            "rev-list",
-            "--first-parent",
-            "--reverse",
-            &format!("{start}..main"),
-        ],
-    )
-    .lines()
-    .map(|c| format!("msg_acme_{c}_integration-file"))
-    .collect();
+    let want = integration_event_ids(&app.repo("acme"), "acme", &start);
     let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids.len(), want.len());
     assert!(
@@ -720,18 +698,7 @@ async fn deliveries_go_on_beside_git_gc() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let runs = gc.join().unwrap();
     assert!(runs > 0);
-    let want: Vec<String> = git_in(
-        &app.repo("acme"),
-        &[
-            "rev-list",
-            "--first-parent",
-            "--reverse",
-            &format!("{start}..main"),
-        ],
-    )
-    .lines()
-    .map(|c| format!("msg_acme_{c}_integration-file"))
-    .collect();
+    let want = integration_event_ids(&app.repo("acme"), "acme", &start);
     let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids, want, "{runs} gc runs beside");
 }

@@ -73,6 +73,23 @@ pub fn local_webhooks() -> planfiles::config::WebhooksConfig {
     }
 }
 
+/// The `webhook-id`s of the integration file's events on `main`'s first-parent line after
+/// `from`, oldest first, in the repository of `tenant` at `repo`.
+pub fn integration_event_ids(repo: &Path, tenant: &str, from: &str) -> Vec<String> {
+    git_in(
+        repo,
+        &[
+            "rev-list",
+            "--first-parent",
+            "--reverse",
+            &format!("{from}..main"),
+        ],
+    )
+    .lines()
+    .map(|c| format!("msg_{tenant}_{c}_integration-file"))
+    .collect()
+}
+
 /// The token that manages webhooks.
 pub fn webhooks_token(tenant: &str) -> String {
     token(tenant, &["planfiles.webhooks.write"])

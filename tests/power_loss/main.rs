@@ -873,22 +873,7 @@ fn webhook_deliveries_resume_after_power_cuts_with_nothing_skipped() {
         state = mount_and_start(&image);
     }
     let (mounted, _work, server) = state;
-    let want: Vec<String> = String::from_utf8(
-        git(
-            &repo(&mounted),
-            &[
-                "rev-list",
-                "--first-parent",
-                "--reverse",
-                &format!("{start_commit}..main"),
-            ],
-        )
-        .stdout,
-    )
-    .unwrap()
-    .lines()
-    .map(|c| format!("msg_acme_{c}_integration-file"))
-    .collect();
+    let want = common::integration_event_ids(&repo(&mounted), "acme", &start_commit);
     assert!(want.len() > 10, "writes landed: {}", want.len());
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     let got = loop {

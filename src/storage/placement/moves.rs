@@ -203,19 +203,9 @@ impl Storage {
 
 #[cfg(test)]
 mod tests {
-    use crate::domain::{Identity, PlanFile, ShardUrl, TenantId};
-    use crate::storage::{CommitRequest, Preconditions, Storage, StorageError};
-
-    fn write(storage: &Storage, tenant: &TenantId, text: &str) -> Result<(), StorageError> {
-        let who = Identity::new("t", "t@localhost", "localhost");
-        let req = CommitRequest::of(
-            PlanFile::Integration,
-            text.as_bytes().to_vec(),
-            Preconditions::default(),
-            who,
-        );
-        storage.commit(tenant, req).map(|_| ())
-    }
+    use crate::domain::ShardUrl;
+    use crate::storage::test_write as write;
+    use crate::storage::StorageError;
 
     #[test]
     fn a_moving_tenant_takes_no_write_and_an_archived_one_is_not_made_again() {

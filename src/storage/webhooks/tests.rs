@@ -107,16 +107,7 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
 }
 
 fn write(storage: &Storage, tenant: &TenantId, text: &str) -> crate::domain::CommitId {
-    use crate::domain::{Identity, PlanFile};
-    use crate::storage::{CommitRequest, Preconditions};
-    let who = Identity::new("t", "t@localhost", "localhost");
-    let req = CommitRequest::of(
-        PlanFile::Integration,
-        text.as_bytes().to_vec(),
-        Preconditions::default(),
-        who,
-    );
-    storage.commit(tenant, req).unwrap();
+    crate::storage::test_write(storage, tenant, text).unwrap();
     storage.head_state(tenant).unwrap().commit
 }
 
