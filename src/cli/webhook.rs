@@ -89,12 +89,13 @@ pub fn run(config: &Config, action: WebhookAction) -> Result<(), CliError> {
             runtime
                 .block_on(rules.check_resolved(&url))
                 .map_err(|refused| CliError::Usage(format!("{url}: refused: {refused}")))?;
-            let hook = storage.add_webhook(
+            let (hook, _) = storage.add_webhook(
                 &tenant,
                 NewWebhook {
                     url,
                     events: kinds,
                     description,
+                    key: None,
                 },
                 config.webhooks.max_per_tenant,
             )?;

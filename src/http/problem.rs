@@ -126,6 +126,8 @@ pub enum ApiError {
     WebhookUrlRefused(String),
     #[error("the tenant has {0} webhooks, the most it may have")]
     WebhookLimit(usize),
+    #[error("this Idempotency-Key made webhook {0} for another request")]
+    WebhookKeyReused(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -263,6 +265,11 @@ impl ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "webhook_url_refused",
                 "Webhook URL refused",
+            ),
+            WebhookKeyReused(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "idempotency_key_reused",
+                "Idempotency-Key reused",
             ),
             WebhookLimit(_) => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -510,6 +517,7 @@ impl ApiError {
             StorageError::Import { reason, .. } => ApiError::ImportFailed(reason),
             StorageError::WebhookNotFound { id, .. } => ApiError::WebhookNotFound(id.to_string()),
             StorageError::WebhookLimit { limit, .. } => ApiError::WebhookLimit(limit),
+            StorageError::WebhookKeyReused { id, .. } => ApiError::WebhookKeyReused(id.to_string()),
             other => ApiError::Internal(other.to_string()),
         }
     }

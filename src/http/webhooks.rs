@@ -5,8 +5,8 @@ use super::problem::{ApiError, Problem};
 use super::schema::{CommonProblems, DeliveryList, WebhookList, WebhookView};
 use super::AppState;
 use crate::auth::Principal;
-use crate::domain::{EventType, PlanFile, WebhookId, WebhookUrl};
-use crate::storage::NewWebhook;
+use crate::domain::{EventType, IdempotencyKey, PlanFile, WebhookId, WebhookUrl};
+use crate::storage::{NewWebhook, WebhookKey};
 use crate::webhooks::Webhooks;
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
@@ -36,15 +36,16 @@ pub struct CreateWebhook {
 }
 
 #[utoipa::path(post, path = "/plans/webhooks", tag = "webhooks",
-    description = "Subscribe a URL to the tenant's commits. Every commit on main's first-parent line after this one is delivered (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature), in order, at least once. The secret is in this answer only.",
+    description = "Subscribe a URL to the tenant's commits. Every commit on main's first-parent line after this one is delivered (Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature), in order, at least once. The secret is in this answer only (and in a replay's: a retry with the same Idempotency-Key within a day answers the subscription it made).",
+    params(("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII characters: a retry with the same key and body answers the first subscription, Idempotent-Replayed: true")),
     request_body(content = CreateWebhook, content_type = "application/json"),
     responses(
-        (status = 201, description = "Subscribed; Location names it", body = WebhookView),
+        (status = 201, description = "Subscribed; Location names it", body = WebhookView, headers(("Idempotent-Replayed" = String, description = "true when this answers an earlier request with the same Idempotency-Key"))),
         (status = 403, description = "insufficient_scope: the token lacks planfiles.webhooks.write", body = Problem, content_type = "application/problem+json"),
-        (status = 400, description = "invalid_json, invalid_body (a field, an unknown event, a URL that is not one)", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_json, invalid_body (a field, an unknown event, a URL that is not one), invalid_idempotency_key", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "tenant_not_found", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported_media_type", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "webhook_url_refused (a destination rule: scheme, host, an address it resolves to) or webhook_limit_reached", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "webhook_url_refused (a destination rule: scheme, host, an address it resolves to), webhook_limit_reached, or idempotency_key_reused (the key made a subscription for another body)", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "tenant_moving", body = Problem, content_type = "application/problem+json"),
         CommonProblems,
     ),
@@ -59,8 +60,13 @@ pub async fn create(
     if !is_json(&req) {
         return Err(ApiError::UnsupportedMediaType);
     }
+    let key = idempotency_key(&req)?;
     let bytes = read_limited(&req, payload, BODY_LIMIT, state.body_pace).await?;
-    let new = parse_new(&bytes)?;
+    let mut new = parse_new(&bytes)?;
+    new.key = key.map(|key| WebhookKey {
+        key: key.as_str().to_owned(),
+        fingerprint: state.storage.fingerprint("POST /plans/webhooks", &bytes),
+    });
     hooks
         .rules()
         .check_resolved(&new.url)
@@ -71,17 +77,23 @@ pub async fn create(
         who.tenant().clone(),
         hooks.max_per_tenant(),
     );
-    let hook = blocking(
+    let (hook, replayed) = blocking(
         move || storage.add_webhook(&tenant, new, limit),
         PlanFile::Integration,
     )
     .await?;
-    hooks.poke(who.tenant());
-    tracing::info!(tenant = %who.tenant(), webhook = %hook.id, "webhook subscribed");
-    Ok(HttpResponse::Created()
+    if !replayed {
+        hooks.poke(who.tenant());
+        tracing::info!(tenant = %who.tenant(), webhook = %hook.id, "webhook subscribed");
+    }
+    let mut answer = HttpResponse::Created();
+    answer
         .insert_header(("Location", format!("/plans/webhooks/{}", hook.id)))
-        .insert_header(("Cache-Control", "no-store"))
-        .json(WebhookView::new(&hook, true)))
+        .insert_header(("Cache-Control", "no-store"));
+    if replayed {
+        answer.insert_header(("Idempotent-Replayed", "true"));
+    }
+    Ok(answer.json(WebhookView::new(&hook, true)))
 }
 
 #[utoipa::path(get, path = "/plans/webhooks", tag = "webhooks",
@@ -213,6 +225,18 @@ pub async fn deliveries(
     Ok(json(&DeliveryList { deliveries }))
 }
 
+/// The `Idempotency-Key` header, once at most (400 `invalid_idempotency_key`).
+fn idempotency_key(req: &HttpRequest) -> Result<Option<IdempotencyKey>, ApiError> {
+    let mut keys = req.headers().get_all("idempotency-key");
+    match (keys.next(), keys.next()) {
+        (None, _) => Ok(None),
+        (Some(_), Some(_)) => Err(ApiError::InvalidIdempotencyKey("is sent twice")),
+        (Some(v), None) => IdempotencyKey::parse(v.as_bytes())
+            .map(Some)
+            .map_err(ApiError::InvalidIdempotencyKey),
+    }
+}
+
 /// The permission, then the service's webhooks.
 fn enabled<'a>(state: &'a AppState, who: &Principal) -> Result<&'a Webhooks, ApiError> {
     require(who.has(WEBHOOKS_WRITE), WEBHOOKS_WRITE)?;
@@ -267,6 +291,7 @@ fn parse_new(bytes: &[u8]) -> Result<NewWebhook, ApiError> {
         url,
         events,
         description: body.description,
+        key: None,
     })
 }
 

@@ -75,6 +75,13 @@ pub enum StorageError {
         tenant: TenantId,
         id: crate::domain::WebhookId,
     },
+    #[error(
+        "tenant {tenant}: webhook {id} was made with this idempotency key for another request"
+    )]
+    WebhookKeyReused {
+        tenant: TenantId,
+        id: crate::domain::WebhookId,
+    },
     #[error("tenant {tenant} has {limit} webhooks already, the most it may have")]
     WebhookLimit { tenant: TenantId, limit: usize },
     #[error("tenant {tenant}: git upload-pack failed: {message}")]

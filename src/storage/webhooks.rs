@@ -35,6 +35,8 @@ pub struct Webhook {
     /// When it was last resumed (Unix milliseconds; 0: never): a failure streak that began
     /// before it does not make it `failing`.
     pub resumed_ms: u64,
+    /// The `Idempotency-Key` it was made with, if any.
+    pub key: Option<WebhookKey>,
 }
 
 /// `active`, or `failing` after the last retry (it waits for a resume).
@@ -60,7 +62,20 @@ pub struct NewWebhook {
     pub url: WebhookUrl,
     pub events: Vec<EventType>,
     pub description: Option<String>,
+    /// The request's `Idempotency-Key` and its fingerprint: a retry within a day answers
+    /// the subscription it made.
+    pub key: Option<WebhookKey>,
 }
+
+/// An `Idempotency-Key` of a subscription's creation and the fingerprint of its request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookKey {
+    pub key: String,
+    pub fingerprint: String,
+}
+
+/// How long a creation's `Idempotency-Key` is remembered.
+const KEY_KEPT: Duration = Duration::from_secs(86_400);
 
 /// A tenant's subscriptions and cursors as a move carries them to the target (secrets
 /// included: it travels only between shards, with the import's token). Its `Debug` shows
@@ -120,6 +135,8 @@ struct StoredWebhook {
     created: u64,
     #[serde(default, skip_serializing_if = "is_zero")]
     resumed_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<WebhookKey>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -140,18 +157,39 @@ impl Storage {
     }
 
     /// Adds a subscription whose cursor starts at `main`'s head now (it is told of what
-    /// comes after). At most `limit` per tenant. Refused while the tenant moves: the
+    /// comes after); with a key that made one within a day, that one (true: a replay). At
+    /// most `limit` per tenant. Refused while the tenant moves: the
     /// placement is read again under the subscriptions' lock, which a move's export takes.
     pub fn add_webhook(
         &self,
         tenant: &TenantId,
         new: NewWebhook,
         limit: usize,
-    ) -> Result<Webhook, StorageError> {
+    ) -> Result<(Webhook, bool), StorageError> {
         let path = self.locate(tenant, Access::Follow)?;
         let _lock = lock(&path)?;
         served_here(tenant, &path)?;
         let mut all = read_all(tenant, &path)?;
+        if let Some(asked) = &new.key {
+            let recent = |h: &&Webhook| {
+                SystemTime::now()
+                    .duration_since(h.created)
+                    .is_ok_and(|age| age < KEY_KEPT)
+            };
+            let earlier = all
+                .iter()
+                .filter(recent)
+                .find(|h| h.key.as_ref().is_some_and(|k| k.key == asked.key));
+            if let Some(earlier) = earlier {
+                return match earlier.key.as_ref() {
+                    Some(k) if k.fingerprint == asked.fingerprint => Ok((earlier.clone(), true)),
+                    _ => Err(StorageError::WebhookKeyReused {
+                        tenant: tenant.clone(),
+                        id: earlier.id.clone(),
+                    }),
+                };
+            }
+        }
         if all.len() >= limit {
             return Err(StorageError::WebhookLimit {
                 tenant: tenant.clone(),
@@ -167,6 +205,7 @@ impl Storage {
             secret: WebhookSecret::generate(),
             state: WebhookState::Active,
             resumed_ms: 0,
+            key: new.key,
             // Whole seconds: as it is stored and shown.
             created: UNIX_EPOCH
                 + Duration::from_secs(
@@ -180,7 +219,7 @@ impl Storage {
             .map_err(|e| StorageError::io("create a webhook's cursor", &path, e))?;
         all.push(hook.clone());
         write_all(&path, &all)?;
-        Ok(hook)
+        Ok((hook, false))
     }
 
     /// Removes a subscription, its cursor and its log.
@@ -511,6 +550,7 @@ fn parse_all(tenant: &TenantId, text: &str) -> Result<Vec<Webhook>, StorageError
                 state: s.state,
                 created: UNIX_EPOCH + Duration::from_secs(s.created),
                 resumed_ms: s.resumed_ms,
+                key: s.key,
             })
         })
         .collect()
@@ -533,6 +573,7 @@ fn write_all(repo: &Path, all: &[Webhook]) -> Result<(), StorageError> {
                 secret: h.secret.expose().to_owned(),
                 state: h.state,
                 resumed_ms: h.resumed_ms,
+                key: h.key.clone(),
                 created: h
                     .created
                     .duration_since(UNIX_EPOCH)

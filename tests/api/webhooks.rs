@@ -702,3 +702,46 @@ async fn deliveries_go_on_beside_git_gc() {
     let ids: Vec<&str> = got.iter().map(|d| d.id.as_str()).collect();
     assert_eq!(ids, want, "{runs} gc runs beside");
 }
+
+/// A creation retried with its `Idempotency-Key` (its first answer lost) answers the first
+/// subscription, secret included, with `Idempotent-Replayed: true`; the key with another body
+/// is 422; one subscription is made.
+#[tokio::test]
+async fn a_creation_retried_with_its_key_makes_one_subscription() {
+    let rx = Receiver::start();
+    let app = TestApp::spawn_with_webhooks(local_webhooks()).await;
+    let w = webhooks_token("acme");
+    let create = |body: Value, key: &'static str| {
+        app.client
+            .post(app.url("/plans/webhooks"))
+            .bearer_auth(&w)
+            .header("Idempotency-Key", key)
+            .json(&body)
+    };
+    let body = json!({"url": rx.url("/hook/k")});
+    let first = create(body.clone(), "create-1").send().await.unwrap();
+    assert_eq!(first.status(), 201);
+    assert!(first.headers().get("idempotent-replayed").is_none());
+    let first: Value = first.json().await.unwrap();
+    let again = create(body.clone(), "create-1").send().await.unwrap();
+    assert_eq!(again.status(), 201);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(
+        (&again["id"], &again["secret"]),
+        (&first["id"], &first["secret"])
+    );
+    let other = create(json!({"url": rx.url("/hook/other")}), "create-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 422);
+    assert_eq!(
+        other.json::<Value>().await.unwrap()["code"],
+        "idempotency_key_reused"
+    );
+    let bad = create(body, "").send().await.unwrap();
+    assert_eq!(bad.status(), 400);
+    let list: Value = app.webhooks(&w).await.json().await.unwrap();
+    assert_eq!(list["webhooks"].as_array().unwrap().len(), 1);
+}

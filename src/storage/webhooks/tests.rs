@@ -6,13 +6,14 @@ fn new_hook() -> NewWebhook {
         url: WebhookUrl::parse("https://hooks.example.com/in").unwrap(),
         events: EventType::ALL.to_vec(),
         description: Some("ci".into()),
+        key: None,
     }
 }
 
 #[test]
 fn subscriptions_live_beside_git_and_start_at_the_head() {
     let (_dir, storage, acme) = crate::storage::test_storage();
-    let hook = storage.add_webhook(&acme, new_hook(), 2).unwrap();
+    let (hook, _) = storage.add_webhook(&acme, new_hook(), 2).unwrap();
     let head = storage.head_state(&acme).unwrap().commit;
     let cursor = storage
         .claim_webhook_cursor(&acme, &hook.id)
@@ -62,7 +63,7 @@ fn subscriptions_live_beside_git_and_start_at_the_head() {
 #[test]
 fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
     let (_dir, storage, acme) = crate::storage::test_storage();
-    let hook = storage.add_webhook(&acme, new_hook(), 10).unwrap();
+    let (hook, _) = storage.add_webhook(&acme, new_hook(), 10).unwrap();
     let mut cursor = storage
         .claim_webhook_cursor(&acme, &hook.id)
         .unwrap()
