@@ -196,8 +196,8 @@ async fn deliver(
             if head_rx.borrow().is_none() {
                 return Err(Step::Wait(Instant::now() + TICK));
             }
-            attempt(core, tenant, def, per_tenant, &message, retry).await?;
-            cursor = advance(core, tenant, cursor, after).await?;
+            let record = attempt(core, tenant, def, per_tenant, &message, retry).await?;
+            cursor = advance(core, tenant, def, cursor, after, Some(record)).await?;
         }
         // The step's end; a commit after it whose integration event went out stays marked.
         let reached = CursorPosition {
@@ -205,7 +205,7 @@ async fn deliver(
             partial: at.partial.filter(|_| !partial_in_step),
         };
         if cursor.position() != reached {
-            advance(core, tenant, cursor, reached).await?;
+            advance(core, tenant, def, cursor, reached, None).await?;
         }
         if let Some((_, i)) = plan.as_mut() {
             *i += 1;
@@ -248,11 +248,21 @@ async fn reset(
     if !lines_meet {
         tracing::warn!(%tenant, webhook = %def.id, from = %at.through, to = %meet.commit, "main does not meet the webhook's cursor: deliveries go on from the head, the commits between are not delivered");
     }
-    if def.events.contains(&EventType::MainReset) {
+    let record = if def.events.contains(&EventType::MainReset) {
         let message = Message::reset(tenant, &at.through, &meet);
-        attempt(core, tenant, def, per_tenant, &message, retry).await?;
-    }
-    advance(core, tenant, cursor, CursorPosition::at(meet.commit)).await?;
+        Some(attempt(core, tenant, def, per_tenant, &message, retry).await?)
+    } else {
+        None
+    };
+    advance(
+        core,
+        tenant,
+        def,
+        cursor,
+        CursorPosition::at(meet.commit),
+        record,
+    )
+    .await?;
     Ok(())
 }
 
@@ -288,7 +298,8 @@ fn events_of(
     events
 }
 
-/// One attempt of `message`: `Ok` on a 2xx; else when to try again, or `Failing`.
+/// One attempt of `message`: `Ok` with its record (for the log) on a 2xx; else (logged) when
+/// to try again, or `Failing`.
 async fn attempt(
     core: &Arc<Core>,
     tenant: &TenantId,
@@ -296,7 +307,7 @@ async fn attempt(
     per_tenant: &Semaphore,
     message: &Message,
     retry: &mut Retry,
-) -> Result<(), Step> {
+) -> Result<Attempt, Step> {
     if retry.event.as_deref() != Some(message.id.as_str()) {
         *retry = Retry {
             event: Some(message.id.clone()),
@@ -324,16 +335,17 @@ async fn attempt(
         at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
         detail: outcome.detail.clone(),
     };
-    let (t, id) = (tenant.clone(), def.id.clone());
-    core.blocking(move |s| s.log_webhook_attempt(&t, &id, &record))
-        .await;
     if outcome.delivered {
         if let Ok(lag) = SystemTime::now().duration_since(message.at) {
             core.metrics.webhook_lag.observe(lag.as_secs_f64());
         }
         *retry = Retry::default();
-        return Ok(());
+        // Logged with the cursor's move, in one trip to the blocking pool.
+        return Ok(record);
     }
+    let (t, id) = (tenant.clone(), def.id.clone());
+    core.blocking(move |s| s.log_webhook_attempt(&t, &id, &record))
+        .await;
     retry.failures += 1;
     retry.began.get_or_insert_with(SystemTime::now);
     match core
@@ -351,15 +363,21 @@ async fn attempt(
     }
 }
 
-/// Moves the cursor durably, on the blocking pool.
+/// Logs a delivered attempt (when given) and moves the cursor durably, in one trip to the
+/// blocking pool.
 async fn advance(
     core: &Core,
     tenant: &TenantId,
+    def: &Webhook,
     mut cursor: DeliveryCursor,
     to: CursorPosition,
+    delivered: Option<Attempt>,
 ) -> Result<DeliveryCursor, Step> {
-    let (storage, t) = (core.storage.clone(), tenant.clone());
+    let (storage, t, id) = (core.storage.clone(), tenant.clone(), def.id.clone());
     let moved = tokio::task::spawn_blocking(move || {
+        if let Some(record) = delivered {
+            storage.log_webhook_attempt(&t, &id, &record);
+        }
         let result = storage.advance_webhook_cursor(&t, &mut cursor, to);
         (cursor, result)
     })
