@@ -364,8 +364,12 @@ impl Storage {
     /// Records one delivery attempt in the subscription's log (not synced: a log, not a
     /// promise; the cursor is the promise).
     pub fn log_webhook_attempt(&self, tenant: &TenantId, id: &WebhookId, attempt: &Attempt) {
-        let dir = dir(&self.repo_path(tenant));
-        if let Err(e) = log::append(&dir, id, attempt) {
+        let repo = self.repo_path(tenant);
+        // An attempt that raced the subscription's removal leaves no log behind it.
+        if !cursor_path(&repo, id).exists() {
+            return;
+        }
+        if let Err(e) = log::append(&dir(&repo), id, attempt) {
             tracing::warn!(%tenant, webhook = %id, error = %e, "could not log a webhook delivery");
         }
     }

@@ -51,6 +51,22 @@ fn subscriptions_live_beside_git_and_start_at_the_head() {
         storage.remove_webhook(&acme, &hook.id),
         Err(StorageError::WebhookNotFound { .. })
     ));
+    // An attempt that finishes after the removal logs nothing (no file comes back).
+    let late = Attempt {
+        webhook_id: "msg".into(),
+        kind: "main.reset".into(),
+        commit_sha: "ab".repeat(20),
+        attempt: 1,
+        status: AttemptStatus::Http(200),
+        duration_ms: 1,
+        at: "2026-11-27T00:00:00Z".into(),
+        detail: None,
+    };
+    storage.log_webhook_attempt(&acme, &hook.id, &late);
+    assert!(!storage
+        .repo_path(&acme)
+        .join(format!("webhooks/{}.log", hook.id))
+        .exists());
     assert_eq!(storage.webhooks(&acme).unwrap().len(), 1);
     let last = storage.webhooks(&acme).unwrap().remove(0);
     storage.remove_webhook(&acme, &last.id).unwrap();
