@@ -185,6 +185,14 @@ async fn scan(core: Arc<Core>) {
     }
 }
 
+/// A tenant's share of the process's turns: attempts in flight, and cursors claimed (a
+/// subscription's step, held while its attempts run: a tenant of slow receivers holds this
+/// many of the process's claims at most).
+pub(crate) struct TenantTurns {
+    attempts: Semaphore,
+    claims: Semaphore,
+}
+
 /// A running subscription: its definition's sender and its task.
 struct Follower {
     def: watch::Sender<Webhook>,
@@ -195,7 +203,10 @@ struct Follower {
 /// each subscription's task (`None` while the tenant is not writable here: moving), until the
 /// tenant has none or is not here any more.
 async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
-    let per_tenant = Arc::new(Semaphore::new(core.config.max_in_flight_per_tenant));
+    let per_tenant = Arc::new(TenantTurns {
+        attempts: Semaphore::new(core.config.max_in_flight_per_tenant),
+        claims: Semaphore::new(core.config.max_in_flight_per_tenant),
+    });
     let (head_tx, _) = watch::channel::<Option<CommitId>>(None);
     let mut followers: HashMap<WebhookId, Follower> = HashMap::new();
     let mut stamp = None;
@@ -278,7 +289,7 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
 fn reconcile(
     core: &Arc<Core>,
     tenant: &TenantId,
-    per_tenant: &Arc<Semaphore>,
+    per_tenant: &Arc<TenantTurns>,
     head: &watch::Sender<Option<CommitId>>,
     followers: &mut HashMap<WebhookId, Follower>,
     list: Vec<Webhook>,

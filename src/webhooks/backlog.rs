@@ -1,5 +1,5 @@
 //! One subscription's task: from its cursor to `main`'s head, each event in order, one attempt in flight; a 2xx moves the cursor (synced) before the next event; a failure waits its turn in the retry schedule, and after the last the subscription is `failing` until resumed.
-use super::{Core, Message, TICK};
+use super::{Core, Message, TenantTurns, TICK};
 use crate::domain::{CommitId, EventType, PlanFile, TenantId};
 use crate::storage::{
     Attempt, CursorPosition, DeliveryCursor, DeliveryPlan, FileChange, Replay, StorageError,
@@ -8,7 +8,7 @@ use crate::storage::{
 use rand::Rng as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 /// Commits read from the history at a time.
 const BATCH: usize = 64;
@@ -38,7 +38,7 @@ struct Retry {
 pub(super) async fn follow_subscription(
     core: Arc<Core>,
     tenant: TenantId,
-    per_tenant: Arc<Semaphore>,
+    per_tenant: Arc<TenantTurns>,
     mut def_rx: watch::Receiver<Webhook>,
     mut head_rx: watch::Receiver<Option<CommitId>>,
 ) {
@@ -110,7 +110,7 @@ async fn deliver(
     tenant: &TenantId,
     def: &Webhook,
     head: CommitId,
-    per_tenant: &Semaphore,
+    per_tenant: &TenantTurns,
     head_rx: &watch::Receiver<Option<CommitId>>,
     retry: &mut Retry,
 ) -> Result<Step, Step> {
@@ -118,7 +118,11 @@ async fn deliver(
     // The plan's stops and the index of the next step's start.
     let mut plan: Option<(Vec<CommitId>, usize)> = None;
     loop {
-        let Ok(_claim) = core.claims.acquire().await else {
+        // The tenant's claims first: a tenant of slow receivers holds its share, not all.
+        let (Ok(_tenant_claim), Ok(_claim)) = (
+            per_tenant.claims.acquire().await,
+            core.claims.acquire().await,
+        ) else {
             return Err(busy());
         };
         let (t, id) = (tenant.clone(), def.id.clone());
@@ -238,7 +242,7 @@ async fn reset(
     core: &Arc<Core>,
     tenant: &TenantId,
     def: &Webhook,
-    per_tenant: &Semaphore,
+    per_tenant: &TenantTurns,
     retry: &mut Retry,
     cursor: DeliveryCursor,
     at: CursorPosition,
@@ -304,7 +308,7 @@ async fn attempt(
     core: &Arc<Core>,
     tenant: &TenantId,
     def: &Webhook,
-    per_tenant: &Semaphore,
+    per_tenant: &TenantTurns,
     message: &Message,
     retry: &mut Retry,
 ) -> Result<Attempt, Step> {
@@ -315,9 +319,10 @@ async fn attempt(
         };
     }
     // The attempt's turns, in its tenant and in the process: held for this attempt only.
-    let (Ok(_tenant_turn), Ok(_turn)) =
-        (per_tenant.acquire().await, core.in_flight.acquire().await)
-    else {
+    let (Ok(_tenant_turn), Ok(_turn)) = (
+        per_tenant.attempts.acquire().await,
+        core.in_flight.acquire().await,
+    ) else {
         return Err(Step::Wait(Instant::now() + BUSY));
     };
     let outcome = core.sender.send(&def.url, &def.secret, message).await;

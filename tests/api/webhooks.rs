@@ -745,3 +745,42 @@ async fn a_creation_retried_with_its_key_makes_one_subscription() {
     let list: Value = app.webhooks(&w).await.json().await.unwrap();
     assert_eq!(list["webhooks"].as_array().unwrap().len(), 1);
 }
+
+/// A tenant of 20 slow receivers (2 s an answer) with events to deliver holds its share of
+/// the process's claims, not all of them: another tenant's event arrives within 3 s.
+#[tokio::test]
+async fn a_tenant_of_slow_receivers_leaves_the_others_their_turns() {
+    let rx = Receiver::start();
+    let app = TestApp::spawn_with_webhooks(planfiles::config::WebhooksConfig {
+        max_in_flight: 4,
+        max_in_flight_per_tenant: 2,
+        ..local_webhooks()
+    })
+    .await;
+    let w = webhooks_token("acme");
+    for i in 0..20 {
+        let path = format!("/slow/{i}");
+        rx.set_mode(&path, Mode::Slow(Duration::from_secs(2)));
+        let res = app.create_webhook(&w, &json!({"url": rx.url(&path)})).await;
+        assert_eq!(res.status(), 201);
+    }
+    let g = webhooks_token("globex");
+    let res = app
+        .create_webhook(&g, &json!({"url": rx.url("/fast")}))
+        .await;
+    assert_eq!(res.status(), 201);
+    let created: Value = res.json().await.unwrap();
+    rx.set_secret("/fast", created["secret"].as_str().unwrap());
+    for n in 0..3 {
+        let res = app
+            .put_integration(&token("acme", ALL), &json!({"content": {"slow": n}}))
+            .await;
+        assert_eq!(res.status(), 200);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let res = app
+        .put_integration(&token("globex", ALL), &json!({"content": {"fast": 1}}))
+        .await;
+    assert_eq!(res.status(), 200);
+    rx.wait_for("/fast", 1, Duration::from_secs(3)).await;
+}
