@@ -1,4 +1,4 @@
-//! A tenant's webhook subscriptions, kept in its repository folder beside git's files (`webhooks/`: never in an object or a ref, so no clone carries a secret) and moved with it: the subscriptions file, each one's delivery cursor and deliveries log.
+//! A tenant's webhook subscriptions, kept in its repository folder beside git's files (`webhooks/`: never in an object or a ref, so no clone carries a secret) and moved with it: the subscriptions file, their delivery cursors (one table) and each one's deliveries log.
 mod cursor;
 mod log;
 
@@ -20,6 +20,8 @@ const DIR: &str = "webhooks";
 const FILE: &str = "subscriptions.json";
 /// Taken (`flock`) around every change of the subscriptions and by a move's export.
 const LOCK: &str = "lock";
+/// The delivery cursors, one record per subscription (`cursor.rs`).
+const CURSORS: &str = "cursors";
 
 /// A subscription as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,7 +217,9 @@ impl Storage {
                         .as_secs(),
                 ),
         };
-        cursor::create(&cursor_path(&path, &hook.id), CursorPosition::at(head))
+        let live: Vec<WebhookId> = all.iter().map(|h| h.id.clone()).collect();
+        adopt_legacy_cursors(&path)?;
+        cursor::insert(&table(&path), &hook.id, CursorPosition::at(head), &live)
             .map_err(|e| StorageError::io("create a webhook's cursor", &path, e))?;
         all.push(hook.clone());
         write_all(&path, &all)?;
@@ -233,8 +237,10 @@ impl Storage {
         if all.len() == before {
             return Err(not_found(tenant, id));
         }
+        adopt_legacy_cursors(&path)?;
         write_all(&path, &all)?;
-        disk::remove_synced(&cursor_path(&path, id), "remove a webhook's cursor")?;
+        cursor::remove(&table(&path), id)
+            .map_err(|e| StorageError::io("remove a webhook's cursor", &path, e))?;
         log::remove(&dir(&path), id);
         Ok(())
     }
@@ -333,8 +339,13 @@ impl Storage {
         id: &WebhookId,
     ) -> Result<Option<DeliveryCursor>, StorageError> {
         let path = self.locate(tenant, Access::Follow)?;
-        let file = cursor_path(&path, id);
-        match DeliveryCursor::claim(&file) {
+        let file = table(&path);
+        if !file.exists() {
+            // Made by an earlier version: its cursor files become the table.
+            let _lock = lock(&path)?;
+            adopt_legacy_cursors(&path)?;
+        }
+        match DeliveryCursor::claim(&file, id) {
             Ok(c) => Ok(c),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(not_found(tenant, id)),
             Err(e) => Err(StorageError::io("claim a webhook's cursor", &file, e)),
@@ -361,15 +372,18 @@ impl Storage {
         served_here(tenant, &self.repo_path(tenant))
     }
 
-    /// Records one delivery attempt in the subscription's log (not synced: a log, not a
-    /// promise; the cursor is the promise).
-    pub fn log_webhook_attempt(&self, tenant: &TenantId, id: &WebhookId, attempt: &Attempt) {
+    /// Records delivery attempts in the subscription's log, in one write (not synced: a
+    /// log, not a promise; the cursor is the promise).
+    pub fn log_webhook_attempts(&self, tenant: &TenantId, id: &WebhookId, attempts: &[Attempt]) {
         let repo = self.repo_path(tenant);
-        // An attempt that raced the subscription's removal leaves no log behind it.
-        if !cursor_path(&repo, id).exists() {
+        if attempts.is_empty() {
             return;
         }
-        if let Err(e) = log::append(&dir(&repo), id, attempt) {
+        // An attempt that raced the subscription's removal leaves no log behind it.
+        if !cursor::holds(&table(&repo), id) {
+            return;
+        }
+        if let Err(e) = log::append(&dir(&repo), id, attempts) {
             tracing::warn!(%tenant, webhook = %id, error = %e, "could not log a webhook delivery");
         }
     }
@@ -409,12 +423,13 @@ impl Storage {
         };
         let mut cursors = Vec::new();
         let mut claimed = Vec::new();
+        adopt_legacy_cursors(&path)?;
+        let file = table(&path);
         for hook in parse_all(tenant, &subscriptions)? {
-            let file = cursor_path(&path, &hook.id);
             let err = |e| StorageError::io("read a webhook's cursor", &file, e);
             let deadline = std::time::Instant::now() + Duration::from_secs(30);
             let at = loop {
-                match DeliveryCursor::claim(&file).map_err(err)? {
+                match DeliveryCursor::claim(&file, &hook.id).map_err(err)? {
                     Some(c) => {
                         let at = c.position();
                         claimed.push(c);
@@ -425,7 +440,7 @@ impl Storage {
                     }
                     // Held past an attempt's longest: read as it stands (at worst an event
                     // is delivered twice, never skipped).
-                    None => break cursor::read(&file).map_err(err)?,
+                    None => break cursor::read(&file, &hook.id).map_err(err)?,
                 }
             };
             cursors.push(BundledCursor {
@@ -460,6 +475,7 @@ pub(in crate::storage) fn install(
     }
     let hooks = parse_all(tenant, &bundle.subscriptions)?;
     disk::create_dir_all_synced(&dir)?;
+    let mut cursors = Vec::with_capacity(hooks.len());
     for hook in &hooks {
         let at = bundle
             .cursors
@@ -470,9 +486,10 @@ pub(in crate::storage) fn install(
                 tenant: tenant.clone(),
                 reason: format!("the webhook {} came without a valid cursor", hook.id),
             })?;
-        cursor::create(&cursor_path(repo, &hook.id), at)
-            .map_err(|e| StorageError::io("write a webhook's cursor", &dir, e))?;
+        cursors.push((hook.id.clone(), at));
     }
+    cursor::create(&table(repo), &cursors)
+        .map_err(|e| StorageError::io("write the webhooks' cursors", &dir, e))?;
     write_all(repo, &hooks)
 }
 
@@ -480,8 +497,28 @@ fn dir(repo: &Path) -> PathBuf {
     repo.join(DIR)
 }
 
-fn cursor_path(repo: &Path, id: &WebhookId) -> PathBuf {
-    dir(repo).join(format!("{id}.cursor"))
+/// The cursors of the tenant's subscriptions, one table.
+fn table(repo: &Path) -> PathBuf {
+    dir(repo).join(CURSORS)
+}
+
+/// Makes the cursor table from the cursor files of an earlier version (`<id>.cursor`), once,
+/// under the subscriptions' lock: written aside and renamed, then the old files removed.
+fn adopt_legacy_cursors(repo: &Path) -> Result<(), StorageError> {
+    let dir = dir(repo);
+    if table(repo).exists() || !dir.join(FILE).exists() {
+        return Ok(());
+    }
+    let err = |e| StorageError::io("adopt the webhooks' cursor files", &dir, e);
+    let found = cursor::legacy(&dir).map_err(err)?;
+    cursor::create(&table(repo), &found).map_err(err)?;
+    for (id, _) in &found {
+        disk::remove_synced(
+            &dir.join(format!("{id}.cursor")),
+            "remove an old webhook cursor",
+        )?;
+    }
+    Ok(())
 }
 
 fn not_found(tenant: &TenantId, id: &WebhookId) -> StorageError {

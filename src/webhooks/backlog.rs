@@ -14,6 +14,9 @@ use tokio::sync::watch;
 const BATCH: usize = 64;
 /// How long to wait when another process holds the cursor, or storage failed.
 const BUSY: Duration = Duration::from_secs(2);
+/// How long delivered attempts wait for the log, and how many at most (see [`Unlogged`]).
+const LOG_EVERY: Duration = Duration::from_secs(1);
+const LOG_LINES: usize = 64;
 
 /// What a round of deliveries ended with.
 enum Step {
@@ -35,6 +38,50 @@ struct Retry {
     at: Option<Instant>,
 }
 
+/// Attempts not yet in the deliveries log. Delivered ones join the log with a cursor's move
+/// once the oldest waited [`LOG_EVERY`] (or [`LOG_LINES`] wait); a failure, and whatever the
+/// task holds when it stops delivering, at once. A subscription that keeps up logs each
+/// event as it goes; a hundred that catch up at once append once a second each instead of
+/// dirtying a page of the volume per event, which the writes' `syncfs` rounds would flush.
+#[derive(Default)]
+struct Unlogged {
+    attempts: Vec<Attempt>,
+    since: Option<Instant>,
+}
+
+impl Unlogged {
+    fn push(&mut self, attempt: Attempt) {
+        self.since.get_or_insert_with(Instant::now);
+        self.attempts.push(attempt);
+    }
+
+    /// What is due with a cursor's move (possibly nothing).
+    fn due(&mut self) -> Vec<Attempt> {
+        let due = self.attempts.len() >= LOG_LINES
+            || self.since.is_some_and(|at| at.elapsed() >= LOG_EVERY);
+        if due {
+            self.take()
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn take(&mut self) -> Vec<Attempt> {
+        self.since = None;
+        std::mem::take(&mut self.attempts)
+    }
+
+    /// Appends everything held, in a trip to the blocking pool.
+    async fn flush(&mut self, core: &Core, tenant: &TenantId, def: &Webhook) {
+        if self.attempts.is_empty() {
+            return;
+        }
+        let (t, id, attempts) = (tenant.clone(), def.id.clone(), self.take());
+        core.blocking(move |s| s.log_webhook_attempts(&t, &id, &attempts))
+            .await;
+    }
+}
+
 pub(super) async fn follow_subscription(
     core: Arc<Core>,
     tenant: TenantId,
@@ -43,6 +90,7 @@ pub(super) async fn follow_subscription(
     mut head_rx: watch::Receiver<Option<CommitId>>,
 ) {
     let mut retry = Retry::default();
+    let mut unlogged = Unlogged::default();
     // The head every event up to which is delivered: nothing to do until `main` moves.
     let mut reached = None;
     loop {
@@ -60,11 +108,11 @@ pub(super) async fn follow_subscription(
                 &tenant,
                 &def,
                 head,
-                &per_tenant,
+                (&per_tenant, &mut retry, &mut unlogged),
                 &head_rx,
-                &mut retry,
             )
             .await;
+            unlogged.flush(&core, &tenant, &def).await;
             match step.unwrap_or_else(|s| s) {
                 Step::CaughtUp => reached = Some(head),
                 Step::Wait(at) => retry.at = Some(at),
@@ -110,9 +158,8 @@ async fn deliver(
     tenant: &TenantId,
     def: &Webhook,
     head: CommitId,
-    per_tenant: &TenantTurns,
+    (per_tenant, retry, unlogged): Turn<'_>,
     head_rx: &watch::Receiver<Option<CommitId>>,
-    retry: &mut Retry,
 ) -> Result<Step, Step> {
     let busy = || Step::Wait(Instant::now() + BUSY);
     // The plan's stops and the index of the next step's start.
@@ -166,12 +213,14 @@ async fn deliver(
                     }
                     DeliveryPlan::Steps(_) | DeliveryPlan::Behind => return Ok(Step::CaughtUp),
                     DeliveryPlan::Fork(meet) => {
-                        reset(core, tenant, def, per_tenant, retry, cursor, at, meet, true).await?;
+                        let turn = (per_tenant, &mut *retry, &mut *unlogged);
+                        reset(core, tenant, def, turn, cursor, at, meet, true).await?;
                         plan = None;
                         continue;
                     }
                     DeliveryPlan::Reset(now) => {
-                        reset(core, tenant, def, per_tenant, retry, cursor, at, now, false).await?;
+                        let turn = (per_tenant, &mut *retry, &mut *unlogged);
+                        reset(core, tenant, def, turn, cursor, at, now, false).await?;
                         plan = None;
                         continue;
                     }
@@ -200,8 +249,15 @@ async fn deliver(
             if head_rx.borrow().is_none() {
                 return Err(Step::Wait(Instant::now() + TICK));
             }
-            let record = attempt(core, tenant, def, per_tenant, &message, retry).await?;
-            cursor = advance(core, tenant, def, cursor, after, Some(record)).await?;
+            attempt(
+                core,
+                tenant,
+                def,
+                (per_tenant, &mut *retry, &mut *unlogged),
+                &message,
+            )
+            .await?;
+            cursor = advance(core, tenant, def, cursor, after, unlogged.due()).await?;
         }
         // The step's end; a commit after it whose integration event went out stays marked.
         let reached = CursorPosition {
@@ -209,7 +265,7 @@ async fn deliver(
             partial: at.partial.filter(|_| !partial_in_step),
         };
         if cursor.position() != reached {
-            advance(core, tenant, def, cursor, reached, None).await?;
+            advance(core, tenant, def, cursor, reached, Vec::new()).await?;
         }
         if let Some((_, i)) = plan.as_mut() {
             *i += 1;
@@ -242,8 +298,7 @@ async fn reset(
     core: &Arc<Core>,
     tenant: &TenantId,
     def: &Webhook,
-    per_tenant: &TenantTurns,
-    retry: &mut Retry,
+    (per_tenant, retry, unlogged): Turn<'_>,
     cursor: DeliveryCursor,
     at: CursorPosition,
     meet: crate::storage::HeadState,
@@ -252,21 +307,19 @@ async fn reset(
     if !lines_meet {
         tracing::warn!(%tenant, webhook = %def.id, from = %at.through, to = %meet.commit, "main does not meet the webhook's cursor: deliveries go on from the head, the commits between are not delivered");
     }
-    let record = if def.events.contains(&EventType::MainReset) {
+    if def.events.contains(&EventType::MainReset) {
         let message = Message::reset(tenant, &at.through, &meet);
-        Some(attempt(core, tenant, def, per_tenant, &message, retry).await?)
-    } else {
-        None
-    };
-    advance(
-        core,
-        tenant,
-        def,
-        cursor,
-        CursorPosition::at(meet.commit),
-        record,
-    )
-    .await?;
+        attempt(
+            core,
+            tenant,
+            def,
+            (per_tenant, retry, &mut *unlogged),
+            &message,
+        )
+        .await?;
+    }
+    let to = CursorPosition::at(meet.commit);
+    advance(core, tenant, def, cursor, to, unlogged.due()).await?;
     Ok(())
 }
 
@@ -302,16 +355,18 @@ fn events_of(
     events
 }
 
-/// One attempt of `message`: `Ok` with its record (for the log) on a 2xx; else (logged) when
-/// to try again, or `Failing`.
+/// What an attempt works with: its tenant's turns, the event's retries, the log to come.
+type Turn<'a> = (&'a TenantTurns, &'a mut Retry, &'a mut Unlogged);
+
+/// One attempt of `message`, held for the log: `Ok` on a 2xx; else (logged at once) when to
+/// try again, or `Failing`.
 async fn attempt(
     core: &Arc<Core>,
     tenant: &TenantId,
     def: &Webhook,
-    per_tenant: &TenantTurns,
+    (per_tenant, retry, unlogged): Turn<'_>,
     message: &Message,
-    retry: &mut Retry,
-) -> Result<Attempt, Step> {
+) -> Result<(), Step> {
     if retry.event.as_deref() != Some(message.id.as_str()) {
         *retry = Retry {
             event: Some(message.id.clone()),
@@ -345,12 +400,12 @@ async fn attempt(
             core.metrics.webhook_lag.observe(lag.as_secs_f64());
         }
         *retry = Retry::default();
-        // Logged with the cursor's move, in one trip to the blocking pool.
-        return Ok(record);
+        // Logged with a cursor's move, in one trip to the blocking pool.
+        unlogged.push(record);
+        return Ok(());
     }
-    let (t, id) = (tenant.clone(), def.id.clone());
-    core.blocking(move |s| s.log_webhook_attempt(&t, &id, &record))
-        .await;
+    unlogged.push(record);
+    unlogged.flush(core, tenant, def).await;
     retry.failures += 1;
     retry.began.get_or_insert_with(SystemTime::now);
     match core
@@ -368,7 +423,7 @@ async fn attempt(
     }
 }
 
-/// Logs a delivered attempt (when given) and moves the cursor durably, in one trip to the
+/// Logs delivered attempts (when given) and moves the cursor durably, in one trip to the
 /// blocking pool.
 async fn advance(
     core: &Core,
@@ -376,13 +431,11 @@ async fn advance(
     def: &Webhook,
     mut cursor: DeliveryCursor,
     to: CursorPosition,
-    delivered: Option<Attempt>,
+    delivered: Vec<Attempt>,
 ) -> Result<DeliveryCursor, Step> {
     let (storage, t, id) = (core.storage.clone(), tenant.clone(), def.id.clone());
     let moved = tokio::task::spawn_blocking(move || {
-        if let Some(record) = delivered {
-            storage.log_webhook_attempt(&t, &id, &record);
-        }
+        storage.log_webhook_attempts(&t, &id, &delivered);
         let result = storage.advance_webhook_cursor(&t, &mut cursor, to);
         (cursor, result)
     })

@@ -1,5 +1,5 @@
-//! A subscription's delivery cursor: two checksummed slots written in turn, each write one `fdatasync` (a torn or lost write leaves the other slot, one step behind: a delivery repeated, never one skipped), held by one process at a time (an OFD lock).
-use crate::domain::{CommitId, ObjectId};
+//! A tenant's delivery cursors, one table file (`webhooks/cursors`): a 512-byte record per subscription, two checksummed slots written in turn (a torn or lost write leaves the other slot, one step behind: a delivery repeated, never one skipped), each record held by one process at a time (an OFD lock on its bytes). One file, so that the cursors moved between two `syncfs` rounds dirty a few of its pages, not a page and an inode each.
+use crate::domain::{CommitId, ObjectId, WebhookId};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -8,7 +8,11 @@ use std::os::unix::fs::FileExt as _;
 use std::path::Path;
 
 /// Bytes per slot; a record is shorter, padded with spaces.
-const SLOT: usize = 128;
+const SLOT: usize = 256;
+/// Bytes per subscription: two slots, one disk sector (a torn sector touches one record).
+const RECORD: usize = 2 * SLOT;
+/// The slots of a cursor file from before the table (`<id>.cursor`), read once to adopt it.
+const LEGACY_SLOT: usize = 128;
 
 /// Where a subscription stands: every event of `through` and of the commits before it on
 /// `main`'s first-parent line is delivered, and so is the integration file's event of
@@ -40,39 +44,43 @@ impl CursorPosition {
     }
 }
 
-/// A claimed cursor: its file, locked for as long as this lives.
+/// A claimed cursor: its record in the table, locked for as long as this lives.
 #[derive(Debug)]
 pub struct DeliveryCursor {
     file: File,
+    record: u64,
+    id: WebhookId,
     seq: u64,
     position: CursorPosition,
 }
 
+/// A record as read: the newest slot whose checksum holds.
+struct Found {
+    seq: u64,
+    id: WebhookId,
+    position: CursorPosition,
+}
+
 impl DeliveryCursor {
-    /// The cursor at `path`, locked; `None` while another holder has it.
-    pub(super) fn claim(path: &Path) -> io::Result<Option<Self>> {
+    /// The cursor of `id` in the table at `path`, locked; `None` while another holder has
+    /// it; `NotFound` when the table holds none for `id`.
+    pub(super) fn claim(path: &Path, id: &WebhookId) -> io::Result<Option<Self>> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
-        let lock = libc::flock {
-            l_type: libc::F_WRLCK as libc::c_short,
-            l_whence: libc::SEEK_SET as libc::c_short,
-            l_start: 0,
-            l_len: 0,
-            l_pid: 0,
-        };
-        // SAFETY: the descriptor is open for the call, and `lock` outlives it.
-        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) } != 0 {
-            let e = io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN | libc::EACCES) => Ok(None),
-                _ => Err(e),
-            };
+        let record = find(&file, id)?.ok_or_else(|| not_found(id))?;
+        if !lock(&file, record)? {
+            return Ok(None);
         }
-        let (seq, position) = newest(&file)?;
-        Ok(Some(Self {
-            file,
-            seq,
-            position,
-        }))
+        // Read again under the lock: a removal and a creation may have reused the record.
+        match read_record(&file, record)? {
+            Some(found) if &found.id == id => Ok(Some(Self {
+                file,
+                record,
+                id: id.clone(),
+                seq: found.seq,
+                position: found.position,
+            })),
+            _ => Err(not_found(id)),
+        }
     }
 
     pub fn position(&self) -> CursorPosition {
@@ -80,11 +88,13 @@ impl DeliveryCursor {
     }
 
     /// Moves the cursor: the slot not holding the newest record is written, and synced
-    /// with `fdatasync` unless `sync` is given (the caller then makes it durable with a
+    /// with `fdatasync` when `sync` is given (else the caller makes it durable with a
     /// shared `syncfs` before it relies on it).
     pub(in crate::storage) fn advance(&mut self, to: CursorPosition, sync: bool) -> io::Result<()> {
         let seq = self.seq + 1;
-        write_slot(&self.file, seq, to)?;
+        let slot = slot(seq, &self.id, to);
+        let at = self.record * RECORD as u64 + (seq % 2) * SLOT as u64;
+        self.file.write_all_at(&slot, at)?;
         if sync {
             self.file.sync_data()?;
         }
@@ -94,58 +104,215 @@ impl DeliveryCursor {
     }
 }
 
-/// A new cursor file at `path` (replacing any), both slots written, synced into its folder.
-pub(super) fn create(path: &Path, at: CursorPosition) -> io::Result<()> {
+/// Adds `id`'s cursor at `at` to the table at `path` (made when missing), synced: in a
+/// record that is free (blank, or left by a subscription not in `live` and held by no
+/// one), else at the end. Called under the subscriptions' lock.
+pub(super) fn insert(
+    path: &Path,
+    id: &WebhookId,
+    at: CursorPosition,
+    live: &[WebhookId],
+) -> io::Result<()> {
+    let new = !path.exists();
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    let records = read_all(&file)?;
+    let mut free = None;
+    for (i, record) in records.iter().enumerate() {
+        let unused = record.as_ref().is_none_or(|f| !live.contains(&f.id));
+        // A holder still delivering a removed subscription keeps its record until it lets go.
+        if unused && lock(&file, i as u64)? {
+            free = Some(i as u64);
+            break;
+        }
+    }
+    let record = free.unwrap_or(records.len() as u64);
+    let mut bytes = slot(0, id, at);
+    bytes.extend(slot(1, id, at));
+    file.write_all_at(&bytes, record * RECORD as u64)?;
+    file.sync_data()?;
+    if new {
+        File::open(path.parent().expect("a file in a folder"))?.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Blanks `id`'s record (synced), if the table has one.
+pub(super) fn remove(path: &Path, id: &WebhookId) -> io::Result<()> {
+    let file = match OpenOptions::new().read(true).write(true).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if let Some(record) = find(&file, id)? {
+        file.write_all_at(&[0u8; RECORD], record * RECORD as u64)?;
+        file.sync_data()?;
+    }
+    Ok(())
+}
+
+/// A new table at `path` (replacing any) holding `cursors`, synced into its folder.
+pub(super) fn create(path: &Path, cursors: &[(WebhookId, CursorPosition)]) -> io::Result<()> {
     let dir = path.parent().expect("a file in a folder");
     let tmp = tempfile::Builder::new()
-        .prefix(".planfiles-cursor-")
+        .prefix(".planfiles-cursors-")
         .tempfile_in(dir)?;
-    write_slot(tmp.as_file(), 0, at)?;
-    write_slot(tmp.as_file(), 1, at)?;
+    let mut bytes = Vec::with_capacity(cursors.len() * RECORD);
+    for (id, at) in cursors {
+        bytes.extend(slot(0, id, *at));
+        bytes.extend(slot(1, id, *at));
+    }
+    tmp.as_file().write_all_at(&bytes, 0)?;
     tmp.as_file().sync_all()?;
     tmp.persist(path).map_err(|e| e.error)?;
     File::open(dir)?.sync_all()
 }
 
-/// The position recorded at `path` (no lock taken).
-pub(super) fn read(path: &Path) -> io::Result<CursorPosition> {
-    Ok(newest(&File::open(path)?)?.1)
+/// Where `id`'s cursor stands in the table at `path` (no lock taken).
+pub(super) fn read(path: &Path, id: &WebhookId) -> io::Result<CursorPosition> {
+    let file = File::open(path)?;
+    let record = find(&file, id)?.ok_or_else(|| not_found(id))?;
+    match read_record(&file, record)? {
+        Some(found) if &found.id == id => Ok(found.position),
+        _ => Err(not_found(id)),
+    }
 }
 
-fn write_slot(file: &File, seq: u64, at: CursorPosition) -> io::Result<()> {
+/// Whether the table at `path` holds a cursor for `id`.
+pub(super) fn holds(path: &Path, id: &WebhookId) -> bool {
+    File::open(path).is_ok_and(|file| find(&file, id).is_ok_and(|r| r.is_some()))
+}
+
+/// The positions of the cursor files that came before the table (`<id>.cursor` in `dir`),
+/// for the table's first creation.
+pub(super) fn legacy(dir: &Path) -> io::Result<Vec<(WebhookId, CursorPosition)>> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(id) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".cursor"))
+            .and_then(WebhookId::parse)
+        else {
+            continue;
+        };
+        let mut buf = [0u8; 2 * LEGACY_SLOT];
+        let n = File::open(entry.path())?.read_at(&mut buf, 0)?;
+        buf[n..].fill(0);
+        let newest = buf
+            .chunks(LEGACY_SLOT)
+            .filter_map(parse_legacy_slot)
+            .max_by_key(|(seq, _)| *seq)
+            .ok_or_else(|| invalid(&format!("no valid record in {}.cursor", id)))?;
+        found.push((id, newest.1));
+    }
+    Ok(found)
+}
+
+fn not_found(id: &WebhookId) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, format!("no cursor for {id}"))
+}
+
+fn invalid(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
+}
+
+/// Takes the write lock of record `record` (an OFD lock: per open file, across processes
+/// and within one); false while another open file holds it.
+fn lock(file: &File, record: u64) -> io::Result<bool> {
+    let lock = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: (record * RECORD as u64) as libc::off_t,
+        l_len: RECORD as libc::off_t,
+        l_pid: 0,
+    };
+    // SAFETY: the descriptor is open for the call, and `lock` outlives it.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock) } != 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+            _ => Err(e),
+        };
+    }
+    Ok(true)
+}
+
+/// Every record of the table, in order (`None`: blank or both slots torn).
+fn read_all(file: &File) -> io::Result<Vec<Option<Found>>> {
+    let len = file.metadata()?.len() as usize;
+    let mut buf = vec![0u8; len.div_ceil(RECORD) * RECORD];
+    let n = file.read_at(&mut buf, 0)?;
+    buf[n..].fill(0);
+    Ok(buf.chunks(RECORD).map(newest).collect())
+}
+
+fn find(file: &File, id: &WebhookId) -> io::Result<Option<u64>> {
+    Ok(read_all(file)?
+        .iter()
+        .position(|r| r.as_ref().is_some_and(|f| &f.id == id))
+        .map(|i| i as u64))
+}
+
+fn read_record(file: &File, record: u64) -> io::Result<Option<Found>> {
+    let mut buf = [0u8; RECORD];
+    let n = file.read_at(&mut buf, record * RECORD as u64)?;
+    buf[n..].fill(0);
+    Ok(newest(&buf))
+}
+
+/// The slot with the highest sequence among those whose checksum holds.
+fn newest(record: &[u8]) -> Option<Found> {
+    record
+        .chunks(SLOT)
+        .filter_map(parse_slot)
+        .max_by_key(|f| f.seq)
+}
+
+fn slot(seq: u64, id: &WebhookId, at: CursorPosition) -> Vec<u8> {
     let body = format!(
-        "{seq:016x} {} {}",
+        "{seq:016x} {id} {} {}",
         at.through,
         at.partial.map_or_else(|| "-".repeat(40), |c| c.to_string())
     );
     let mut record = format!("{body} {}", &hex(&Sha256::digest(body.as_bytes()))[..16]);
     record.push_str(&" ".repeat(SLOT - 1 - record.len()));
     record.push('\n');
-    file.write_all_at(record.as_bytes(), (seq % 2) * SLOT as u64)
+    record.into_bytes()
 }
 
-/// The slot with the highest sequence among those whose checksum holds.
-fn newest(file: &File) -> io::Result<(u64, CursorPosition)> {
-    let mut buf = [0u8; 2 * SLOT];
-    let n = file.read_at(&mut buf, 0)?;
-    buf[n..].fill(0);
-    buf.chunks(SLOT)
-        .filter_map(parse_slot)
-        .max_by_key(|(seq, _)| *seq)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no valid cursor record"))
-}
-
-fn parse_slot(slot: &[u8]) -> Option<(u64, CursorPosition)> {
+/// The checksummed body of a slot, split on spaces.
+fn checked(slot: &[u8]) -> Option<std::str::Split<'_, char>> {
     let text = std::str::from_utf8(slot).ok()?.trim_end();
     let (body, sum) = text.rsplit_once(' ')?;
-    if hex(&Sha256::digest(body.as_bytes())).get(..16)? != sum {
-        return None;
-    }
-    let mut parts = body.split(' ');
+    (hex(&Sha256::digest(body.as_bytes())).get(..16)? == sum).then(|| body.split(' '))
+}
+
+fn parse_slot(slot: &[u8]) -> Option<Found> {
+    let mut parts = checked(slot)?;
     let seq = u64::from_str_radix(parts.next()?, 16).ok()?;
-    let through = parts.next()?;
-    let partial = parts.next().filter(|p| !p.bytes().all(|b| b == b'-'));
-    Some((seq, CursorPosition::parse(through, partial)?))
+    let id = WebhookId::parse(parts.next()?)?;
+    Some(Found {
+        seq,
+        id,
+        position: position(parts.next()?, parts.next()?)?,
+    })
+}
+
+fn parse_legacy_slot(slot: &[u8]) -> Option<(u64, CursorPosition)> {
+    let mut parts = checked(slot)?;
+    let seq = u64::from_str_radix(parts.next()?, 16).ok()?;
+    Some((seq, position(parts.next()?, parts.next()?)?))
+}
+
+fn position(through: &str, partial: &str) -> Option<CursorPosition> {
+    let partial = Some(partial).filter(|p| !p.bytes().all(|b| b == b'-'));
+    CursorPosition::parse(through, partial)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -153,47 +320,4 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn commit(n: u8) -> CommitId {
-        CommitId(ObjectId::parse(&format!("{n:02x}").repeat(20)).unwrap())
-    }
-
-    #[test]
-    fn a_cursor_moves_durably_and_a_torn_slot_falls_back_one_step() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("c.cursor");
-        create(&path, CursorPosition::at(commit(1))).unwrap();
-        let mut c = DeliveryCursor::claim(&path).unwrap().unwrap();
-        assert!(
-            DeliveryCursor::claim(&path).unwrap().is_none(),
-            "one holder at a time"
-        );
-        c.advance(
-            CursorPosition {
-                through: commit(1),
-                partial: Some(commit(2)),
-            },
-            true,
-        )
-        .unwrap();
-        c.advance(CursorPosition::at(commit(2)), true).unwrap();
-        assert_eq!(read(&path).unwrap(), CursorPosition::at(commit(2)));
-        drop(c);
-        // Creation wrote seq 0 and 1; the moves seq 2 (slot 0) and 3 (slot 1). The newest
-        // torn: the one before it (seq 2) is read.
-        let f = OpenOptions::new().write(true).open(&path).unwrap();
-        f.write_all_at(&[0u8; 64], SLOT as u64).unwrap();
-        assert_eq!(
-            read(&path).unwrap(),
-            CursorPosition {
-                through: commit(1),
-                partial: Some(commit(2))
-            }
-        );
-        // Both gone: an error, never a guess.
-        f.write_all_at(&[0u8; 2 * SLOT], 0).unwrap();
-        assert!(read(&path).is_err());
-    }
-}
+mod tests;

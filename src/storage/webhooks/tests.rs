@@ -62,7 +62,7 @@ fn subscriptions_live_beside_git_and_start_at_the_head() {
         at: "2026-11-27T00:00:00Z".into(),
         detail: None,
     };
-    storage.log_webhook_attempt(&acme, &hook.id, &late);
+    storage.log_webhook_attempts(&acme, &hook.id, std::slice::from_ref(&late));
     assert!(!storage
         .repo_path(&acme)
         .join(format!("webhooks/{}.log", hook.id))
@@ -109,7 +109,7 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
     install(&acme, target.path(), &bundle).unwrap();
     assert_eq!(read_all(&acme, target.path()).unwrap(), vec![hook.clone()]);
     assert_eq!(
-        cursor::read(&cursor_path(target.path(), &hook.id)).unwrap(),
+        cursor::read(&table(target.path()), &hook.id).unwrap(),
         moved_on
     );
     // A tenant without subscriptions says so: one coming back finds none of its old ones.
