@@ -1,7 +1,7 @@
 //! `Metrics`: the service's Prometheus metrics, one registry per running app (prometheus).
 use crate::domain::yaml::splice::Made;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
@@ -36,6 +36,8 @@ pub struct Metrics {
     pub webhook_lag: Histogram,
     /// Webhook subscriptions followed by this process, by state (active, failing).
     pub webhook_subscriptions: IntGaugeVec,
+    /// Seconds webhook attempts waited for the dispatcher's CPU budget, summed.
+    pub webhook_budget_wait: Counter,
 }
 
 impl Metrics {
@@ -175,10 +177,16 @@ impl Metrics {
             &["state"],
         )
         .expect("valid metric");
+        let webhook_budget_wait = Counter::new(
+            "webhook_cpu_budget_wait_seconds_total",
+            "Seconds webhook attempts waited for the dispatcher's CPU budget (webhooks.cpu_share)",
+        )
+        .expect("valid metric");
         for c in [
             Box::new(webhook_attempts.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(webhook_lag.clone()),
             Box::new(webhook_subscriptions.clone()),
+            Box::new(webhook_budget_wait.clone()),
         ] {
             registry.register(c).expect("metric names are unique");
         }
@@ -250,6 +258,7 @@ impl Metrics {
             webhook_attempts,
             webhook_lag,
             webhook_subscriptions,
+            webhook_budget_wait,
         }
     }
 

@@ -1,5 +1,6 @@
 //! Webhooks: `Webhooks`, the handle the handlers use (the destination rules, the limit, a poke after a change), and its dispatcher: a runtime of its own that follows each tenant with subscriptions (one task per tenant, one per subscription) and delivers the commits on `main`'s first-parent line in order (`webhooks/backlog.rs`).
 mod backlog;
+mod budget;
 mod deliver;
 mod destination;
 
@@ -44,6 +45,8 @@ struct Core {
     sender: Sender,
     /// Attempts in flight in the whole process.
     in_flight: Arc<Semaphore>,
+    /// The CPU the dispatcher may use.
+    budget: Arc<budget::CpuBudget>,
     /// Cursors claimed at once (each an open file and a step's events, at most 128 of at most
     /// 16 KiB each, for one step of at most 64 commits).
     claims: Semaphore,
@@ -88,6 +91,7 @@ impl Webhooks {
                 events,
                 metrics,
                 in_flight: Arc::new(Semaphore::new(config.max_in_flight)),
+                budget: Arc::new(budget::CpuBudget::new(config.cpu_share)),
                 claims: Semaphore::new(config.max_in_flight.max(16)),
                 config,
                 sender,
@@ -113,16 +117,19 @@ impl Webhooks {
     /// blocking pool for git reads and cursor syncs), which follows every tenant with
     /// subscriptions. Runs until the last handle is dropped.
     pub fn start(&self) -> std::io::Result<()> {
+        let (entered, left) = (self.core.budget.clone(), self.core.budget.clone());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .max_blocking_threads(16)
             .thread_name("planfiles-webhooks")
             // Deliveries yield the CPU to reads and writes: a nice of 10 on each of the
-            // runtime's threads (Linux sets it per thread).
-            .on_thread_start(|| {
+            // runtime's threads (Linux sets it per thread), and each counted in the budget.
+            .on_thread_start(move || {
                 // SAFETY: setpriority on the calling thread (`who` 0) has no preconditions.
                 unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+                entered.enter();
             })
+            .on_thread_stop(move || left.leave())
             .enable_all()
             .build()?;
         let (stop, stopped) = std::sync::mpsc::channel::<()>();

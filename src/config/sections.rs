@@ -616,6 +616,9 @@ pub struct WebhooksConfig {
     /// An attempt's connection, and the whole attempt (connection, request, reply).
     pub connect_timeout_secs: u64,
     pub attempt_timeout_secs: u64,
+    /// The CPU the dispatcher may use, in cores (its threads' CPU time over time); 0: no
+    /// limit.
+    pub cpu_share: f64,
 }
 
 impl Default for WebhooksConfig {
@@ -630,6 +633,7 @@ impl Default for WebhooksConfig {
             max_in_flight_per_tenant: 8,
             connect_timeout_secs: 5,
             attempt_timeout_secs: 15,
+            cpu_share: 0.25,
         }
     }
 }
@@ -651,6 +655,12 @@ impl WebhooksConfig {
         .find(|(_, v)| *v == 0);
         if let Some((name, _)) = zero {
             return Some(format!("webhooks.{name} must be at least 1, not 0"));
+        }
+        if !(0.0..=1024.0).contains(&self.cpu_share) {
+            return Some(format!(
+                "webhooks.cpu_share must be between 0 (no limit) and 1024 cores, not {}",
+                self.cpu_share
+            ));
         }
         if self.retry_schedule_secs.len() > 100 {
             return Some("webhooks.retry_schedule_secs has at most 100 entries".into());

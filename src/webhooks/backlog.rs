@@ -373,7 +373,14 @@ async fn attempt(
             ..Retry::default()
         };
     }
-    // The attempt's turns, in its tenant and in the process: held for this attempt only.
+    // The dispatcher's CPU budget first (waiting there holds no other turn), then the
+    // attempt's turns, in its tenant and in the process: held for this attempt only.
+    let waited = core.budget.turn().await;
+    if !waited.is_zero() {
+        core.metrics
+            .webhook_budget_wait
+            .inc_by(waited.as_secs_f64());
+    }
     let (Ok(_tenant_turn), Ok(_turn)) = (
         per_tenant.attempts.acquire().await,
         core.in_flight.acquire().await,
