@@ -204,7 +204,7 @@ fn writes(
 /// Waits until every (path, commit) event arrived (at most 120 s); the lag of each.
 fn lags(arrivals: &Arrivals, paths: &[String], acked: &[(String, Instant)]) -> Histogram<u64> {
     let mut lag = Histogram::<u64>::new(3).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(300);
     let want = paths.len() * acked.len();
     loop {
         let got = arrivals.lock().unwrap();
@@ -251,6 +251,29 @@ fn cpu_ms(pid: u32) -> u64 {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
     ticks * 10
+}
+
+/// The server's CPU while `work` runs: in all (threads that ended included) and by thread
+/// name (threads that ended meanwhile are missing there), in ms.
+fn cpu_of<T>(pid: u32, work: impl FnOnce() -> T) -> (T, u64, Vec<(String, u64)>) {
+    let (all, threads) = (cpu_ms(pid), thread_cpu(pid));
+    let out = work();
+    let mut by_thread: Vec<(String, u64)> = thread_cpu(pid)
+        .iter()
+        .map(|(k, v)| (k.clone(), v.saturating_sub(threads.get(k).copied().unwrap_or(0))))
+        .filter(|(_, v)| *v > 0)
+        .collect();
+    by_thread.sort_by_key(|s| std::cmp::Reverse(s.1));
+    (out, cpu_ms(pid) - all, by_thread)
+}
+
+fn per_write(n: usize, all: u64, by_thread: &[(String, u64)]) -> String {
+    let us = |ms: u64| ms * 1000 / n as u64;
+    let threads: Vec<String> = by_thread
+        .iter()
+        .map(|(k, v)| format!("{k} {}", us(*v)))
+        .collect();
+    format!("{} µs ({})", us(all), threads.join(", "))
 }
 
 /// CPU time (ms) of each thread group of process `pid` (threads named alike summed).
@@ -303,10 +326,13 @@ fn main() {
         dir.path().display()
     );
 
-    let (before, _) = writes(&http, &base, "acme", n);
+    let pid = server.child.id();
+    let ((before, _), cpu_none, threads_none) =
+        cpu_of(pid, || writes(&http, &base, "acme", n));
 
     subscribe(&http, &base, "acme", &format!("{rx}/one/0"));
-    let (one_writes, acked) = writes(&http, &base, "acme", n);
+    let ((one_writes, acked), cpu_one, threads_one) =
+        cpu_of(pid, || writes(&http, &base, "acme", n));
     let one = lags(&arrivals, &["/one/0".to_owned()], &acked);
     unsubscribe_all(&http, &base, "acme");
 
@@ -314,16 +340,9 @@ fn main() {
     for p in &paths {
         subscribe(&http, &base, "acme", &format!("{rx}{p}"));
     }
-    let cpu_before = thread_cpu(server.child.id());
-    let (with_100, acked) = writes(&http, &base, "acme", n);
-    let many = lags(&arrivals, &paths, &acked);
-    let cpu_after = thread_cpu(server.child.id());
-    let mut spent: Vec<(String, u64)> = cpu_after
-        .iter()
-        .map(|(k, v)| (k.clone(), v - cpu_before.get(k).copied().unwrap_or(0)))
-        .filter(|(_, v)| *v > 0)
-        .collect();
-    spent.sort_by_key(|s| std::cmp::Reverse(s.1));
+    let ((with_100, acked), cpu_100, threads_100) =
+        cpu_of(pid, || writes(&http, &base, "acme", n));
+    let (many, _, spent) = cpu_of(pid, || lags(&arrivals, &paths, &acked));
     unsubscribe_all(&http, &base, "acme");
 
     let (after, _) = writes(&http, &base, "acme", n);
@@ -368,9 +387,12 @@ fn main() {
         &beside_writes,
         Some(&beside),
     );
+    println!("\nthe server's CPU per write while the PUTs ran (by thread):");
+    println!("- no subscription: {}", per_write(n, cpu_none, &threads_none));
+    println!("- 1 subscription: {}", per_write(n, cpu_one, &threads_one));
+    println!("- 100 subscriptions: {}", per_write(n, cpu_100, &threads_100));
     println!(
-        "\nthe server's CPU in the 100-subscription phase ({} writes, {} deliveries), by thread: {}",
-        n,
+        "\nthe server's CPU after the 100-subscription phase's PUTs, until its {} deliveries arrived, by thread: {}",
         n * 100,
         spent
             .iter()
@@ -385,7 +407,6 @@ fn main() {
     );
 
     // Many subscriptions at rest: memory and idle CPU.
-    let pid = server.child.id();
     let rss_before = rss_mib(pid);
     let tenants = 100.min(subs.max(1));
     let t0 = Instant::now();
