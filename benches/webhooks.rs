@@ -260,7 +260,12 @@ fn cpu_of<T>(pid: u32, work: impl FnOnce() -> T) -> (T, u64, Vec<(String, u64)>)
     let out = work();
     let mut by_thread: Vec<(String, u64)> = thread_cpu(pid)
         .iter()
-        .map(|(k, v)| (k.clone(), v.saturating_sub(threads.get(k).copied().unwrap_or(0))))
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.saturating_sub(threads.get(k).copied().unwrap_or(0)),
+            )
+        })
         .filter(|(_, v)| *v > 0)
         .collect();
     by_thread.sort_by_key(|s| std::cmp::Reverse(s.1));
@@ -327,8 +332,7 @@ fn main() {
     );
 
     let pid = server.child.id();
-    let ((before, _), cpu_none, threads_none) =
-        cpu_of(pid, || writes(&http, &base, "acme", n));
+    let ((before, _), cpu_none, threads_none) = cpu_of(pid, || writes(&http, &base, "acme", n));
 
     subscribe(&http, &base, "acme", &format!("{rx}/one/0"));
     let ((one_writes, acked), cpu_one, threads_one) =
@@ -340,8 +344,7 @@ fn main() {
     for p in &paths {
         subscribe(&http, &base, "acme", &format!("{rx}{p}"));
     }
-    let ((with_100, acked), cpu_100, threads_100) =
-        cpu_of(pid, || writes(&http, &base, "acme", n));
+    let ((with_100, acked), cpu_100, threads_100) = cpu_of(pid, || writes(&http, &base, "acme", n));
     let (many, _, spent) = cpu_of(pid, || lags(&arrivals, &paths, &acked));
     unsubscribe_all(&http, &base, "acme");
 
@@ -388,9 +391,15 @@ fn main() {
         Some(&beside),
     );
     println!("\nthe server's CPU per write while the PUTs ran (by thread):");
-    println!("- no subscription: {}", per_write(n, cpu_none, &threads_none));
+    println!(
+        "- no subscription: {}",
+        per_write(n, cpu_none, &threads_none)
+    );
     println!("- 1 subscription: {}", per_write(n, cpu_one, &threads_one));
-    println!("- 100 subscriptions: {}", per_write(n, cpu_100, &threads_100));
+    println!(
+        "- 100 subscriptions: {}",
+        per_write(n, cpu_100, &threads_100)
+    );
     println!(
         "\nthe server's CPU after the 100-subscription phase's PUTs, until its {} deliveries arrived, by thread: {}",
         n * 100,

@@ -190,7 +190,14 @@ impl Metrics {
         ] {
             registry.register(c).expect("metric names are unique");
         }
-        for outcome in ["delivered", "http_error", "timeout", "refused", "error"] {
+        for outcome in [
+            "delivered",
+            "http_error",
+            "timeout",
+            "refused",
+            "busy",
+            "error",
+        ] {
             webhook_attempts.with_label_values(&[outcome]);
         }
         for state in ["active", "failing"] {

@@ -3,9 +3,10 @@ mod backlog;
 mod budget;
 mod deliver;
 mod destination;
+mod lookup;
 
 pub use deliver::{signature, Message, Outcome, Sender};
-pub use destination::{Destinations, Refused};
+pub use destination::{CheckError, Destinations, Refused};
 
 use crate::config::WebhooksConfig;
 use crate::domain::{CommitId, TenantId, WebhookId};
@@ -120,7 +121,7 @@ impl Webhooks {
         let (entered, left) = (self.core.budget.clone(), self.core.budget.clone());
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
-            .max_blocking_threads(16)
+            .max_blocking_threads(24)
             .thread_name("planfiles-webhooks")
             // Deliveries yield the CPU to reads and writes: a nice of 10 on each of the
             // runtime's threads (Linux sets it per thread), and each counted in the budget.
@@ -198,6 +199,8 @@ async fn scan(core: Arc<Core>) {
 pub(crate) struct TenantTurns {
     attempts: Semaphore,
     claims: Semaphore,
+    /// Its share of the deliveries' name lookups.
+    lookups: Arc<Semaphore>,
 }
 
 /// A running subscription: its definition's sender and its task.
@@ -213,6 +216,7 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
     let per_tenant = Arc::new(TenantTurns {
         attempts: Semaphore::new(core.config.max_in_flight_per_tenant),
         claims: Semaphore::new(core.config.max_in_flight_per_tenant),
+        lookups: Arc::new(Semaphore::new(lookup::PER_TENANT)),
     });
     let (head_tx, _) = watch::channel::<Option<CommitId>>(None);
     let mut followers: HashMap<WebhookId, Follower> = HashMap::new();

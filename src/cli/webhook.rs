@@ -88,7 +88,12 @@ pub fn run(config: &Config, action: WebhookAction) -> Result<(), CliError> {
                 .map_err(|e| CliError::Io(e.to_string()))?;
             runtime
                 .block_on(rules.check_resolved(&url))
-                .map_err(|refused| CliError::Usage(format!("{url}: refused: {refused}")))?;
+                .map_err(|e| match e {
+                    crate::webhooks::CheckError::Refused(refused) => {
+                        CliError::Usage(format!("{url}: refused: {refused}"))
+                    }
+                    busy => CliError::Io(busy.to_string()),
+                })?;
             let (hook, _) = storage.add_webhook(
                 &tenant,
                 NewWebhook {

@@ -7,7 +7,7 @@ use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{EventType, IdempotencyKey, PlanFile, WebhookId, WebhookUrl};
 use crate::storage::{NewWebhook, WebhookKey};
-use crate::webhooks::Webhooks;
+use crate::webhooks::{CheckError, Webhooks};
 use actix_web::{web, HttpRequest, HttpResponse};
 use serde::Deserialize;
 
@@ -46,7 +46,7 @@ pub struct CreateWebhook {
         (status = 404, description = "tenant_not_found", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "unsupported_media_type", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "webhook_url_refused (a destination rule: scheme, host, an address it resolves to), webhook_limit_reached, or idempotency_key_reused (the key made a subscription for another body)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "tenant_moving", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "tenant_moving, or busy: the host name could not be looked up for want of a turn (Retry-After)", body = Problem, content_type = "application/problem+json"),
         CommonProblems,
     ),
     security(("bearer" = [])))]
@@ -71,7 +71,10 @@ pub async fn create(
         .rules()
         .check_resolved(&new.url)
         .await
-        .map_err(|refused| ApiError::WebhookUrlRefused(refused.0))?;
+        .map_err(|e| match e {
+            CheckError::Refused(refused) => ApiError::WebhookUrlRefused(refused.0),
+            CheckError::Busy => ApiError::busy(e.to_string(), 5),
+        })?;
     let (storage, tenant, limit) = (
         state.storage.clone(),
         who.tenant().clone(),

@@ -387,7 +387,8 @@ async fn attempt(
     ) else {
         return Err(Step::Wait(Instant::now() + BUSY));
     };
-    let outcome = core.sender.send(&def.url, &def.secret, message).await;
+    let send = core.sender.send(&def.url, &def.secret, message);
+    let outcome = super::lookup::within_share(per_tenant.lookups.clone(), send).await;
     core.metrics
         .webhook_attempts
         .with_label_values(&[outcome.label()])
@@ -411,8 +412,13 @@ async fn attempt(
         unlogged.push(record);
         return Ok(());
     }
+    let busy = outcome.label() == "busy";
     unlogged.push(record);
     unlogged.flush(core, tenant, def).await;
+    if busy {
+        // The process's name lookups were held by others: not the receiver's failure.
+        return Err(Step::Wait(Instant::now() + BUSY));
+    }
     retry.failures += 1;
     retry.began.get_or_insert_with(SystemTime::now);
     match core

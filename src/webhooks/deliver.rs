@@ -144,6 +144,7 @@ impl Outcome {
             AttemptStatus::Http(_) => "http_error",
             AttemptStatus::Failed(word) if word == "timeout" => "timeout",
             AttemptStatus::Failed(word) if word == "refused" => "refused",
+            AttemptStatus::Failed(word) if word == "busy" => "busy",
             AttemptStatus::Failed(_) => "error",
         }
     }
@@ -253,6 +254,9 @@ fn from_error(e: &reqwest::Error, started: Instant) -> Outcome {
     while let Some(s) = source {
         if let Some(Refused(why)) = s.downcast_ref::<Refused>() {
             return failed("refused", Some(why.clone()), started);
+        }
+        if let Some(busy @ super::lookup::LookupError::Busy) = s.downcast_ref() {
+            return failed("busy", Some(busy.to_string()), started);
         }
         source = s.source();
     }

@@ -1,4 +1,5 @@
 //! Where deliveries may go (`webhooks.allow_http`, `allow_private_networks`, `allowed_hosts`): checked when a subscription is made, before each attempt, and at each connection by the client's resolver (a name that resolves somewhere else tomorrow is checked again).
+use super::lookup::{self, LookupError, LookupFor};
 use crate::domain::WebhookUrl;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
@@ -17,6 +18,16 @@ pub struct Destinations {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct Refused(pub String);
+
+/// Why a destination cannot be taken now: a rule refuses it, or its name could not be looked
+/// up for want of a turn (others' lookups hold them: try again).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Refused(#[from] Refused),
+    #[error("the name lookups for webhook destinations are busy")]
+    Busy,
+}
 
 impl Destinations {
     /// The rules a URL can be held to without resolving it: its scheme, its host against
@@ -44,14 +55,18 @@ impl Destinations {
 
     /// The URL's rules, then every address its host resolves to now (at creation: a name
     /// that resolves only to refused addresses is refused; one that does not resolve is too).
-    pub async fn check_resolved(&self, url: &WebhookUrl) -> Result<(), Refused> {
+    pub async fn check_resolved(&self, url: &WebhookUrl) -> Result<(), CheckError> {
         self.check_url(url)?;
         let Some(url::Host::Domain(host)) = url.url().host() else {
             return Ok(());
         };
         let port = url.url().port_or_known_default().unwrap_or(443);
-        let addrs = lookup(host, port).await?;
-        self.allowed_addrs(host, addrs).map(drop)
+        let addrs = match lookup::lookup(host, port, LookupFor::Creation, None).await {
+            Ok(addrs) => addrs,
+            Err(LookupError::Busy) => return Err(CheckError::Busy),
+            Err(LookupError::Failed(why)) => return Err(Refused(why).into()),
+        };
+        Ok(self.allowed_addrs(host, addrs).map(drop)?)
     }
 
     /// An address written in the URL: with `allowed_hosts`, only one listed as it is.
@@ -130,34 +145,21 @@ impl Destinations {
     }
 }
 
-/// Name lookups at once (each holds a blocking thread until the system resolver answers,
-/// which a dead name server can stretch well past the 5 s given here).
-static LOOKUPS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
-
-async fn lookup(host: &str, port: u16) -> Result<Vec<SocketAddr>, Refused> {
-    let _turn = tokio::time::timeout(std::time::Duration::from_secs(5), LOOKUPS.acquire())
-        .await
-        .map_err(|_| Refused(format!("{host}: too many name lookups under way")))?
-        .map_err(|_| Refused("name lookups are closed".into()))?;
-    let found = tokio::time::timeout(
-        std::time::Duration::from_secs(5),
-        tokio::net::lookup_host((host, port)),
-    )
-    .await
-    .map_err(|_| Refused(format!("{host} did not resolve within 5 s")))?
-    .map_err(|e| Refused(format!("{host} does not resolve: {e}")))?;
-    Ok(found.collect())
-}
-
 /// A reqwest resolver that drops the addresses the rules refuse.
 pub struct CheckedResolver(Arc<Destinations>);
 
 impl reqwest::dns::Resolve for CheckedResolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let rules = self.0.clone();
+        // Read now, on the attempt's task: the connection may be finished on another.
+        let share = lookup::current_share();
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let addrs = lookup(&host, 0).await?;
+            let addrs = match lookup::lookup(&host, 0, LookupFor::Delivery, share).await {
+                Ok(addrs) => addrs,
+                Err(LookupError::Failed(why)) => return Err(Box::new(Refused(why)) as _),
+                Err(busy) => return Err(Box::new(busy) as _),
+            };
             let allowed = rules.allowed_addrs(&host, addrs)?;
             Ok(Box::new(allowed.into_iter()) as reqwest::dns::Addrs)
         })
@@ -292,11 +294,11 @@ mod tests {
             .await
             .unwrap_err();
         assert!(
-            refused.0.contains("localhost resolves only to"),
+            refused.to_string().contains("localhost resolves only to"),
             "{refused}"
         );
         assert!(
-            !refused.0.contains("127.0.0.1"),
+            !refused.to_string().contains("127.0.0.1"),
             "no address answered: {refused}"
         );
         let open = Destinations {
