@@ -15,13 +15,6 @@ impl Storage {
         TenantRepo::open(tenant, &path)?.head_state()
     }
 
-    /// `main`'s state wherever the tenant is served (the change feed's last word on a tenant
-    /// that began to move).
-    pub(crate) fn head_state_any(&self, tenant: &TenantId) -> Result<HeadState, StorageError> {
-        let path = self.locate(tenant, Access::Manage)?;
-        TenantRepo::open(tenant, &path)?.head_state()
-    }
-
     /// What the commits after `from` up to `to` on `main`'s first-parent line changed, oldest
     /// first, at most `max_commits` commits at a time; a reset when `from` is not on the line
     /// that leads to `to` (within 10,000 commits).
@@ -32,7 +25,33 @@ impl Storage {
         to: CommitId,
         max_commits: usize,
     ) -> Result<Replay, StorageError> {
-        let repo = self.repo_for(tenant, Access::Read)?;
+        self.replay_in(&self.repo_for(tenant, Access::Read)?, from, to, max_commits)
+    }
+
+    /// The change feed's read of a move of `main`: the head (wherever the tenant's repository
+    /// is here) and, when it is not `last` and `with_changes` (the tenant did not move away),
+    /// what changed since ([`Storage::replay`]), the repository opened once.
+    pub(crate) fn head_and_changes(
+        &self,
+        tenant: &TenantId,
+        last: CommitId,
+        max_commits: usize,
+        with_changes: bool,
+    ) -> Result<(HeadState, Option<Result<Replay, StorageError>>), StorageError> {
+        let repo = TenantRepo::open(tenant, &self.locate(tenant, Access::Manage)?)?;
+        let head = repo.head_state()?;
+        let changes = (with_changes && head.commit != last)
+            .then(|| self.replay_in(&repo, last, head.commit, max_commits));
+        Ok((head, changes))
+    }
+
+    fn replay_in(
+        &self,
+        repo: &TenantRepo,
+        from: CommitId,
+        to: CommitId,
+        max_commits: usize,
+    ) -> Result<Replay, StorageError> {
         let mut replay = repo.replay(from, to, max_commits)?;
         if let Replay::Changes { changes, .. } = &mut replay {
             for change in changes {
@@ -61,6 +80,26 @@ impl Storage {
     ) -> Result<crate::storage::DeliveryPlan, StorageError> {
         self.repo_for(tenant, Access::Read)?
             .delivery_plan(from, to, step)
+    }
+
+    /// [`Storage::delivery_plan`] and, when it has steps, what its first step changed
+    /// ([`Storage::replay`]), the repository opened once.
+    pub fn delivery_plan_and_first_step(
+        &self,
+        tenant: &TenantId,
+        from: CommitId,
+        to: CommitId,
+        step: usize,
+    ) -> Result<(crate::storage::DeliveryPlan, Option<Replay>), StorageError> {
+        let repo = self.repo_for(tenant, Access::Read)?;
+        let plan = repo.delivery_plan(from, to, step)?;
+        let first = match &plan {
+            crate::storage::DeliveryPlan::Steps(stops) if stops.len() > 1 => {
+                Some(self.replay_in(&repo, stops[0], stops[1], step)?)
+            }
+            _ => None,
+        };
+        Ok((plan, first))
     }
 
     /// How to replay from `from` to `to` in steps of at most `step` commits (see

@@ -301,8 +301,14 @@ impl Storage {
         from: Option<crate::domain::CommitId>,
         to: crate::domain::CommitId,
     ) -> Result<(), StorageError> {
-        self.repo_for(tenant, Access::Read)?
-            .settle(from, to, self.sync.as_deref())
+        if let Some(group) = self.sync.as_deref() {
+            // Group commit: one shared `syncfs`, no repository to open (once per new head).
+            let path = self.locate(tenant, Access::Read)?;
+            return group
+                .sync_patiently(super::disk::durable::PATIENCE)
+                .map_err(|e| StorageError::io("sync the data volume", &path, e));
+        }
+        self.repo_for(tenant, Access::Read)?.settle(from, to)
     }
 
     /// When the tenant's subscriptions file last changed; `None` without one.

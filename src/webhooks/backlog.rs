@@ -197,14 +197,17 @@ async fn deliver(
             .as_ref()
             .filter(|(stops, i)| stops.get(*i) == Some(&at.through) && i + 1 < stops.len())
             .map(|(stops, i)| (stops[*i], stops[i + 1]));
+        // A fresh plan comes with its first step's changes (one opening of the repository).
+        let mut first = None;
         let (from, to) = match planned {
             Some(step) => step,
             None => {
                 let t = tenant.clone();
-                let fresh = history(core, tenant, def, move |s| {
-                    s.delivery_plan(&t, at.through, head, BATCH)
+                let (fresh, changes) = history(core, tenant, def, move |s| {
+                    s.delivery_plan_and_first_step(&t, at.through, head, BATCH)
                 })
                 .await?;
+                first = changes;
                 match fresh {
                     DeliveryPlan::Steps(stops) if stops.len() > 1 => {
                         let step = (stops[0], stops[1]);
@@ -228,15 +231,18 @@ async fn deliver(
             }
         };
         let t = tenant.clone();
-        let changes =
-            match history(core, tenant, def, move |s| s.replay(&t, from, to, BATCH)).await? {
-                Replay::Changes { changes, .. } => changes,
-                // `main` moved meanwhile: plan again.
-                Replay::Reset(_) => {
-                    plan = None;
-                    continue;
-                }
-            };
+        let replay = match first {
+            Some(replay) => replay,
+            None => history(core, tenant, def, move |s| s.replay(&t, from, to, BATCH)).await?,
+        };
+        let changes = match replay {
+            Replay::Changes { changes, .. } => changes,
+            // `main` moved meanwhile: plan again.
+            Replay::Reset(_) => {
+                plan = None;
+                continue;
+            }
+        };
         // Only the events (their messages cut at 16 KiB) stay: a pushed commit's message can
         // be megabytes, and a step holds up to 64 commits.
         let partial_in_step = at

@@ -189,21 +189,16 @@ impl TenantRepo {
     /// Makes `to` and the commits before it on its first-parent line (back to `from`,
     /// excluded; at most [`MAX_REPLAY_COMMITS`]) durable, as a reader must before it tells
     /// anyone of them: a commit is visible on `main` a moment before its writer's last sync.
-    /// Group commit: one shared `syncfs`. Fsync mode: each commit's loose objects (the
-    /// commit, its tree, both files' blobs: plain git may not have synced them), their
+    /// In fsync mode (group commit needs only a shared `syncfs`: `Storage::settle`): each
+    /// commit's loose objects (the commit, its tree, both files' blobs: plain git may not
+    /// have synced them), their
     /// folders and `objects/`, then `refs/heads/main`, `refs/heads`, `packed-refs` and the
     /// repository folder.
     pub(in crate::storage) fn settle(
         &self,
         from: Option<CommitId>,
         to: CommitId,
-        sync: Option<&crate::storage::disk::durable::SyncGroup>,
     ) -> Result<(), StorageError> {
-        if let Some(group) = sync {
-            return group
-                .sync_patiently(crate::storage::disk::durable::PATIENCE)
-                .map_err(|e| StorageError::io("sync the data volume", &self.path, e));
-        }
         let to = to_oid(&to.0);
         let line = match from.map(|f| self.line(to_oid(&f.0), to, MAX_REPLAY_COMMITS)) {
             Some(result) => result?,

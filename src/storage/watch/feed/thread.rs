@@ -312,37 +312,39 @@ impl Thread {
         let path = self.storage.repo_path(tenant);
         // Moving, moved, or already archived (the folder gone): the streams end, with what
         // landed before the move began.
+        let placement = self.storage.locate(tenant, Access::Follow);
         let moving = matches!(
-            self.storage.locate(tenant, Access::Follow),
+            placement,
             Err(StorageError::TenantMoving { .. } | StorageError::TenantMoved { .. })
         );
+        // What changed is read where reads may still happen: not once the tenant moved away.
+        let readable = !matches!(placement, Err(StorageError::TenantMoved { .. }));
         // The ref file alone first: most events (a lock file made, a write refused) leave
         // `main` where it was.
         if !moving && repo::file_head(&path) == Some(last) {
             return;
         }
-        let head = match self.storage.head_state_any(tenant) {
-            Ok(head) if !moving && head.commit == last => return,
-            Ok(head) => Some(head),
+        let read = self
+            .storage
+            .head_and_changes(tenant, last, FEED_REPLAY_COMMITS, readable);
+        let (head, changes) = match read {
+            Ok((head, _)) if !moving && head.commit == last => return,
+            Ok((head, changes)) => (Some(head), changes),
             // Archived: there is nothing more to read.
-            Err(_) if moving => None,
+            Err(_) if moving => (None, None),
             Err(e) => {
                 tracing::warn!(%tenant, error = %e, "the change feed cannot read a tenant's head");
                 return;
             }
         };
-        let replay = head.as_ref().filter(|h| h.commit != last).and_then(|h| {
-            match self
-                .storage
-                .replay(tenant, last, h.commit, FEED_REPLAY_COMMITS)
-            {
-                Ok(replay) => Some(Arc::new(replay)),
-                Err(e) => {
-                    tracing::warn!(%tenant, error = %e, "the change feed cannot read what changed; each waiter reads it");
-                    None
-                }
+        let replay = match changes {
+            Some(Ok(replay)) => Some(Arc::new(replay)),
+            Some(Err(e)) => {
+                tracing::warn!(%tenant, error = %e, "the change feed cannot read what changed; each waiter reads it");
+                None
             }
-        });
+            None => None,
+        };
         let head = head.unwrap_or_else(|| tx.borrow().head.clone());
         tx.send_replace(Arc::new(Update {
             head,
