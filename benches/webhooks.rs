@@ -14,7 +14,8 @@
 //! Then SUBS subscriptions (default 10,000) over 100 tenants: the server's RSS before and
 //! after, idle CPU over 5 s.
 //!
-//! Small numbers for a smoke run: `WRITES=100 SUBS=500 cargo bench --bench webhooks`.
+//! Small numbers for a smoke run: `WRITES=100 SUBS=500 cargo bench --bench webhooks`;
+//! `CPU_SHARE=0` runs the dispatcher without its CPU budget (`webhooks.cpu_share`).
 #[path = "http/fixtures.rs"]
 #[allow(dead_code)]
 mod fixtures;
@@ -317,9 +318,11 @@ fn main() {
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("repos-fixture/tenants"),
         &dir.path().join("data/tenants"),
     );
+    // CPU_SHARE: `webhooks.cpu_share` (default: the service's).
+    let share = std::env::var("CPU_SHARE").map_or(String::new(), |s| format!("cpu_share = {s}\n"));
     std::fs::write(
         dir.path().join("config.toml"),
-        "[storage]\nseed_from = \"\"\n[validation]\nschemas_dir = \"\"\n[webhooks]\nallow_http = true\nallow_private_networks = true\nattempt_timeout_secs = 2\nmax_per_tenant = 200\nmax_in_flight = 256\n",
+        format!("[storage]\nseed_from = \"\"\n[validation]\nschemas_dir = \"\"\n[webhooks]\nallow_http = true\nallow_private_networks = true\nattempt_timeout_secs = 2\nmax_per_tenant = 200\nmax_in_flight = 256\n{share}"),
     )
     .unwrap();
     let (rx, arrivals) = receiver();
