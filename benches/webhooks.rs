@@ -273,6 +273,19 @@ fn cpu_of<T>(pid: u32, work: impl FnOnce() -> T) -> (T, u64, Vec<(String, u64)>)
     (out, cpu_ms(pid) - all, by_thread)
 }
 
+/// Seconds attempts have waited for the dispatcher's CPU budget so far (`/metrics`).
+fn budget_wait(http: &reqwest::blocking::Client, base: &str) -> f64 {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .and_then(|r| r.text())
+        .unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("planfiles_webhook_cpu_budget_wait_seconds_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 fn per_write(n: usize, all: u64, by_thread: &[(String, u64)]) -> String {
     let us = |ms: u64| ms * 1000 / n as u64;
     let threads: Vec<String> = by_thread
@@ -341,6 +354,7 @@ fn main() {
     let ((one_writes, acked), cpu_one, threads_one) =
         cpu_of(pid, || writes(&http, &base, "acme", n));
     let one = lags(&arrivals, &["/one/0".to_owned()], &acked);
+    let waited_one = budget_wait(&http, &base);
     unsubscribe_all(&http, &base, "acme");
 
     let paths: Vec<String> = (0..100).map(|i| format!("/many/{i}")).collect();
@@ -349,6 +363,7 @@ fn main() {
     }
     let ((with_100, acked), cpu_100, threads_100) = cpu_of(pid, || writes(&http, &base, "acme", n));
     let (many, _, spent) = cpu_of(pid, || lags(&arrivals, &paths, &acked));
+    let waited_many = budget_wait(&http, &base) - waited_one;
     unsubscribe_all(&http, &base, "acme");
 
     let (after, _) = writes(&http, &base, "acme", n);
@@ -392,6 +407,9 @@ fn main() {
         "1 subscription, another tenant's 8 hang",
         &beside_writes,
         Some(&beside),
+    );
+    println!(
+        "\nattempts waited for the CPU budget: {waited_one:.1} s in all with 1 subscription, {waited_many:.1} s with 100"
     );
     println!("\nthe server's CPU per write while the PUTs ran (by thread):");
     println!(
