@@ -23,7 +23,7 @@ pub use repo::upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
 pub use watch::feed::{ChangeFeed, Subscription, Update};
 pub use webhooks::{
     Attempt, AttemptStatus, BundledCursor, CursorPosition, DeliveryCursor, NewWebhook, Webhook,
-    WebhookBundle, WebhookKey, WebhookState, WebhooksStamp,
+    WebhookBundle, WebhookKey, WebhookState, WebhooksStamp, MOVED_ATTEMPTS,
 };
 
 use crate::domain::{Identity, TenantId};

@@ -16,9 +16,10 @@ use serde::{Deserialize, Serialize};
 pub const REPOS_IMPORT: &str = "planfiles.repos.import";
 /// An import request is a URL, a commit id and a flag.
 /// An import's body: a few fields, and the tenant's subscriptions (each at most about 6 KiB:
-/// a 2 KiB URL and a 500-character description, escaped).
+/// a 2 KiB URL and a 500-character description, escaped; and its latest attempts).
 fn body_limit(state: &AppState) -> usize {
-    64 * 1024 + 8 * 1024 * state.webhooks.as_ref().map_or(0, |w| w.max_per_tenant())
+    let per_subscription = 8 * 1024 + crate::storage::MOVED_ATTEMPTS * 1024;
+    64 * 1024 + per_subscription * state.webhooks.as_ref().map_or(0, |w| w.max_per_tenant())
 }
 
 /// What to import.

@@ -102,14 +102,22 @@ impl std::fmt::Debug for WebhookBundle {
     }
 }
 
-/// A cursor in a [`WebhookBundle`].
+/// A cursor in a [`WebhookBundle`], with the subscription's latest attempts.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BundledCursor {
     pub id: String,
     pub through: String,
     #[serde(default)]
     pub partial: Option<String>,
+    /// Its latest attempts (at most [`MOVED_ATTEMPTS`]), oldest first: its deliveries log on
+    /// the target starts with them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent: Vec<Attempt>,
 }
+
+/// How many of a subscription's latest attempts a move carries (each at most about 800 bytes
+/// of JSON: its detail is cut at 200 characters).
+pub const MOVED_ATTEMPTS: usize = 20;
 
 /// When the subscriptions file last changed (a reader reloads it when this differs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -449,10 +457,18 @@ impl Storage {
                     None => break cursor::read(&file, &hook.id).map_err(err)?,
                 }
             };
+            // The log as it stands (attempts of the last second not appended yet stay behind).
+            let mut recent = log::recent(&dir(&path), &hook.id, MOVED_ATTEMPTS)
+                .unwrap_or_else(|e| {
+                    tracing::warn!(%tenant, webhook = %hook.id, error = %e, "a move leaves a webhook's deliveries log behind");
+                    Vec::new()
+                });
+            recent.reverse();
             cursors.push(BundledCursor {
                 id: hook.id.to_string(),
                 through: at.through.to_string(),
                 partial: at.partial.map(|c| c.to_string()),
+                recent,
             });
         }
         Ok(WebhookBundle {
@@ -483,10 +499,13 @@ pub(in crate::storage) fn install(
     disk::create_dir_all_synced(&dir)?;
     let mut cursors = Vec::with_capacity(hooks.len());
     for hook in &hooks {
-        let at = bundle
-            .cursors
-            .iter()
-            .find(|c| c.id == hook.id.as_str())
+        let bundled = bundle.cursors.iter().find(|c| c.id == hook.id.as_str());
+        let recent = bundled.map_or(&[][..], |c| &c.recent[..]);
+        let recent = &recent[..recent.len().min(MOVED_ATTEMPTS)];
+        if let Err(e) = log::append(&dir, &hook.id, recent) {
+            tracing::warn!(%tenant, webhook = %hook.id, error = %e, "could not write a moved webhook's deliveries log");
+        }
+        let at = bundled
             .and_then(|c| CursorPosition::parse(&c.through, c.partial.as_deref()))
             .ok_or_else(|| StorageError::Import {
                 tenant: tenant.clone(),

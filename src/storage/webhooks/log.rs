@@ -33,8 +33,11 @@ pub enum AttemptStatus {
     Failed(String),
 }
 
-/// Appends `attempts` in one write.
+/// Appends `attempts` in one write (none: the log is left as it is).
 pub(super) fn append(dir: &Path, id: &WebhookId, attempts: &[Attempt]) -> io::Result<()> {
+    if attempts.is_empty() {
+        return Ok(());
+    }
     let path = dir.join(format!("{id}.log"));
     let mut lines = Vec::new();
     for attempt in attempts {

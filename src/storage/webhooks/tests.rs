@@ -93,6 +93,18 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
         .advance_webhook_cursor(&acme, &mut cursor, moved_on)
         .unwrap();
     drop(cursor);
+    let attempt = |n: u32| Attempt {
+        webhook_id: format!("msg-{n}"),
+        kind: "integration-file.updated".into(),
+        commit_sha: "ab".repeat(20),
+        attempt: 1,
+        status: AttemptStatus::Http(200),
+        duration_ms: 1,
+        at: "2026-11-27T00:00:00Z".into(),
+        detail: None,
+    };
+    let tried: Vec<Attempt> = (0..25).map(attempt).collect();
+    storage.log_webhook_attempts(&acme, &hook.id, &tried);
     storage
         .begin_move(&acme, &ShardUrl::parse("http://b:8080").unwrap())
         .unwrap();
@@ -112,6 +124,10 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
         cursor::read(&table(target.path()), &hook.id).unwrap(),
         moved_on
     );
+    // The deliveries log goes on from the latest attempts: newest first, as listed.
+    let moved = log::recent(&dir(target.path()), &hook.id, 100).unwrap();
+    let newest_first: Vec<Attempt> = (5..25).rev().map(attempt).collect();
+    assert_eq!(moved, newest_first);
     // A tenant without subscriptions says so: one coming back finds none of its old ones.
     let empty = WebhookBundle {
         subscriptions: String::new(),
