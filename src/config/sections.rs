@@ -656,9 +656,9 @@ impl WebhooksConfig {
         if let Some((name, _)) = zero {
             return Some(format!("webhooks.{name} must be at least 1, not 0"));
         }
-        if !(0.0..=1024.0).contains(&self.cpu_share) {
+        if self.cpu_share != 0.0 && !(0.01..=1024.0).contains(&self.cpu_share) {
             return Some(format!(
-                "webhooks.cpu_share must be between 0 (no limit) and 1024 cores, not {}",
+                "webhooks.cpu_share must be 0 (no limit) or between 0.01 and 1024 cores, not {}",
                 self.cpu_share
             ));
         }

@@ -226,7 +226,7 @@ impl Storage {
                 ),
         };
         let live: Vec<WebhookId> = all.iter().map(|h| h.id.clone()).collect();
-        adopt_legacy_cursors(&path)?;
+        adopt_legacy_cursors(tenant, &path)?;
         cursor::insert(&table(&path), &hook.id, CursorPosition::at(head), &live)
             .map_err(|e| StorageError::io("create a webhook's cursor", &path, e))?;
         all.push(hook.clone());
@@ -245,7 +245,7 @@ impl Storage {
         if all.len() == before {
             return Err(not_found(tenant, id));
         }
-        adopt_legacy_cursors(&path)?;
+        adopt_legacy_cursors(tenant, &path)?;
         write_all(&path, &all)?;
         cursor::remove(&table(&path), id)
             .map_err(|e| StorageError::io("remove a webhook's cursor", &path, e))?;
@@ -357,7 +357,7 @@ impl Storage {
         if !file.exists() {
             // Made by an earlier version: its cursor files become the table.
             let _lock = lock(&path)?;
-            adopt_legacy_cursors(&path)?;
+            adopt_legacy_cursors(tenant, &path)?;
         }
         match DeliveryCursor::claim(&file, id) {
             Ok(c) => Ok(c),
@@ -376,7 +376,12 @@ impl Storage {
         to: CursorPosition,
     ) -> Result<(), StorageError> {
         let err = |e| StorageError::io("move a webhook's cursor", &self.repo_path(tenant), e);
-        cursor.advance(to, self.sync.is_none()).map_err(err)?;
+        cursor
+            .advance(to, self.sync.is_none())
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => not_found(tenant, cursor.id()),
+                _ => err(e),
+            })?;
         if let Some(group) = &self.sync {
             group
                 .sync_patiently(super::disk::durable::PATIENCE)
@@ -437,7 +442,7 @@ impl Storage {
         };
         let mut cursors = Vec::new();
         let mut claimed = Vec::new();
-        adopt_legacy_cursors(&path)?;
+        adopt_legacy_cursors(tenant, &path)?;
         let file = table(&path);
         for hook in parse_all(tenant, &subscriptions)? {
             let err = |e| StorageError::io("read a webhook's cursor", &file, e);
@@ -529,13 +534,14 @@ fn table(repo: &Path) -> PathBuf {
 
 /// Makes the cursor table from the cursor files of an earlier version (`<id>.cursor`), once,
 /// under the subscriptions' lock: written aside and renamed, then the old files removed.
-fn adopt_legacy_cursors(repo: &Path) -> Result<(), StorageError> {
+fn adopt_legacy_cursors(tenant: &TenantId, repo: &Path) -> Result<(), StorageError> {
     let dir = dir(repo);
     if table(repo).exists() || !dir.join(FILE).exists() {
         return Ok(());
     }
     let err = |e| StorageError::io("adopt the webhooks' cursor files", &dir, e);
-    let found = cursor::legacy(&dir).map_err(err)?;
+    let live: Vec<WebhookId> = read_all(tenant, repo)?.into_iter().map(|h| h.id).collect();
+    let found = cursor::legacy(&dir, &live).map_err(err)?;
     cursor::create(&table(repo), &found).map_err(err)?;
     for (id, _) in &found {
         disk::remove_synced(

@@ -39,10 +39,10 @@ struct Retry {
 }
 
 /// Attempts not yet in the deliveries log. Delivered ones join the log with a cursor's move
-/// once the oldest waited [`LOG_EVERY`] (or [`LOG_LINES`] wait); a failure, and whatever the
-/// task holds when it stops delivering, at once. A subscription that keeps up logs each
-/// event as it goes; a hundred that catch up at once append once a second each instead of
-/// dirtying a page of the volume per event, which the writes' `syncfs` rounds would flush.
+/// once the oldest waited [`LOG_EVERY`] (or [`LOG_LINES`] wait), and at the end of each step
+/// (at most 64 commits) while its cursor is still held; a failure at once. A subscription that
+/// keeps up logs each event as it goes; a hundred catching up append once a step each instead
+/// of dirtying a page of the volume per event, which the writes' `syncfs` rounds would flush.
 #[derive(Default)]
 struct Unlogged {
     attempts: Vec<Attempt>,
@@ -251,8 +251,10 @@ async fn deliver(
         let events = events_of(tenant, def, at, &changes);
         drop(changes);
         for (message, after) in events {
+            paced(core).await;
             // The tenant began to move: the shard it moves to goes on from the cursor.
             if head_rx.borrow().is_none() {
+                unlogged.flush(core, tenant, def).await;
                 return Err(Step::Wait(Instant::now() + TICK));
             }
             attempt(
@@ -270,8 +272,13 @@ async fn deliver(
             through: to,
             partial: at.partial.filter(|_| !partial_in_step),
         };
+        // The step's attempts reach the log while its cursor is held: a move's export, or
+        // another process taking the subscription over, sees them.
         if cursor.position() != reached {
-            advance(core, tenant, def, cursor, reached, Vec::new()).await?;
+            advance(core, tenant, def, cursor, reached, unlogged.take()).await?;
+        } else {
+            unlogged.flush(core, tenant, def).await;
+            drop(cursor);
         }
         if let Some((_, i)) = plan.as_mut() {
             *i += 1;
@@ -314,6 +321,7 @@ async fn reset(
         tracing::warn!(%tenant, webhook = %def.id, from = %at.through, to = %meet.commit, "main does not meet the webhook's cursor: deliveries go on from the head, the commits between are not delivered");
     }
     if def.events.contains(&EventType::MainReset) {
+        paced(core).await;
         let message = Message::reset(tenant, &at.through, &meet);
         attempt(
             core,
@@ -361,6 +369,17 @@ fn events_of(
     events
 }
 
+/// Waits for the dispatcher's CPU budget (a second at most) before an attempt; the caller
+/// looks at where the tenant is afterwards.
+async fn paced(core: &Core) {
+    let waited = core.budget.turn().await;
+    if !waited.is_zero() {
+        core.metrics
+            .webhook_budget_wait
+            .inc_by(waited.as_secs_f64());
+    }
+}
+
 /// What an attempt works with: its tenant's turns, the event's retries, the log to come.
 type Turn<'a> = (&'a TenantTurns, &'a mut Retry, &'a mut Unlogged);
 
@@ -379,14 +398,7 @@ async fn attempt(
             ..Retry::default()
         };
     }
-    // The dispatcher's CPU budget first (waiting there holds no other turn), then the
-    // attempt's turns, in its tenant and in the process: held for this attempt only.
-    let waited = core.budget.turn().await;
-    if !waited.is_zero() {
-        core.metrics
-            .webhook_budget_wait
-            .inc_by(waited.as_secs_f64());
-    }
+    // The attempt's turns, in its tenant and in the process: held for this attempt only.
     let (Ok(_tenant_turn), Ok(_turn)) = (
         per_tenant.attempts.acquire().await,
         core.in_flight.acquire().await,
@@ -463,6 +475,10 @@ async fn advance(
         Ok((cursor, Ok(()))) => Ok(cursor),
         // The cursor moved; the tenant began to move: the next shard goes on from it.
         Ok((_, Err(StorageError::TenantMoving { .. } | StorageError::TenantMoved { .. }))) => {
+            Err(Step::Wait(Instant::now() + TICK))
+        }
+        // Removed meanwhile: its tenant's task stops this one.
+        Ok((_, Err(StorageError::WebhookNotFound { .. }))) => {
             Err(Step::Wait(Instant::now() + TICK))
         }
         Ok((_, Err(e))) => {

@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 
 /// Unspent CPU time a quiet spell leaves for a burst after it.
 const BURST: Duration = Duration::from_millis(50);
+/// The longest one turn waits: work that overran the budget by more (a long plan, a start's
+/// catch-up) is not owed beyond it, so a waiter never holds what it holds for longer.
+const MAX_WAIT: Duration = Duration::from_secs(1);
 
 pub(super) struct CpuBudget {
     /// Of one core; `None`: no limit.
@@ -85,7 +88,8 @@ impl CpuBudget {
             let (now, used) = (Instant::now(), self.used());
             let earned = share * now.duration_since(balance.at).as_secs_f64();
             let spent = used.saturating_sub(balance.used).as_secs_f64();
-            balance.credit = (balance.credit + earned - spent).min(BURST.as_secs_f64());
+            balance.credit = (balance.credit + earned - spent)
+                .clamp(-share * MAX_WAIT.as_secs_f64(), BURST.as_secs_f64());
             (balance.at, balance.used) = (now, used);
             if balance.credit >= 0.0 {
                 return asked.elapsed();
@@ -138,6 +142,15 @@ mod tests {
         );
         budget.leave();
         assert!(budget.used() >= used, "an ended thread's time is kept");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_turn_waits_a_second_at_most_whatever_was_overspent() {
+        let budget = CpuBudget::new(0.01);
+        budget.enter();
+        spin(Duration::from_millis(200));
+        let waited = budget.turn().await;
+        assert!(waited <= Duration::from_millis(1100), "{waited:?}");
     }
 
     #[tokio::test(flavor = "current_thread")]

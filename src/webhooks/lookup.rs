@@ -5,7 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 
-/// The longest wait for a turn, and for an answer.
+/// The longest wait for a turn: well inside an attempt's connection time (5 s by default),
+/// so that a delivery that got none is told `busy`, not `timeout`.
+const TURN_WAIT: Duration = Duration::from_secs(2);
+/// The longest wait for an answer.
 const WAIT: Duration = Duration::from_secs(5);
 /// Lookups at once for subscriptions being made (requests and the CLI) and for deliveries.
 /// Each holds a blocking thread until the system resolver answers, which a dead name server
@@ -60,7 +63,7 @@ pub(super) async fn lookup(
         LookupFor::Creation => &CREATION,
         LookupFor::Delivery => &DELIVERY,
     };
-    resolve_with(host, port, pool, share, WAIT, system).await
+    resolve_with(host, port, pool, share, (TURN_WAIT, WAIT), system).await
 }
 
 fn system(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
@@ -72,11 +75,11 @@ async fn resolve_with(
     port: u16,
     pool: &'static Semaphore,
     share: Option<Arc<Semaphore>>,
-    wait: Duration,
+    (turn_wait, wait): (Duration, Duration),
     resolve: fn(&str, u16) -> std::io::Result<Vec<SocketAddr>>,
 ) -> Result<Vec<SocketAddr>, LookupError> {
     // The tenant's turn first: a tenant whose names hang waits in its own share.
-    let turns = tokio::time::timeout(wait, async {
+    let turns = tokio::time::timeout(turn_wait, async {
         let mine = match share {
             Some(share) => Some(share.acquire_owned().await.ok()?),
             None => None,
@@ -126,13 +129,13 @@ mod tests {
     async fn a_hung_lookup_keeps_its_turn_until_its_thread_is_free() {
         let pool = pool(1);
         let start = Instant::now();
-        let hung = resolve_with("hang.example", 443, pool, None, SHORT, slow).await;
+        let hung = resolve_with("hang.example", 443, pool, None, (SHORT, SHORT), slow).await;
         assert!(matches!(hung, Err(LookupError::Failed(ref m)) if m.contains("within")));
         // We stopped waiting; the resolver's thread did not: its turn is still held.
-        let next = resolve_with("ok.example", 443, pool, None, SHORT, slow).await;
+        let next = resolve_with("ok.example", 443, pool, None, (SHORT, SHORT), slow).await;
         assert_eq!(next, Err(LookupError::Busy));
         tokio::time::sleep(Duration::from_millis(1100).saturating_sub(start.elapsed())).await;
-        let after = resolve_with("ok.example", 443, pool, None, SHORT, slow).await;
+        let after = resolve_with("ok.example", 443, pool, None, (SHORT, SHORT), slow).await;
         assert_eq!(after.unwrap().len(), 1);
     }
 
@@ -149,7 +152,7 @@ mod tests {
                         443,
                         pool,
                         Some(a),
-                        SHORT,
+                        (SHORT, SHORT),
                         slow,
                     )
                     .await
@@ -159,7 +162,7 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         // Tenant a holds two of the three turns; b has the third at once.
         let started = Instant::now();
-        let other = resolve_with("ok.b.example", 443, pool, Some(b), SHORT, slow).await;
+        let other = resolve_with("ok.b.example", 443, pool, Some(b), (SHORT, SHORT), slow).await;
         assert!(other.is_ok(), "{other:?}");
         assert!(started.elapsed() < Duration::from_millis(200));
         let mut outcomes = Vec::new();

@@ -276,7 +276,7 @@ async fn the_import_endpoint_refuses_what_it_must() {
             "acme",
             token("acme", import),
             "application/json",
-            "x".repeat(2 * 1024 * 1024),
+            "x".repeat(8 * 1024 * 1024),
             413,
             "payload_too_large",
         ),

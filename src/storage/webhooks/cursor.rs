@@ -13,6 +13,9 @@ const SLOT: usize = 256;
 const RECORD: usize = 2 * SLOT;
 /// The slots of a cursor file from before the table (`<id>.cursor`), read once to adopt it.
 const LEGACY_SLOT: usize = 128;
+/// The sequence of a removed subscription's slots: higher than any move a late holder can
+/// still write, so the record stays removed.
+const REMOVED: u64 = u64::MAX;
 
 /// Where a subscription stands: every event of `through` and of the commits before it on
 /// `main`'s first-parent line is delivered, and so is the integration file's event of
@@ -61,6 +64,13 @@ struct Found {
     position: CursorPosition,
 }
 
+impl Found {
+    /// The live cursor of `id` (not a removed one's record).
+    fn is_of(&self, id: &WebhookId) -> bool {
+        &self.id == id && self.seq != REMOVED
+    }
+}
+
 impl DeliveryCursor {
     /// The cursor of `id` in the table at `path`, locked; `None` while another holder has
     /// it; `NotFound` when the table holds none for `id`.
@@ -72,7 +82,7 @@ impl DeliveryCursor {
         }
         // Read again under the lock: a removal and a creation may have reused the record.
         match read_record(&file, record)? {
-            Some(found) if &found.id == id => Ok(Some(Self {
+            Some(found) if found.is_of(id) => Ok(Some(Self {
                 file,
                 record,
                 id: id.clone(),
@@ -87,10 +97,19 @@ impl DeliveryCursor {
         self.position
     }
 
+    pub fn id(&self) -> &WebhookId {
+        &self.id
+    }
+
     /// Moves the cursor: the slot not holding the newest record is written, and synced
     /// with `fdatasync` when `sync` is given (else the caller makes it durable with a
     /// shared `syncfs` before it relies on it).
+    /// `NotFound` once the subscription was removed (its record marked so): nothing is
+    /// written, and the record stays removed whatever a move racing the removal wrote.
     pub(in crate::storage) fn advance(&mut self, to: CursorPosition, sync: bool) -> io::Result<()> {
+        if read_record(&self.file, self.record)?.is_none_or(|found| !found.is_of(&self.id)) {
+            return Err(not_found(&self.id));
+        }
         let seq = self.seq + 1;
         let slot = slot(seq, &self.id, to);
         let at = self.record * RECORD as u64 + (seq % 2) * SLOT as u64;
@@ -123,7 +142,9 @@ pub(super) fn insert(
     let records = read_all(&file)?;
     let mut free = None;
     for (i, record) in records.iter().enumerate() {
-        let unused = record.as_ref().is_none_or(|f| !live.contains(&f.id));
+        let unused = record
+            .as_ref()
+            .is_none_or(|f| f.seq == REMOVED || !live.contains(&f.id));
         // A holder still delivering a removed subscription keeps its record until it lets go.
         if unused && lock(&file, i as u64)? {
             free = Some(i as u64);
@@ -141,15 +162,19 @@ pub(super) fn insert(
     Ok(())
 }
 
-/// Blanks `id`'s record (synced), if the table has one.
+/// Marks `id`'s record removed in both slots (synced), if the table has one: a delivery
+/// still under way that moves it afterwards writes a slot with a lower sequence, so the
+/// record stays removed (and free once no one holds it).
 pub(super) fn remove(path: &Path, id: &WebhookId) -> io::Result<()> {
     let file = match OpenOptions::new().read(true).write(true).open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
-    if let Some(record) = find(&file, id)? {
-        file.write_all_at(&[0u8; RECORD], record * RECORD as u64)?;
+    if let Some((record, found)) = find_record(&file, id)? {
+        let mut bytes = slot(REMOVED, id, found.position);
+        bytes.extend(slot(REMOVED, id, found.position));
+        file.write_all_at(&bytes, record * RECORD as u64)?;
         file.sync_data()?;
     }
     Ok(())
@@ -177,7 +202,7 @@ pub(super) fn read(path: &Path, id: &WebhookId) -> io::Result<CursorPosition> {
     let file = File::open(path)?;
     let record = find(&file, id)?.ok_or_else(|| not_found(id))?;
     match read_record(&file, record)? {
-        Some(found) if &found.id == id => Ok(found.position),
+        Some(found) if found.is_of(id) => Ok(found.position),
         _ => Err(not_found(id)),
     }
 }
@@ -187,9 +212,14 @@ pub(super) fn holds(path: &Path, id: &WebhookId) -> bool {
     File::open(path).is_ok_and(|file| find(&file, id).is_ok_and(|r| r.is_some()))
 }
 
-/// The positions of the cursor files that came before the table (`<id>.cursor` in `dir`),
-/// for the table's first creation.
-pub(super) fn legacy(dir: &Path) -> io::Result<Vec<(WebhookId, CursorPosition)>> {
+/// The positions of the cursor files that came before the table (`<id>.cursor` in `dir`) of
+/// the subscriptions in `live`, for the table's first creation. A file of a subscription
+/// not in `live` is passed by; a torn one too, said in the log (its subscription alone is
+/// then not delivered: its position is never guessed).
+pub(super) fn legacy(
+    dir: &Path,
+    live: &[WebhookId],
+) -> io::Result<Vec<(WebhookId, CursorPosition)>> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
@@ -198,28 +228,29 @@ pub(super) fn legacy(dir: &Path) -> io::Result<Vec<(WebhookId, CursorPosition)>>
             .to_str()
             .and_then(|n| n.strip_suffix(".cursor"))
             .and_then(WebhookId::parse)
+            .filter(|id| live.contains(id))
         else {
             continue;
         };
         let mut buf = [0u8; 2 * LEGACY_SLOT];
         let n = File::open(entry.path())?.read_at(&mut buf, 0)?;
         buf[n..].fill(0);
-        let newest = buf
+        match buf
             .chunks(LEGACY_SLOT)
             .filter_map(parse_legacy_slot)
             .max_by_key(|(seq, _)| *seq)
-            .ok_or_else(|| invalid(&format!("no valid record in {}.cursor", id)))?;
-        found.push((id, newest.1));
+        {
+            Some((_, at)) => found.push((id, at)),
+            None => {
+                tracing::error!(file = %entry.path().display(), "an old webhook cursor file holds no valid record: its subscription is not delivered until it is made again")
+            }
+        }
     }
     Ok(found)
 }
 
 fn not_found(id: &WebhookId) -> io::Error {
     io::Error::new(io::ErrorKind::NotFound, format!("no cursor for {id}"))
-}
-
-fn invalid(what: &str) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
 }
 
 /// Takes the write lock of record `record` (an OFD lock: per open file, across processes
@@ -247,23 +278,42 @@ fn lock(file: &File, record: u64) -> io::Result<bool> {
 fn read_all(file: &File) -> io::Result<Vec<Option<Found>>> {
     let len = file.metadata()?.len() as usize;
     let mut buf = vec![0u8; len.div_ceil(RECORD) * RECORD];
-    let n = file.read_at(&mut buf, 0)?;
-    buf[n..].fill(0);
+    read_full(file, &mut buf, 0)?;
     Ok(buf.chunks(RECORD).map(newest).collect())
 }
 
 fn find(file: &File, id: &WebhookId) -> io::Result<Option<u64>> {
+    Ok(find_record(file, id)?.map(|(i, _)| i))
+}
+
+/// The record holding `id`'s live cursor, and what it holds.
+fn find_record(file: &File, id: &WebhookId) -> io::Result<Option<(u64, Found)>> {
     Ok(read_all(file)?
-        .iter()
-        .position(|r| r.as_ref().is_some_and(|f| &f.id == id))
-        .map(|i| i as u64))
+        .into_iter()
+        .enumerate()
+        .find_map(|(i, r)| r.filter(|f| f.is_of(id)).map(|f| (i as u64, f))))
 }
 
 fn read_record(file: &File, record: u64) -> io::Result<Option<Found>> {
     let mut buf = [0u8; RECORD];
-    let n = file.read_at(&mut buf, record * RECORD as u64)?;
-    buf[n..].fill(0);
+    read_full(file, &mut buf, record * RECORD as u64)?;
     Ok(newest(&buf))
+}
+
+/// Fills `buf` from `offset` up to the end of the file (a short read is read on, not taken
+/// for the end: a record read half would look blank); what lies past the end stays zero.
+fn read_full(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf[done..].fill(0);
+    Ok(())
 }
 
 /// The slot with the highest sequence among those whose checksum holds.

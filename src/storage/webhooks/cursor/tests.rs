@@ -82,35 +82,48 @@ fn a_removed_record_is_reused_only_once_its_last_holder_lets_go() {
         std::slice::from_ref(&a),
     )
     .unwrap();
-    // A delivery of `a` under way while `a` is removed: its next move writes the record again.
+    // A delivery of `a` under way while `a` is removed: its late moves do not bring the
+    // cursor back, so no delivery can claim it again.
     let mut late = DeliveryCursor::claim(&path, &a).unwrap().unwrap();
     remove(&path, &a).unwrap();
     assert!(!holds(&path, &a));
-    late.advance(CursorPosition::at(commit(3)), true).unwrap();
-    // `c` must not take the record `late` still writes to.
-    insert(
-        &path,
-        &c,
-        CursorPosition::at(commit(4)),
-        std::slice::from_ref(&b),
-    )
-    .unwrap();
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), 3 * RECORD as u64);
+    // A move that raced the removal (its record read before, its slot written after).
+    let f = OpenOptions::new().write(true).open(&path).unwrap();
+    f.write_all_at(&slot(2, &a, CursorPosition::at(commit(3))), 0)
+        .unwrap();
+    assert!(!holds(&path, &a));
+    let refused = late
+        .advance(CursorPosition::at(commit(4)), true)
+        .unwrap_err();
+    assert_eq!(refused.kind(), io::ErrorKind::NotFound);
+    assert!(!holds(&path, &a));
     drop(late);
+    assert_eq!(
+        DeliveryCursor::claim(&path, &a).unwrap_err().kind(),
+        io::ErrorKind::NotFound
+    );
+    // `b` removed while held: `c` must not take the record `late` still writes to, but may
+    // take `a`'s, which no one holds.
+    let mut late = DeliveryCursor::claim(&path, &b).unwrap().unwrap();
+    remove(&path, &b).unwrap();
+    assert!(late.advance(CursorPosition::at(commit(3)), true).is_err());
+    insert(&path, &c, CursorPosition::at(commit(4)), &[]).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 2 * RECORD as u64);
     insert(
         &path,
         &d,
         CursorPosition::at(commit(5)),
-        &[b.clone(), c.clone()],
+        std::slice::from_ref(&c),
     )
     .unwrap();
     assert_eq!(
         std::fs::metadata(&path).unwrap().len(),
         3 * RECORD as u64,
-        "the freed record is reused"
+        "b's record is held: d goes to the end"
     );
-    assert!(!holds(&path, &a));
-    for (id, n) in [(&b, 2), (&c, 4), (&d, 5)] {
+    drop(late);
+    assert!(!holds(&path, &a) && !holds(&path, &b));
+    for (id, n) in [(&c, 4), (&d, 5)] {
         assert_eq!(read(&path, id).unwrap(), CursorPosition::at(commit(n)));
     }
 }
@@ -130,10 +143,18 @@ fn the_cursor_files_from_before_the_table_are_read() {
     let text = old(6, commit(6)) + &old(7, commit(7));
     std::fs::write(dir.path().join(format!("{id}.cursor")), text).unwrap();
     std::fs::write(dir.path().join("subscriptions.json"), "{}").unwrap();
+    let live = [id.clone()];
     assert_eq!(
-        legacy(dir.path()).unwrap(),
+        legacy(dir.path(), &live).unwrap(),
         vec![(id.clone(), CursorPosition::at(commit(7)))]
     );
+    assert!(
+        legacy(dir.path(), &[]).unwrap().is_empty(),
+        "a removed one's file"
+    );
     std::fs::write(dir.path().join(format!("{id}.cursor")), [0u8; 256]).unwrap();
-    assert!(legacy(dir.path()).is_err(), "a torn old cursor is an error");
+    assert!(
+        legacy(dir.path(), &live).unwrap().is_empty(),
+        "a torn old cursor is passed by, never guessed"
+    );
 }
