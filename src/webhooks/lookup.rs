@@ -111,10 +111,10 @@ mod tests {
     use super::*;
     use std::time::Instant;
 
-    /// Names starting with `hang` take a second to answer; the others answer at once.
+    /// Names starting with `hang` take three seconds to answer; the others answer at once.
     fn slow(host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
         if host.starts_with("hang") {
-            std::thread::sleep(Duration::from_millis(1000));
+            std::thread::sleep(HANG);
         }
         Ok(vec![SocketAddr::from(([192, 0, 2, 1], port))])
     }
@@ -124,6 +124,7 @@ mod tests {
     }
 
     const SHORT: Duration = Duration::from_millis(300);
+    const HANG: Duration = Duration::from_secs(3);
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_hung_lookup_keeps_its_turn_until_its_thread_is_free() {
@@ -134,7 +135,7 @@ mod tests {
         // We stopped waiting; the resolver's thread did not: its turn is still held.
         let next = resolve_with("ok.example", 443, pool, None, (SHORT, SHORT), slow).await;
         assert_eq!(next, Err(LookupError::Busy));
-        tokio::time::sleep(Duration::from_millis(1100).saturating_sub(start.elapsed())).await;
+        tokio::time::sleep((HANG + SHORT).saturating_sub(start.elapsed())).await;
         let after = resolve_with("ok.example", 443, pool, None, (SHORT, SHORT), slow).await;
         assert_eq!(after.unwrap().len(), 1);
     }
@@ -160,11 +161,10 @@ mod tests {
             })
             .collect();
         tokio::time::sleep(Duration::from_millis(50)).await;
-        // Tenant a holds two of the three turns; b has the third at once.
-        let started = Instant::now();
+        // Tenant a's third lookup waits in a's share; b's is not kept waiting (a turn not had
+        // within SHORT would be Busy).
         let other = resolve_with("ok.b.example", 443, pool, Some(b), (SHORT, SHORT), slow).await;
         assert!(other.is_ok(), "{other:?}");
-        assert!(started.elapsed() < Duration::from_millis(200));
         let mut outcomes = Vec::new();
         for h in hung {
             outcomes.push(h.await.unwrap());
