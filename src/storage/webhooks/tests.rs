@@ -1,6 +1,20 @@
 use super::*;
 use crate::domain::ShardUrl;
 
+/// A delivered attempt of event `msg-n`.
+fn delivered(n: u32) -> Attempt {
+    Attempt {
+        webhook_id: format!("msg-{n}"),
+        kind: "integration-file.updated".into(),
+        commit_sha: "ab".repeat(20),
+        attempt: 1,
+        status: AttemptStatus::Http(200),
+        duration_ms: 1,
+        at: "2026-11-27T00:00:00Z".into(),
+        detail: None,
+    }
+}
+
 fn new_hook() -> NewWebhook {
     NewWebhook {
         url: WebhookUrl::parse("https://hooks.example.com/in").unwrap(),
@@ -52,16 +66,7 @@ fn subscriptions_live_beside_git_and_start_at_the_head() {
         Err(StorageError::WebhookNotFound { .. })
     ));
     // An attempt that finishes after the removal logs nothing (no file comes back).
-    let late = Attempt {
-        webhook_id: "msg".into(),
-        kind: "main.reset".into(),
-        commit_sha: "ab".repeat(20),
-        attempt: 1,
-        status: AttemptStatus::Http(200),
-        duration_ms: 1,
-        at: "2026-11-27T00:00:00Z".into(),
-        detail: None,
-    };
+    let late = delivered(0);
     storage.log_webhook_attempts(&acme, &hook.id, std::slice::from_ref(&late));
     assert!(!storage
         .repo_path(&acme)
@@ -93,17 +98,7 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
         .advance_webhook_cursor(&acme, &mut cursor, moved_on)
         .unwrap();
     drop(cursor);
-    let attempt = |n: u32| Attempt {
-        webhook_id: format!("msg-{n}"),
-        kind: "integration-file.updated".into(),
-        commit_sha: "ab".repeat(20),
-        attempt: 1,
-        status: AttemptStatus::Http(200),
-        duration_ms: 1,
-        at: "2026-11-27T00:00:00Z".into(),
-        detail: None,
-    };
-    let tried: Vec<Attempt> = (0..25).map(attempt).collect();
+    let tried: Vec<Attempt> = (0..25).map(delivered).collect();
     storage.log_webhook_attempts(&acme, &hook.id, &tried);
     storage
         .begin_move(&acme, &ShardUrl::parse("http://b:8080").unwrap())
@@ -126,7 +121,7 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
     );
     // The deliveries log goes on from the latest attempts: newest first, as listed.
     let moved = log::recent(&dir(target.path()), &hook.id, 100).unwrap();
-    let newest_first: Vec<Attempt> = (5..25).rev().map(attempt).collect();
+    let newest_first: Vec<Attempt> = (5..25).rev().map(delivered).collect();
     assert_eq!(moved, newest_first);
     // A tenant without subscriptions says so: one coming back finds none of its old ones.
     let empty = WebhookBundle {
