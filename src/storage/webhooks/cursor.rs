@@ -1,11 +1,12 @@
 //! A tenant's delivery cursors, one table file (`webhooks/cursors`): a 512-byte record per subscription, two checksummed slots written in turn (a torn or lost write leaves the other slot, one step behind: a delivery repeated, never one skipped), each record held by one process at a time (an OFD lock on its bytes). One file, so that the cursors moved between two `syncfs` rounds dirty a few of its pages, not a page and an inode each.
 use crate::domain::{CommitId, ObjectId, WebhookId};
+use crate::storage::disk::faults::{self, Op};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::FileExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Bytes per slot; a record is shorter, padded with spaces.
 const SLOT: usize = 256;
@@ -50,6 +51,7 @@ impl CursorPosition {
 /// A claimed cursor: its record in the table, locked for as long as this lives.
 #[derive(Debug)]
 pub struct DeliveryCursor {
+    path: PathBuf,
     file: File,
     record: u64,
     id: WebhookId,
@@ -83,6 +85,7 @@ impl DeliveryCursor {
         // Read again under the lock: a removal and a creation may have reused the record.
         match read_record(&file, record)? {
             Some(found) if found.is_of(id) => Ok(Some(Self {
+                path: path.to_owned(),
                 file,
                 record,
                 id: id.clone(),
@@ -113,8 +116,10 @@ impl DeliveryCursor {
         let seq = self.seq + 1;
         let slot = slot(seq, &self.id, to);
         let at = self.record * RECORD as u64 + (seq % 2) * SLOT as u64;
+        faults::check(Op::Write, &self.path)?;
         self.file.write_all_at(&slot, at)?;
         if sync {
+            faults::check(Op::Fsync, &self.path)?;
             self.file.sync_data()?;
         }
         self.seq = seq;

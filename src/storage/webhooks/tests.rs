@@ -187,3 +187,44 @@ fn a_delivery_plan_steps_along_the_line_waits_when_behind_and_meets_after_a_rese
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn a_cursor_move_that_fails_is_an_error_and_never_goes_past_what_was_delivered() {
+    use crate::storage::disk::faults::{inject, Op};
+    let (_dir, storage, acme) = crate::storage::test_storage();
+    let (hook, _) = storage.add_webhook(&acme, new_hook(), 10).unwrap();
+    let next = write(&storage, &acme, "a: 1\n");
+    let mut cursor = storage
+        .claim_webhook_cursor(&acme, &hook.id)
+        .unwrap()
+        .unwrap();
+    let at = cursor.position();
+    // The slot cannot be written: an error, and the cursor stays where it stood (the event
+    // is sent again).
+    {
+        let fault = inject(Op::Write, "webhooks/cursors", libc::EIO, 1);
+        let moved = storage.advance_webhook_cursor(&acme, &mut cursor, CursorPosition::at(next));
+        assert!(fault.fired());
+        assert!(moved.is_err());
+    }
+    assert_eq!(cursor.position(), at);
+    // Its sync fails (fsync mode: its own fdatasync): an error; the holder does not count it
+    // as moved, so it does not go on from it.
+    {
+        let fault = inject(Op::Fsync, "webhooks/cursors", libc::EIO, 1);
+        let moved = storage.advance_webhook_cursor(&acme, &mut cursor, CursorPosition::at(next));
+        assert!(fault.fired());
+        assert!(moved.is_err());
+    }
+    assert_eq!(cursor.position(), at);
+    drop(cursor);
+    // Nothing faulted: it moves.
+    let mut cursor = storage
+        .claim_webhook_cursor(&acme, &hook.id)
+        .unwrap()
+        .unwrap();
+    storage
+        .advance_webhook_cursor(&acme, &mut cursor, CursorPosition::at(next))
+        .unwrap();
+    assert_eq!(cursor.position(), CursorPosition::at(next));
+}
