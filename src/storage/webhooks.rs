@@ -368,12 +368,14 @@ impl Storage {
 
     /// Moves a claimed cursor durably: its slot written, then a shared `syncfs` in group
     /// commit (subscriptions moving at once, and the writes, share the rounds) or its own
-    /// `fdatasync`.
+    /// `fdatasync`. `delivered` goes to the subscription's log once the move is written (the
+    /// move's own look at its record stands for the log's check that it was not removed).
     pub fn advance_webhook_cursor(
         &self,
         tenant: &TenantId,
         cursor: &mut DeliveryCursor,
         to: CursorPosition,
+        delivered: &[Attempt],
     ) -> Result<(), StorageError> {
         let err = |e| StorageError::io("move a webhook's cursor", &self.repo_path(tenant), e);
         cursor
@@ -382,6 +384,7 @@ impl Storage {
                 std::io::ErrorKind::NotFound => not_found(tenant, cursor.id()),
                 _ => err(e),
             })?;
+        self.append_log(tenant, cursor.id(), delivered);
         if let Some(group) = &self.sync {
             group
                 .sync_patiently(super::disk::durable::PATIENCE)
@@ -399,10 +402,14 @@ impl Storage {
             return;
         }
         // An attempt that raced the subscription's removal leaves no log behind it.
-        if !cursor::holds(&table(&repo), id) {
-            return;
+        if cursor::holds(&table(&repo), id) {
+            self.append_log(tenant, id, attempts);
         }
-        if let Err(e) = log::append(&dir(&repo), id, attempts) {
+    }
+
+    fn append_log(&self, tenant: &TenantId, id: &WebhookId, attempts: &[Attempt]) {
+        let dir = dir(&self.repo_path(tenant));
+        if let Err(e) = log::append(&dir, id, attempts) {
             tracing::warn!(%tenant, webhook = %id, error = %e, "could not log a webhook delivery");
         }
     }

@@ -265,7 +265,7 @@ async fn deliver(
                 &message,
             )
             .await?;
-            cursor = advance(core, tenant, def, cursor, after, unlogged.due()).await?;
+            cursor = advance(core, tenant, cursor, after, unlogged.due()).await?;
         }
         // The step's end; a commit after it whose integration event went out stays marked.
         let reached = CursorPosition {
@@ -275,7 +275,7 @@ async fn deliver(
         // The step's attempts reach the log while its cursor is held: a move's export, or
         // another process taking the subscription over, sees them.
         if cursor.position() != reached {
-            advance(core, tenant, def, cursor, reached, unlogged.take()).await?;
+            advance(core, tenant, cursor, reached, unlogged.take()).await?;
         } else {
             unlogged.flush(core, tenant, def).await;
             drop(cursor);
@@ -333,7 +333,7 @@ async fn reset(
         .await?;
     }
     let to = CursorPosition::at(meet.commit);
-    advance(core, tenant, def, cursor, to, unlogged.due()).await?;
+    advance(core, tenant, cursor, to, unlogged.due()).await?;
     Ok(())
 }
 
@@ -430,7 +430,7 @@ async fn attempt(
         unlogged.push(record);
         return Ok(());
     }
-    let busy = outcome.label() == "busy";
+    let busy = outcome.is_busy();
     unlogged.push(record);
     unlogged.flush(core, tenant, def).await;
     if busy {
@@ -459,15 +459,13 @@ async fn attempt(
 async fn advance(
     core: &Core,
     tenant: &TenantId,
-    def: &Webhook,
     mut cursor: DeliveryCursor,
     to: CursorPosition,
     delivered: Vec<Attempt>,
 ) -> Result<DeliveryCursor, Step> {
-    let (storage, t, id) = (core.storage.clone(), tenant.clone(), def.id.clone());
+    let (storage, t) = (core.storage.clone(), tenant.clone());
     let moved = tokio::task::spawn_blocking(move || {
-        storage.log_webhook_attempts(&t, &id, &delivered);
-        let result = storage.advance_webhook_cursor(&t, &mut cursor, to);
+        let result = storage.advance_webhook_cursor(&t, &mut cursor, to, &delivered);
         (cursor, result)
     })
     .await;

@@ -137,6 +137,11 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// No name lookup turn was had: the process's, not the receiver's, doing.
+    pub fn is_busy(&self) -> bool {
+        self.label() == "busy"
+    }
+
     /// The `outcome` label of `planfiles_webhook_attempts_total`.
     pub fn label(&self) -> &'static str {
         match &self.status {

@@ -204,12 +204,9 @@ pub(super) fn create(path: &Path, cursors: &[(WebhookId, CursorPosition)]) -> io
 
 /// Where `id`'s cursor stands in the table at `path` (no lock taken).
 pub(super) fn read(path: &Path, id: &WebhookId) -> io::Result<CursorPosition> {
-    let file = File::open(path)?;
-    let record = find(&file, id)?.ok_or_else(|| not_found(id))?;
-    match read_record(&file, record)? {
-        Some(found) if found.is_of(id) => Ok(found.position),
-        _ => Err(not_found(id)),
-    }
+    find_record(&File::open(path)?, id)?
+        .map(|(_, found)| found.position)
+        .ok_or_else(|| not_found(id))
 }
 
 /// Whether the table at `path` holds a cursor for `id`.

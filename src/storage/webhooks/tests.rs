@@ -95,7 +95,7 @@ fn a_moving_tenant_takes_no_change_and_its_bundle_lands_whole() {
         partial: Some(head),
     };
     storage
-        .advance_webhook_cursor(&acme, &mut cursor, moved_on)
+        .advance_webhook_cursor(&acme, &mut cursor, moved_on, &[])
         .unwrap();
     drop(cursor);
     let tried: Vec<Attempt> = (0..25).map(delivered).collect();
@@ -203,7 +203,8 @@ fn a_cursor_move_that_fails_is_an_error_and_never_goes_past_what_was_delivered()
     // is sent again).
     {
         let fault = inject(Op::Write, "webhooks/cursors", libc::EIO, 1);
-        let moved = storage.advance_webhook_cursor(&acme, &mut cursor, CursorPosition::at(next));
+        let moved =
+            storage.advance_webhook_cursor(&acme, &mut cursor, CursorPosition::at(next), &[]);
         assert!(fault.fired());
         assert!(moved.is_err());
     }
@@ -212,7 +213,8 @@ fn a_cursor_move_that_fails_is_an_error_and_never_goes_past_what_was_delivered()
     // as moved, so it does not go on from it.
     {
         let fault = inject(Op::Fsync, "webhooks/cursors", libc::EIO, 1);
-        let moved = storage.advance_webhook_cursor(&acme, &mut cursor, CursorPosition::at(next));
+        let moved =
+            storage.advance_webhook_cursor(&acme, &mut cursor, CursorPosition::at(next), &[]);
         assert!(fault.fired());
         assert!(moved.is_err());
     }
@@ -224,7 +226,17 @@ fn a_cursor_move_that_fails_is_an_error_and_never_goes_past_what_was_delivered()
         .unwrap()
         .unwrap();
     storage
-        .advance_webhook_cursor(&acme, &mut cursor, CursorPosition::at(next))
+        .advance_webhook_cursor(
+            &acme,
+            &mut cursor,
+            CursorPosition::at(next),
+            &[delivered(1)],
+        )
         .unwrap();
     assert_eq!(cursor.position(), CursorPosition::at(next));
+    // The delivered attempt a move carries reaches the log with it.
+    assert_eq!(
+        storage.webhook_attempts(&acme, &hook.id, 10).unwrap(),
+        vec![delivered(1)]
+    );
 }
