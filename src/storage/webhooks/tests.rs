@@ -199,26 +199,16 @@ fn a_cursor_move_that_fails_is_an_error_and_never_goes_past_what_was_delivered()
         .unwrap()
         .unwrap();
     let at = cursor.position();
-    // The slot cannot be written: an error, and the cursor stays where it stood (the event
-    // is sent again).
-    {
-        let fault = inject(Op::Write, "webhooks/cursors", libc::EIO, 1);
+    // The slot cannot be written, or its sync fails (fsync mode: its own fdatasync): an
+    // error, and the holder stays where it stood (the event is sent again).
+    for op in [Op::Write, Op::Fsync] {
+        let fault = inject(op, "webhooks/cursors", libc::EIO, 1);
         let moved =
             storage.advance_webhook_cursor(&acme, &mut cursor, CursorPosition::at(next), &[]);
-        assert!(fault.fired());
-        assert!(moved.is_err());
+        assert!(fault.fired(), "{op:?}");
+        assert!(moved.is_err(), "{op:?}");
+        assert_eq!(cursor.position(), at, "{op:?}");
     }
-    assert_eq!(cursor.position(), at);
-    // Its sync fails (fsync mode: its own fdatasync): an error; the holder does not count it
-    // as moved, so it does not go on from it.
-    {
-        let fault = inject(Op::Fsync, "webhooks/cursors", libc::EIO, 1);
-        let moved =
-            storage.advance_webhook_cursor(&acme, &mut cursor, CursorPosition::at(next), &[]);
-        assert!(fault.fired());
-        assert!(moved.is_err());
-    }
-    assert_eq!(cursor.position(), at);
     drop(cursor);
     // Nothing faulted: it moves.
     let mut cursor = storage
