@@ -326,13 +326,16 @@ fn python(script: &str, args: &[&str], env: &[(&str, &str)]) {
         .current_dir(root)
         .output()
         .unwrap();
-    let text = format!(
+    // The script's own output, its failure (traceback, the page's state, `FAIL: …`) last: a
+    // panic's message and backtrace would push that reason out of a CI log's tail.
+    eprintln!(
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    eprintln!("{text}");
-    assert!(out.status.success(), "{script} failed:\n{text}");
+    if !out.status.success() {
+        std::panic::resume_unwind(Box::new(format!("{script} failed (its output is above)")));
+    }
 }
 
 /// The console in headless Chromium against the real service (`tests/browser/console_test.py`:

@@ -200,8 +200,18 @@ class Watch:
             window.__sources = [];
             const Native = window.EventSource;
             window.EventSource = class extends Native {
-              constructor(...args) { super(...args); window.__sources.push(this); }
+              constructor(...args) {
+                super(...args);
+                window.__sources.push(this);
+                // What each stream received, for the state printed when a step fails.
+                const n = window.__sources.length;
+                for (const type of ["head", "reset", "integration-file", "configuration-file", "error", "open"]) {
+                  this.addEventListener(type, (e) => window.__events.push(
+                    `${(performance.now() / 1000).toFixed(2)} s stream ${n} ${type} ${e.lastEventId || ""}`));
+                }
+              }
             };
+            window.__events = [];
         """)
 
     def on_console(self, msg):
@@ -307,6 +317,33 @@ def wait_row(page, commit, started, what):
     return took
 
 
+# What the page looked like when a step failed: printed last, after the traceback.
+FAILURE_STATE = []
+
+
+def state_text(page, watch, repo):
+    """What the page and the repository looked like when a step failed."""
+    lines = []
+    for what, get in [
+        ("page time", lambda: f'{page.evaluate("performance.now() / 1000"):.2f} s'),
+        ("live", lambda: page.inner_text("#live")),
+        ("flash", lambda: page.inner_text("#flash")),
+        ("history, top rows", lambda: " ".join(c[:12] for c in history_commits(page)[:4])),
+        ("main in the repository", lambda: subprocess.run(
+            ["git", "--git-dir", repo, "rev-parse", "refs/heads/main"],
+            capture_output=True, text=True, timeout=10).stdout.strip()[:12]),
+        ("the streams' last events", lambda: "; ".join(page.evaluate("window.__events.slice(-8)"))),
+        ("the last requests", lambda: "; ".join(
+            f"{r.method} {urllib.parse.urlsplit(r.url).path}" for r in watch.requests[-6:])),
+        ("console errors", lambda: "; ".join(watch.errors[-4:])),
+    ]:
+        try:
+            lines.append(f"  {what}: {get()}")
+        except Exception as e:  # the page may be gone: say so, and go on
+            lines.append(f"  {what}: (unreadable: {type(e).__name__})")
+    return "state at the failure:\n" + "\n".join(lines)
+
+
 def select_file(page, file):
     page.click(f'.tab[data-file="{file}"]')
     page.wait_for_selector(f'.tab[data-file="{file}"][aria-current]')
@@ -357,6 +394,7 @@ def run(args):
                 shot(page, args.artefacts, "failure")
             except Exception:
                 pass
+            FAILURE_STATE.append(state_text(page, watch, repo))
             raise
         finally:
             browser.close()
@@ -855,10 +893,12 @@ def main():
     try:
         run(args)
     except Failure as e:
+        print("\n" + "\n".join(FAILURE_STATE), file=sys.stderr)
         print(f"\nFAIL: {e}", file=sys.stderr)
         return 1
     except Exception as e:  # a Playwright timeout and the like: still a clear failure
         traceback.print_exc()
+        print("\n" + "\n".join(FAILURE_STATE), file=sys.stderr)
         print(f"\nFAIL: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", file=sys.stderr)
         return 1
     print(f"\nPASS: console test ({time.monotonic() - started:.1f} s)")
