@@ -6,7 +6,7 @@ pub use tickets::{Grant, Tickets, TICKET_TTL};
 use crate::config::EventsConfig;
 use crate::domain::TenantId;
 use crate::metrics::Metrics;
-use crate::storage::{ChangeFeed, Storage, StorageError, Subscription};
+use crate::storage::{ChangeFeed, Storage, StorageError, Subscription, Wants};
 use foldhash::fast::RandomState;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -151,8 +151,19 @@ impl Events {
         }
     }
 
-    /// Follows `tenant`'s `main`; the first value is the head now.
+    /// Follows `tenant`'s `main` and what each move changed (an event stream); the first
+    /// value is the head now.
     pub async fn subscribe(&self, tenant: &TenantId) -> Result<Subscription, StorageError> {
+        self.follow(tenant, Wants::Changes).await
+    }
+
+    /// Follows `tenant`'s `main`, its heads alone: what changed may be absent from the
+    /// updates (and is not read for a tenant that has only such waiters).
+    pub async fn subscribe_heads(&self, tenant: &TenantId) -> Result<Subscription, StorageError> {
+        self.follow(tenant, Wants::Heads).await
+    }
+
+    async fn follow(&self, tenant: &TenantId, wants: Wants) -> Result<Subscription, StorageError> {
         let feed = {
             let mut feed = self.inner.feed.lock().expect("not poisoned");
             match &*feed {
@@ -172,7 +183,7 @@ impl Events {
                 }
             }
         };
-        feed.subscribe(tenant).await
+        feed.subscribe(tenant, wants).await
     }
 
     /// Ends every stream and answers every held request (on SIGTERM, before the server

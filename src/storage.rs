@@ -20,7 +20,7 @@ pub use model::*;
 pub use placement::seed::seed_if_empty;
 pub use repo::receive::StagedPush;
 pub use repo::upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
-pub use watch::feed::{ChangeFeed, Subscription, Update};
+pub use watch::feed::{ChangeFeed, Subscription, Update, Wants};
 pub use webhooks::{
     Attempt, AttemptStatus, BundledCursor, CursorPosition, DeliveryCursor, NewWebhook, Webhook,
     WebhookBundle, WebhookKey, WebhookState, WebhooksStamp, MOVED_ATTEMPTS,

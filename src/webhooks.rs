@@ -245,7 +245,7 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
             }
         }
         if feed.is_none() {
-            feed = core.events.subscribe(&tenant).await.ok();
+            feed = core.events.subscribe_heads(&tenant).await.ok();
         }
         let head = feed
             .as_mut()

@@ -49,7 +49,7 @@ impl AppState {
         let _slot = self.events.admit(tenant, Kind::LongPoll).map_err(busy)?;
         let mut subscription = self
             .events
-            .subscribe(tenant)
+            .subscribe_heads(tenant)
             .await
             .map_err(|e| super::ApiError::from_storage(e, file))?;
         // Held no longer than the token is accepted: then 304, and the client's next request

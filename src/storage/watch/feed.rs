@@ -4,7 +4,8 @@
 //! events `HeadWatch` uses), or, with `storage.watch_refs = false` or when a watch cannot be
 //! added, reads each such tenant's ref once per poll interval. When `main` moved, it reads
 //! once, for all of that tenant's waiters, the new head and what each commit since the last
-//! head changed, and publishes that on the tenant's `tokio::sync::watch` channel. A waiter is
+//! head changed (that only while one of them reads it: [`Wants`]), and publishes that on the
+//! tenant's `tokio::sync::watch` channel. A waiter is
 //! a receiver of that channel: until a change comes it costs no thread and no CPU. All git
 //! and file work happens on this thread, never on an async worker; its waits are `poll(2)` on
 //! the inotify descriptor and an eventfd that new subscriptions ring.
@@ -42,8 +43,18 @@ const FEED_REPLAY_COMMITS: usize = 256;
 /// takes it (its send fails, or the answer is dropped unread) unregisters it like any other.
 type Reply = oneshot::Sender<Result<Subscription, StorageError>>;
 
+/// What a waiter reads from its updates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wants {
+    /// The head and what changed (an event stream).
+    Changes,
+    /// The head alone (a held request, the webhooks' dispatcher): while a tenant has only
+    /// such waiters, the feed reads no changes for it.
+    Heads,
+}
+
 enum Request {
-    Watch(TenantId, Reply),
+    Watch(TenantId, Wants, Reply),
     /// The tenant's last waiter left (it is no longer in `tenants`, unless a new waiter came).
     Unwatch(TenantId),
     /// Tests: a fault on the feed's thread.
@@ -54,11 +65,29 @@ enum Request {
     Exit,
 }
 
+/// A tenant's channel, and how many of its waiters read what changed.
+struct Channel {
+    tx: watch::Sender<Arc<Update>>,
+    change_readers: usize,
+}
+
+impl Channel {
+    /// A new receiver for a waiter that `wants`.
+    fn join(&mut self, wants: Wants) -> watch::Receiver<Arc<Update>> {
+        if wants == Wants::Changes {
+            self.change_readers += 1;
+        }
+        self.tx.subscribe()
+    }
+}
+
+type Channels = HashMap<TenantId, Channel, RandomState>;
+
 /// Shared by the feed's handles, its subscriptions and (weakly) its thread.
 struct Shared {
     /// The channel of each tenant with a waiter. Tenant ids come from verified tokens of
     /// existing repositories; an entry goes when the tenant's last waiter does.
-    tenants: Mutex<HashMap<TenantId, watch::Sender<Arc<Update>>, RandomState>>,
+    tenants: Mutex<Channels>,
     requests: mpsc::Sender<Request>,
     /// Rung (an eventfd) when a request is queued, and when the feed is dropped.
     bell: Arc<OwnedFd>,
@@ -71,9 +100,7 @@ impl Shared {
         ring(&self.bell);
     }
 
-    fn tenants(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<TenantId, watch::Sender<Arc<Update>>, RandomState>> {
+    fn tenants(&self) -> std::sync::MutexGuard<'_, Channels> {
         self.tenants.lock().expect("not poisoned")
     }
 }
@@ -143,28 +170,34 @@ impl ChangeFeed {
         Ok(Self { shared })
     }
 
-    /// A subscription to `tenant`'s changes; its first value is the head now.
+    /// A subscription to `tenant`'s changes; its first value is the head now. With
+    /// [`Wants::Heads`], updates may come without what changed (`replay: None`).
     /// `TenantNotFound` when the tenant has no repository.
-    pub async fn subscribe(&self, tenant: &TenantId) -> Result<Subscription, StorageError> {
+    pub async fn subscribe(
+        &self,
+        tenant: &TenantId,
+        wants: Wants,
+    ) -> Result<Subscription, StorageError> {
         // A channel that said the tenant is moving serves no new waiter: the thread registers
         // it again (refused while it moves; a fresh channel once it came back).
         let existing = self
             .shared
             .tenants()
-            .get(tenant)
-            .filter(|tx| !tx.borrow().moving)
-            .map(watch::Sender::subscribe);
+            .get_mut(tenant)
+            .filter(|c| !c.tx.borrow().moving)
+            .map(|c| c.join(wants));
         if let Some(rx) = existing {
             return Ok(Subscription {
                 shared: self.shared.clone(),
                 tenant: tenant.clone(),
+                wants,
                 rx: Some(rx),
             });
         }
         let (reply, answer) = oneshot::channel();
         self.shared
             .requests
-            .send(Request::Watch(tenant.clone(), reply))
+            .send(Request::Watch(tenant.clone(), wants, reply))
             .map_err(|_| stopped(tenant))?;
         self.shared.ring();
         answer.await.map_err(|_| stopped(tenant))?
@@ -196,6 +229,7 @@ fn stopped(tenant: &TenantId) -> StorageError {
 pub struct Subscription {
     shared: Arc<Shared>,
     tenant: TenantId,
+    wants: Wants,
     rx: Option<watch::Receiver<Arc<Update>>>,
 }
 
@@ -221,10 +255,17 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         let mut tenants = self.shared.tenants();
-        drop(self.rx.take());
-        let last = tenants
-            .get(&self.tenant)
-            .is_some_and(|tx| tx.receiver_count() == 0);
+        let rx = self.rx.take().expect("present until dropped");
+        let channel = tenants.get_mut(&self.tenant);
+        // The channel may be a newer one than this waiter's (its tenant moved and came back):
+        // its count of readers is then others', and stays as it is.
+        let last = channel.is_some_and(|c| {
+            if self.wants == Wants::Changes && rx.same_channel(&c.tx.subscribe()) {
+                c.change_readers = c.change_readers.saturating_sub(1);
+            }
+            drop(rx);
+            c.tx.receiver_count() == 0
+        });
         if last {
             tenants.remove(&self.tenant);
             drop(tenants);
@@ -266,7 +307,7 @@ mod tests {
     async fn a_waiter_that_leaves_before_its_answer_leaves_nothing_registered() {
         let (feed, tenant, _dir) = feed();
         for i in 0..20 {
-            let mut asking = Box::pin(feed.subscribe(&tenant));
+            let mut asking = Box::pin(feed.subscribe(&tenant, Wants::Changes));
             // Polled once: the request is queued; then the waiter goes. (Later rounds may find
             // the tenant still registered by an earlier request and be answered at once.)
             let answered = (&mut asking).now_or_never().is_some();
@@ -274,7 +315,7 @@ mod tests {
             drop(asking);
         }
         eventually("no tenant stays registered", || feed.watched_tenants() == 0).await;
-        let subscription = feed.subscribe(&tenant).await.unwrap();
+        let subscription = feed.subscribe(&tenant, Wants::Changes).await.unwrap();
         assert_eq!(feed.watched_tenants(), 1);
         drop(subscription);
         eventually("the last waiter's tenant goes", || {
@@ -287,7 +328,7 @@ mod tests {
     async fn a_moving_tenant_ends_its_waiters_and_takes_no_new_one() {
         let (dir, storage, tenant) = crate::storage::test_storage();
         let feed = ChangeFeed::start(storage.clone(), Duration::from_millis(50)).unwrap();
-        let mut first = feed.subscribe(&tenant).await.unwrap();
+        let mut first = feed.subscribe(&tenant, Wants::Changes).await.unwrap();
         let to = crate::domain::ShardUrl::parse("http://b:8080").unwrap();
         storage.begin_move(&tenant, &to).unwrap();
         let update = tokio::time::timeout(Duration::from_secs(5), first.changed())
@@ -299,17 +340,54 @@ mod tests {
         // waiter is refused rather than handed a channel that will say nothing more.
         assert_eq!(feed.watched_tenants(), 1);
         assert!(matches!(
-            feed.subscribe(&tenant).await,
+            feed.subscribe(&tenant, Wants::Changes).await,
             Err(StorageError::TenantMoving { .. })
         ));
         drop((first, dir));
+    }
+
+    /// Waits for the next update after a write of `text`.
+    async fn next_after_write(
+        storage: &Storage,
+        tenant: &TenantId,
+        waiter: &mut Subscription,
+        text: &str,
+    ) -> Arc<Update> {
+        crate::storage::test_write(storage, tenant, text).unwrap();
+        tokio::time::timeout(Duration::from_secs(5), waiter.changed())
+            .await
+            .expect("the waiter is told")
+            .expect("the feed runs")
+    }
+
+    #[tokio::test]
+    async fn what_changed_is_read_only_while_a_waiter_reads_it() {
+        let (dir, storage, tenant) = crate::storage::test_storage();
+        let feed = ChangeFeed::start(storage.clone(), Duration::from_millis(50)).unwrap();
+        let mut heads = feed.subscribe(&tenant, Wants::Heads).await.unwrap();
+        let update = next_after_write(&storage, &tenant, &mut heads, "a: 1\n").await;
+        assert!(update.replay.is_none(), "no reader: nothing read");
+        let reader = feed.subscribe(&tenant, Wants::Changes).await.unwrap();
+        let update = next_after_write(&storage, &tenant, &mut heads, "a: 2\n").await;
+        assert!(
+            matches!(update.replay.as_deref(), Some(Replay::Changes { changes, .. }) if changes.len() == 1),
+            "a reader: what changed comes with the head ({:?})",
+            update.replay
+        );
+        // A second heads-only waiter joining leaves the reader's count alone; the reader
+        // leaving ends the reads.
+        let other = feed.subscribe(&tenant, Wants::Heads).await.unwrap();
+        drop(reader);
+        let update = next_after_write(&storage, &tenant, &mut heads, "a: 3\n").await;
+        assert!(update.replay.is_none(), "the reader left: nothing read");
+        drop((other, dir));
     }
 
     #[tokio::test]
     async fn a_panic_on_the_feed_thread_is_caught_and_the_feed_goes_on() {
         let (feed, tenant, _dir) = feed();
         ask(&feed, Request::Panic);
-        let mut subscription = feed.subscribe(&tenant).await.unwrap();
+        let mut subscription = feed.subscribe(&tenant, Wants::Changes).await.unwrap();
         assert!(feed.is_running());
         assert!(subscription.current().since.is_none());
     }
@@ -317,7 +395,7 @@ mod tests {
     #[tokio::test]
     async fn when_the_thread_ends_every_waiter_learns_it() {
         let (feed, tenant, _dir) = feed();
-        let mut subscription = feed.subscribe(&tenant).await.unwrap();
+        let mut subscription = feed.subscribe(&tenant, Wants::Changes).await.unwrap();
         ask(&feed, Request::Exit);
         let ended = tokio::time::timeout(Duration::from_secs(5), subscription.changed()).await;
         assert!(matches!(ended, Ok(None)), "the waiter is told");

@@ -1,5 +1,5 @@
 //! The change feed's thread: it follows the refs of the tenants with waiters (inotify, or polling) and publishes each move of `main`, read once for all of a tenant's waiters.
-use super::{Request, Shared, Subscription, Update, FEED_REPLAY_COMMITS};
+use super::{Channel, Request, Shared, Subscription, Update, Wants, FEED_REPLAY_COMMITS};
 use crate::domain::TenantId;
 use crate::storage::placement::Access;
 use crate::storage::repo;
@@ -117,10 +117,11 @@ impl Thread {
                     return;
                 }
                 guarded("a request", || match request {
-                    Request::Watch(tenant, reply) => {
-                        let answer = self.watch(&shared, &tenant).map(|rx| Subscription {
+                    Request::Watch(tenant, wants, reply) => {
+                        let answer = self.watch(&shared, &tenant, wants).map(|rx| Subscription {
                             shared: shared.clone(),
                             tenant,
+                            wants,
                             rx: Some(rx),
                         });
                         // A waiter that left: its subscription is dropped here, and goes.
@@ -173,13 +174,14 @@ impl Thread {
         &mut self,
         shared: &Shared,
         tenant: &TenantId,
+        wants: Wants,
     ) -> Result<watch::Receiver<Arc<Update>>, StorageError> {
         // A channel that told its waiters the tenant is moving serves no new one: the tenant
         // is registered again (refused while it moves or after it moved; a fresh channel
         // once it came back).
-        if let Some(tx) = shared.tenants().get(tenant) {
-            if !tx.borrow().moving {
-                return Ok(tx.subscribe());
+        if let Some(channel) = shared.tenants().get_mut(tenant) {
+            if !channel.tx.borrow().moving {
+                return Ok(channel.join(wants));
             }
         }
         let path = self.storage.locate(tenant, Access::Manage)?;
@@ -214,13 +216,18 @@ impl Thread {
                 return Err(e);
             }
         };
-        let (tx, rx) = watch::channel(Arc::new(Update {
+        let (tx, _) = watch::channel(Arc::new(Update {
             head,
             since: None,
             replay: None,
             moving: false,
         }));
-        shared.tenants().insert(tenant.clone(), tx);
+        let mut channel = Channel {
+            tx,
+            change_readers: 0,
+        };
+        let rx = channel.join(wants);
+        shared.tenants().insert(tenant.clone(), channel);
         Ok(rx)
     }
 
@@ -299,7 +306,12 @@ impl Thread {
 
     /// Reads `tenant`'s head; when it moved, publishes the new head and what changed.
     fn refresh(&self, shared: &Shared, tenant: &TenantId) {
-        let Some(tx) = shared.tenants().get(tenant).cloned() else {
+        // What changed is read only for a tenant with a waiter that reads it.
+        let Some((tx, wanted)) = shared
+            .tenants()
+            .get(tenant)
+            .map(|c| (c.tx.clone(), c.change_readers > 0))
+        else {
             return;
         };
         let (last, moving) = {
@@ -317,8 +329,9 @@ impl Thread {
             placement,
             Err(StorageError::TenantMoving { .. } | StorageError::TenantMoved { .. })
         );
-        // What changed is read where reads may still happen: not once the tenant moved away.
-        let readable = !matches!(placement, Err(StorageError::TenantMoved { .. }));
+        // What changed is read for its readers, where reads may still happen: not once the
+        // tenant moved away.
+        let readable = wanted && !matches!(placement, Err(StorageError::TenantMoved { .. }));
         // The ref file alone first: most events (a lock file made, a write refused) leave
         // `main` where it was.
         if !moving && repo::file_head(&path) == Some(last) {
