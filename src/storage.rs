@@ -67,6 +67,8 @@ pub struct Storage {
     recent_keys: Arc<repo::recent_keys::RecentKeys>,
     /// Repositories kept open between writes.
     open_repos: Arc<repo::open_repos::OpenRepos>,
+    /// Repositories kept open between reads (the change feed's, the webhooks', the API's).
+    read_repos: Arc<repo::open_repos::OpenRepos>,
     /// Each tenant's source-hosting flag, read again when its config file changes.
     flags: Arc<repo::Flags>,
 }
@@ -126,6 +128,7 @@ impl Storage {
             judge: None,
             recent_keys: Arc::default(),
             open_repos: Arc::default(),
+            read_repos: Arc::default(),
             flags: Arc::default(),
         })
     }
@@ -241,6 +244,15 @@ impl Storage {
     }
 
     /// The tenant's repository, opened where [`Storage::locate`] says `access` may happen.
+    /// The tenant's repository for a read, where `access` may happen; kept open between reads.
+    fn read_repo(
+        &self,
+        tenant: &TenantId,
+        access: placement::Access,
+    ) -> Result<repo::open_repos::Lent<'_>, StorageError> {
+        self.read_repos.lend(tenant, &self.locate(tenant, access)?)
+    }
+
     fn repo_for(
         &self,
         tenant: &TenantId,

@@ -11,8 +11,7 @@ impl Storage {
     /// `main`'s commit and both files' blob ids in it.
     /// A tenant that is moving or moved has none here (its streams end).
     pub fn head_state(&self, tenant: &TenantId) -> Result<HeadState, StorageError> {
-        let path = self.locate(tenant, Access::Follow)?;
-        TenantRepo::open(tenant, &path)?.head_state()
+        self.read_repo(tenant, Access::Follow)?.head_state()
     }
 
     /// What the commits after `from` up to `to` on `main`'s first-parent line changed, oldest
@@ -25,7 +24,8 @@ impl Storage {
         to: CommitId,
         max_commits: usize,
     ) -> Result<Replay, StorageError> {
-        self.replay_in(&self.repo_for(tenant, Access::Read)?, from, to, max_commits)
+        let repo = self.read_repo(tenant, Access::Read)?;
+        self.replay_in(&repo, from, to, max_commits)
     }
 
     /// The change feed's read of a move of `main`: the head (wherever the tenant's repository
@@ -38,7 +38,7 @@ impl Storage {
         max_commits: usize,
         with_changes: bool,
     ) -> Result<(HeadState, Option<Result<Replay, StorageError>>), StorageError> {
-        let repo = TenantRepo::open(tenant, &self.locate(tenant, Access::Manage)?)?;
+        let repo = self.read_repo(tenant, Access::Manage)?;
         let head = repo.head_state()?;
         let changes = (with_changes && head.commit != last)
             .then(|| self.replay_in(&repo, last, head.commit, max_commits));
@@ -78,7 +78,7 @@ impl Storage {
         to: CommitId,
         step: usize,
     ) -> Result<crate::storage::DeliveryPlan, StorageError> {
-        self.repo_for(tenant, Access::Read)?
+        self.read_repo(tenant, Access::Read)?
             .delivery_plan(from, to, step)
     }
 
@@ -91,7 +91,7 @@ impl Storage {
         to: CommitId,
         step: usize,
     ) -> Result<(crate::storage::DeliveryPlan, Option<Replay>), StorageError> {
-        let repo = self.repo_for(tenant, Access::Read)?;
+        let repo = self.read_repo(tenant, Access::Read)?;
         let plan = repo.delivery_plan(from, to, step)?;
         let first = match &plan {
             crate::storage::DeliveryPlan::Steps(stops) if stops.len() > 1 => {
@@ -112,7 +112,7 @@ impl Storage {
         to: CommitId,
         step: usize,
     ) -> Result<ReplayPlan, StorageError> {
-        self.repo_for(tenant, Access::Read)?
+        self.read_repo(tenant, Access::Read)?
             .replay_plan(from, to, step)
     }
 
@@ -128,7 +128,7 @@ impl Storage {
 
     /// The file at the head of `main`. A missing file reads as empty.
     pub fn read(&self, tenant: &TenantId, file: PlanFile) -> Result<FileSnapshot, StorageError> {
-        self.repo_for(tenant, Access::Read)?.read(file)
+        self.read_repo(tenant, Access::Read)?.read(file)
     }
 
     /// Like [`Storage::read`], but answers `Unchanged` when `main` is still at `known`. That
@@ -144,7 +144,9 @@ impl Storage {
         let (outcome, head) = match known {
             Some(known) if repo::file_head(&path) == Some(known) => (ReadOutcome::Unchanged, known),
             _ => {
-                let snap = TenantRepo::open(tenant, &path)?
+                let snap = self
+                    .read_repos
+                    .lend(tenant, &path)?
                     .read(file)
                     .map_err(|e| gone_or(e, &path, tenant))?;
                 let head = snap.commit;
@@ -170,7 +172,7 @@ impl Storage {
         file: PlanFile,
         commit: CommitId,
     ) -> Result<FileSnapshot, StorageError> {
-        self.repo_for(tenant, Access::Read)?.read_at(file, commit)
+        self.read_repo(tenant, Access::Read)?.read_at(file, commit)
     }
 
     /// The bytes of a version of `file` named by a history entry of `tenant` (see
@@ -181,7 +183,7 @@ impl Storage {
         file: PlanFile,
         blob: BlobId,
     ) -> Result<Vec<u8>, StorageError> {
-        self.repo_for(tenant, Access::Read)?
+        self.read_repo(tenant, Access::Read)?
             .version_bytes(file, blob)
     }
 
@@ -205,7 +207,7 @@ impl Storage {
                 }
             })?),
         };
-        let repo = self.repo_for(tenant, Access::Read)?;
+        let repo = self.read_repo(tenant, Access::Read)?;
         let mut page = repo.history(file, limit, from)?;
         repo.mark_verified(&mut page.0, &self.signing);
         Ok(HistoryPage {
@@ -218,7 +220,7 @@ impl Storage {
     /// takes a while), so writes ask before they take the tenant's write lock, and check again
     /// under it only what changed since ([`Preconditions::ancestry`]).
     pub fn ancestry(&self, tenant: &TenantId, id: ObjectId) -> Result<Ancestry, StorageError> {
-        self.repo_for(tenant, Access::Read)?.ancestry(id)
+        self.read_repo(tenant, Access::Read)?.ancestry(id)
     }
 
     /// `file` in `from` and `to` (both `main` or ancestors of it; `to` defaults to `main`) and
@@ -230,7 +232,7 @@ impl Storage {
         from: CommitId,
         to: Option<CommitId>,
     ) -> Result<FileDiff, StorageError> {
-        self.repo_for(tenant, Access::Read)?.diff(file, from, to)
+        self.read_repo(tenant, Access::Read)?.diff(file, from, to)
     }
 
     /// Read-only git access to the tenant's repository for clone and fetch. `protocol` is the

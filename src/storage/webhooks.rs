@@ -316,7 +316,7 @@ impl Storage {
                 .sync_patiently(super::disk::durable::PATIENCE)
                 .map_err(|e| StorageError::io("sync the data volume", &path, e));
         }
-        self.repo_for(tenant, Access::Read)?.settle(from, to)
+        self.read_repo(tenant, Access::Read)?.settle(from, to)
     }
 
     /// When the tenant's subscriptions file last changed; `None` without one.

@@ -235,12 +235,12 @@ async fn a_write_rebases_when_plain_git_moves_main_under_it() {
     app.fsck("acme");
 }
 
-/// A repository kept open between writes still sees what others did to it: `git gc` and
-/// `git repack -ad` run beside a stream of writes (packing the loose objects the writer's
-/// open repository knew, and deleting them) never make a write fail, and every write lands
-/// on `main` in order.
+/// A repository kept open between writes or reads still sees what others did to it: `git gc`
+/// and `git repack -ad` run beside a stream of writes and reads of the version before
+/// (packing the loose objects the open repositories knew, and deleting them) never make a
+/// write or a read fail, and every write lands on `main` in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn writes_beside_git_gc_and_repack_all_land() {
+async fn writes_and_reads_beside_git_gc_and_repack_all_land() {
     let app = TestApp::spawn().await;
     let t = token("acme", ALL);
     let repo = app.repo("acme");
@@ -252,11 +252,17 @@ async fn writes_beside_git_gc_and_repack_all_land() {
         vec![vec!["gc", "--quiet"], vec!["repack", "-a", "-d", "-q"]],
         stop.clone(),
     );
-    let mut last = None;
+    let mut last: Option<String> = None;
     for i in 0..120 {
         let res = app.put_integration(&t, &json!({"content": {"n": i}})).await;
         assert_eq!(res.status(), 200, "write {i}: {:?}", res.text().await);
         let body: serde_json::Value = res.json().await.unwrap();
+        if let Some(before) = &last {
+            let old = app.get_at(&t, "integration-file", before).await;
+            assert_eq!(old.status(), 200, "read {i}: {:?}", old.text().await);
+            let old: serde_json::Value = old.json().await.unwrap();
+            assert_eq!(old["content"], json!({"n": i - 1}), "read {i}");
+        }
         last = Some(body["commit_sha"].as_str().unwrap().to_owned());
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);

@@ -1,4 +1,4 @@
-//! `OpenRepos`: tenant repositories kept open between writes (libgit2's object cache with them), the least recently used closed first. A repository is opened again when it may have changed under libgit2's feet: its folder replaced, or its packs changed (a repack, `git gc`, a `git fetch` or `fast-import` that wrote a pack), as the stamp of `objects/pack` tells. Loose objects and refs need no such check: they are read by path every time.
+//! `OpenRepos`: tenant repositories kept open between writes, or lent out for reads and kept between them (`Storage` has one of each), with libgit2's object cache, the least recently used closed first. A repository is opened again when it may have changed under libgit2's feet: its folder replaced, or its packs changed (a repack, `git gc`, a `git fetch` or `fast-import` that wrote a pack), as the stamp of `objects/pack` tells. Loose objects and refs need no such check: they are read by path every time.
 use super::TenantRepo;
 use crate::domain::TenantId;
 use foldhash::fast::RandomState;
@@ -17,7 +17,7 @@ type Kept = HashMap<TenantId, (u64, Stamp, TenantRepo), RandomState>;
 #[derive(Default)]
 pub(in crate::storage) struct OpenRepos {
     /// By tenant: the tick of its last use, its stamp when last used, the repository. Only
-    /// tenants that exist and had a write are here, at most [`KEPT`].
+    /// tenants that exist and had a write (a read) are here, at most [`KEPT`].
     map: Mutex<(u64, Kept)>,
 }
 
@@ -74,6 +74,52 @@ impl OpenRepos {
             if let Some(id) = oldest {
                 guard.1.remove(&id);
             }
+        }
+    }
+}
+
+/// A repository lent out by [`OpenRepos::lend`] for a read; it goes back when dropped.
+pub(in crate::storage) struct Lent<'a> {
+    repos: &'a OpenRepos,
+    tenant: TenantId,
+    path: std::path::PathBuf,
+    repo: Option<TenantRepo>,
+}
+
+impl OpenRepos {
+    /// The tenant's repository at `path` for a read: a kept one when it is still good (see
+    /// [`OpenRepos::take`]), else opened now; kept again after the read. Readers of one
+    /// tenant at the same moment each get their own (one of them is kept).
+    pub(in crate::storage) fn lend(
+        &self,
+        tenant: &TenantId,
+        path: &Path,
+    ) -> Result<Lent<'_>, crate::storage::StorageError> {
+        let repo = match self.take(tenant, path) {
+            Some(repo) => repo,
+            None => TenantRepo::open(tenant, path)?,
+        };
+        Ok(Lent {
+            repos: self,
+            tenant: tenant.clone(),
+            path: path.to_owned(),
+            repo: Some(repo),
+        })
+    }
+}
+
+impl std::ops::Deref for Lent<'_> {
+    type Target = TenantRepo;
+
+    fn deref(&self) -> &TenantRepo {
+        self.repo.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(repo) = self.repo.take() {
+            self.repos.put(&self.tenant, &self.path, repo);
         }
     }
 }
