@@ -50,8 +50,9 @@ pub fn reserve(limit: u64) -> u64 {
 }
 
 /// Pack files libgit2 may keep open at once, across every repository: a quarter of the
-/// reserve (64 at the smallest). The 64 repositories kept open with 8 packs each would
-/// otherwise hold 512 descriptors, twice the smallest reserve; past the cap libgit2 closes the
+/// reserve (64 at the smallest). The 128 repositories kept open (64 for writes, 64 for reads)
+/// with 8 packs each would otherwise hold 1,024 descriptors, four times the smallest reserve;
+/// past the cap libgit2 closes the
 /// packs it used least recently, and opens them again when needed.
 pub fn pack_files(limit: u64) -> usize {
     usize::try_from(reserve(limit) / 4).unwrap_or(usize::MAX)

@@ -243,8 +243,8 @@ impl Storage {
         self.tenants_dir.join(format!("{tenant}.git"))
     }
 
-    /// The tenant's repository, opened where [`Storage::locate`] says `access` may happen.
-    /// The tenant's repository for a read, where `access` may happen; kept open between reads.
+    /// The tenant's repository for a read, where [`Storage::locate`] says `access` may happen;
+    /// kept open between reads.
     fn read_repo(
         &self,
         tenant: &TenantId,
@@ -253,6 +253,8 @@ impl Storage {
         self.read_repos.lend(tenant, &self.locate(tenant, access)?)
     }
 
+    /// The tenant's repository, opened where [`Storage::locate`] says `access` may happen (for
+    /// what changes it: a push, a repack, a flag).
     fn repo_for(
         &self,
         tenant: &TenantId,

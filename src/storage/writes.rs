@@ -82,7 +82,8 @@ impl Storage {
         reqs: &[&CommitRequest],
     ) -> Vec<Option<Result<Committed, StorageError>>> {
         let path = self.repo_path(tenant);
-        let repo = match self.open_repos.take(tenant, &path) {
+        let before = repo::open_repos::stamp(&path);
+        let repo = match self.open_repos.take(tenant, before) {
             Some(repo) => repo,
             None => match TenantRepo::open_to_keep(tenant, &path) {
                 Ok(repo) => repo.with_write_hook(self.write_hook.clone()),
@@ -100,7 +101,7 @@ impl Storage {
             self.sync.as_deref(),
             &self.recent_keys,
         );
-        self.open_repos.put(tenant, &path, repo);
+        self.open_repos.put(tenant, &path, repo, before);
         // A repository archived under the batch (it moved away): the tenant moved, not a fault.
         if !path.is_dir() {
             for result in results.iter_mut().flatten() {

@@ -29,13 +29,17 @@ impl std::fmt::Debug for OpenRepos {
 
 /// What tells that a repository's folder or its packs changed: the folder's inode, and the
 /// inode and modification time of `objects/pack` (a pack added or removed touches it).
+/// Taken before a repository is taken out or opened, so that one opened before a change
+/// (a `git gc`, a push's first pack) is never kept under the stamp of after it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
+pub(in crate::storage) struct Stamp {
     repo: u64,
     packs: (u64, i64, i64),
 }
 
-fn stamp(path: &Path) -> Option<Stamp> {
+/// The repository's stamp now; `None` without a folder or an `objects/pack` (libgit2 would
+/// not see a pack that comes later there: such a repository is not kept).
+pub(in crate::storage) fn stamp(path: &Path) -> Option<Stamp> {
     let repo = std::fs::metadata(path).ok()?.ino();
     let packs = std::fs::metadata(path.join("objects/pack")).ok()?;
     Some(Stamp {
@@ -46,19 +50,31 @@ fn stamp(path: &Path) -> Option<Stamp> {
 
 impl OpenRepos {
     /// The tenant's repository, taken out (one user at a time: a tenant has one writer per
-    /// process); `None` when it is not open, or its folder or packs changed since.
-    pub(in crate::storage) fn take(&self, tenant: &TenantId, path: &Path) -> Option<TenantRepo> {
+    /// process); `None` when it is not open, or its folder or packs changed since (`now`, the
+    /// stamp just taken, is not the one it was kept under).
+    pub(in crate::storage) fn take(
+        &self,
+        tenant: &TenantId,
+        now: Option<Stamp>,
+    ) -> Option<TenantRepo> {
         let (_, then, repo) = {
             let mut guard = self.map.lock().unwrap_or_else(|e| e.into_inner());
             guard.1.remove(tenant)?
         };
-        (stamp(path) == Some(then)).then_some(repo)
+        (now == Some(then)).then_some(repo)
     }
 
-    /// Keeps `repo` open for the tenant's next write, closing the least recently used beyond
-    /// [`KEPT`].
-    pub(in crate::storage) fn put(&self, tenant: &TenantId, path: &Path, repo: TenantRepo) {
-        let Some(now) = stamp(path) else {
+    /// Keeps `repo` open for the tenant's next use, closing the least recently used beyond
+    /// [`KEPT`]; only when the stamp is still `before`, the one taken before `repo` was taken
+    /// out or opened (else it is closed: it may not know what changed).
+    pub(in crate::storage) fn put(
+        &self,
+        tenant: &TenantId,
+        path: &Path,
+        repo: TenantRepo,
+        before: Option<Stamp>,
+    ) {
+        let Some(now) = stamp(path).filter(|now| Some(*now) == before) else {
             return;
         };
         let mut guard = self.map.lock().unwrap_or_else(|e| e.into_inner());
@@ -84,6 +100,7 @@ pub(in crate::storage) struct Lent<'a> {
     tenant: TenantId,
     path: std::path::PathBuf,
     repo: Option<TenantRepo>,
+    before: Option<Stamp>,
 }
 
 impl OpenRepos {
@@ -95,7 +112,8 @@ impl OpenRepos {
         tenant: &TenantId,
         path: &Path,
     ) -> Result<Lent<'_>, crate::storage::StorageError> {
-        let repo = match self.take(tenant, path) {
+        let before = stamp(path);
+        let repo = match self.take(tenant, before) {
             Some(repo) => repo,
             None => TenantRepo::open(tenant, path)?,
         };
@@ -104,6 +122,7 @@ impl OpenRepos {
             tenant: tenant.clone(),
             path: path.to_owned(),
             repo: Some(repo),
+            before,
         })
     }
 }
@@ -119,7 +138,50 @@ impl std::ops::Deref for Lent<'_> {
 impl Drop for Lent<'_> {
     fn drop(&mut self) {
         if let Some(repo) = self.repo.take() {
-            self.repos.put(&self.tenant, &self.path, repo);
+            self.repos.put(&self.tenant, &self.path, repo, self.before);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::storage::repo::write_tests::git;
+
+    /// A plain-git commit on `main` (an empty tree, `main` as its parent); its id.
+    fn plain_commit(repo: &std::path::Path, message: &str) -> String {
+        let tree = git(repo, &["mktree"]);
+        let commit = git(repo, &["commit-tree", &tree, "-p", "main", "-m", message]);
+        git(repo, &["update-ref", "refs/heads/main", &commit]);
+        commit
+    }
+
+    /// A repository copied without its empty folders has no `objects/pack`: one opened for a
+    /// read then never sees a pack made later. A `git gc` during that read (the pack folder
+    /// made, every object moved into a pack) must not leave it kept for the next reads.
+    #[test]
+    fn a_repository_opened_before_its_first_pack_is_not_kept() {
+        let (_dir, storage, tenant) = crate::storage::test_storage();
+        let path = storage.repo_path(&tenant);
+        std::fs::remove_dir(path.join("objects/pack")).unwrap();
+        let lent = storage.read_repos.lend(&tenant, &path).unwrap();
+        lent.head_state().unwrap();
+        let commit = plain_commit(&path, "packed only");
+        git(&path, &["gc", "--quiet"]);
+        assert!(path.join("objects/pack").is_dir());
+        drop(lent);
+        let head = storage
+            .read_repos
+            .lend(&tenant, &path)
+            .unwrap()
+            .head_state();
+        assert_eq!(head.unwrap().commit.to_string(), commit);
+        // Kept from here on: a second read finds it, and sees the next commit too.
+        let next = plain_commit(&path, "loose");
+        let again = storage
+            .read_repos
+            .lend(&tenant, &path)
+            .unwrap()
+            .head_state();
+        assert_eq!(again.unwrap().commit.to_string(), next);
     }
 }
