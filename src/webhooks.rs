@@ -224,7 +224,7 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
     let mut feed = None;
     let mut counted = [0i64; 2];
     let mut settled = None;
-    loop {
+    'follow: loop {
         let t = tenant.clone();
         let now = core.blocking(move |s| s.webhooks_stamp(&t)).await.flatten();
         if now.is_none() || now != stamp {
@@ -237,11 +237,22 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
                 }
                 Some(
                     Ok(_) | Err(StorageError::TenantNotFound(_) | StorageError::TenantMoved { .. }),
-                ) => break,
+                )
+                | None => {
+                    for follower in std::mem::take(&mut followers).into_values() {
+                        follower.task.abort();
+                    }
+                    count(&core, &mut counted, &[]);
+                    if leave(&core.tenants, &tenant, &wake) {
+                        break 'follow;
+                    }
+                    // Poked after that read (a subscription made meanwhile): read again.
+                    stamp = None;
+                    continue 'follow;
+                }
                 Some(Err(e)) => {
                     tracing::warn!(%tenant, error = %e, "could not read the tenant's webhooks")
                 }
-                None => break,
             }
         }
         if feed.is_none() {
@@ -289,11 +300,24 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
             () = tokio::time::sleep(TICK) => {}
         }
     }
-    for follower in followers.into_values() {
-        follower.task.abort();
+}
+
+/// A tenant's task leaves the tenants followed, unless it was poked since it last waited:
+/// [`Core::follow`] pokes the task it finds under the same lock, so a subscription made while
+/// the task was leaving is read by it (false: go on), or starts a new task once it left.
+fn leave(
+    tenants: &Mutex<HashMap<TenantId, Arc<Notify>>>,
+    tenant: &TenantId,
+    wake: &Notify,
+) -> bool {
+    use futures_util::FutureExt as _;
+    let mut tenants = tenants.lock().expect("not poisoned");
+    // A poke with no waiter is kept as a permit: taken here at once.
+    if wake.notified().now_or_never().is_some() {
+        return false;
     }
-    count(&core, &mut counted, &[]);
-    core.tenants.lock().expect("not poisoned").remove(&tenant);
+    tenants.remove(tenant);
+    true
 }
 
 /// Starts, updates and stops subscriptions' tasks to match `list`.
@@ -344,4 +368,24 @@ fn count(core: &Core, counted: &mut [i64; 2], list: &[Webhook]) {
             .add(now[i] - counted[i]);
     }
     *counted = now;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tenant_poked_while_its_task_leaves_is_followed_on() {
+        let tenants = Mutex::new(HashMap::new());
+        let acme = TenantId::parse("acme").unwrap();
+        let wake = Arc::new(Notify::new());
+        tenants.lock().unwrap().insert(acme.clone(), wake.clone());
+        // A subscription made after the task read none: `follow` found the task, and poked it.
+        wake.notify_one();
+        assert!(!leave(&tenants, &acme, &wake), "the task goes on");
+        assert!(tenants.lock().unwrap().contains_key(&acme));
+        // Not poked since: it leaves, and the next poke starts a new task.
+        assert!(leave(&tenants, &acme, &wake));
+        assert!(!tenants.lock().unwrap().contains_key(&acme));
+    }
 }
