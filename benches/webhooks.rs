@@ -132,7 +132,13 @@ fn receiver() -> (String, Arrivals) {
     (format!("http://{}", rx.recv().unwrap()), arrivals)
 }
 
-async fn receive(req: HttpRequest, arrivals: web::Data<Arrivals>) -> HttpResponse {
+/// Takes the body, as a receiver does to check its signature (and as keep-alive needs: a
+/// request whose body is left unread ends its connection, and the next delivery connects).
+async fn receive(
+    req: HttpRequest,
+    _body: web::Bytes,
+    arrivals: web::Data<Arrivals>,
+) -> HttpResponse {
     let now = Instant::now();
     let path = req.path().to_owned();
     if path.starts_with("/hang/") {
