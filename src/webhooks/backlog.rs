@@ -280,6 +280,10 @@ async fn deliver(
             unlogged.flush(core, tenant, def).await;
             drop(cursor);
         }
+        // At the head it was asked for: caught up, without claiming the cursor again to see it.
+        if reached == CursorPosition::at(head) {
+            return Ok(Step::CaughtUp);
+        }
         if let Some((_, i)) = plan.as_mut() {
             *i += 1;
         }
