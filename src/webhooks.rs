@@ -225,8 +225,30 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
     let mut counted = [0i64; 2];
     let mut settled = None;
     'follow: loop {
-        let t = tenant.clone();
-        let now = core.blocking(move |s| s.webhooks_stamp(&t)).await.flatten();
+        if feed.is_none() {
+            feed = core.events.subscribe_heads(&tenant).await.ok();
+        }
+        let head = feed
+            .as_mut()
+            .and_then(|f: &mut crate::storage::Subscription| {
+                let update = f.current();
+                (!update.moving).then_some(update.head.commit)
+            });
+        if head.is_none() {
+            feed = None;
+        }
+        // One trip to the blocking pool per new head: the subscriptions file's stamp, and the
+        // head made durable (its writer may not have synced it yet) before it is announced.
+        let to_settle = head.filter(|h| settled != Some(*h));
+        let (t, from) = (tenant.clone(), settled);
+        let (now, settling) = core
+            .blocking(move |s| {
+                let now = s.webhooks_stamp(&t);
+                (now, to_settle.map(|h| s.settle(&t, from, h)))
+            })
+            .await
+            .unzip();
+        let now = now.flatten();
         if now.is_none() || now != stamp {
             let t = tenant.clone();
             match core.blocking(move |s| s.webhooks(&t)).await {
@@ -255,34 +277,16 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
                 }
             }
         }
-        if feed.is_none() {
-            feed = core.events.subscribe_heads(&tenant).await.ok();
-        }
-        let head = feed
-            .as_mut()
-            .and_then(|f: &mut crate::storage::Subscription| {
-                let update = f.current();
-                (!update.moving).then_some(update.head.commit)
-            });
-        if head.is_none() {
-            feed = None;
-        }
-        // A head is announced once it is durable: its writer may not have synced it yet.
-        let head = match head {
-            Some(h) if settled != Some(h) => {
-                let (t, from) = (tenant.clone(), settled);
-                match core.blocking(move |s| s.settle(&t, from, h)).await {
-                    Some(Ok(())) => {
-                        settled = Some(h);
-                        Some(h)
-                    }
-                    other => {
-                        tracing::warn!(%tenant, error = ?other.map(|r| r.err()), "could not sync main before its webhooks");
-                        *head_tx.borrow()
-                    }
-                }
+        let head = match (to_settle, settling.flatten()) {
+            (Some(h), Some(Ok(()))) => {
+                settled = Some(h);
+                Some(h)
             }
-            other => other,
+            (Some(_), other) => {
+                tracing::warn!(%tenant, error = ?other.map(|r| r.err()), "could not sync main before its webhooks");
+                *head_tx.borrow()
+            }
+            (None, _) => head,
         };
         head_tx.send_if_modified(|h| std::mem::replace(h, head) != head);
         tokio::select! {
