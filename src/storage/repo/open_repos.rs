@@ -163,25 +163,20 @@ mod tests {
         let (_dir, storage, tenant) = crate::storage::test_storage();
         let path = storage.repo_path(&tenant);
         std::fs::remove_dir(path.join("objects/pack")).unwrap();
+        // A read's view of `main`, through a lent repository.
+        let head = || {
+            let lent = storage.read_repos.lend(&tenant, &path).unwrap();
+            lent.head_state().map(|h| h.commit.to_string())
+        };
         let lent = storage.read_repos.lend(&tenant, &path).unwrap();
         lent.head_state().unwrap();
         let commit = plain_commit(&path, "packed only");
         git(&path, &["gc", "--quiet"]);
         assert!(path.join("objects/pack").is_dir());
         drop(lent);
-        let head = storage
-            .read_repos
-            .lend(&tenant, &path)
-            .unwrap()
-            .head_state();
-        assert_eq!(head.unwrap().commit.to_string(), commit);
+        assert_eq!(head().unwrap(), commit);
         // Kept from here on: a second read finds it, and sees the next commit too.
         let next = plain_commit(&path, "loose");
-        let again = storage
-            .read_repos
-            .lend(&tenant, &path)
-            .unwrap()
-            .head_state();
-        assert_eq!(again.unwrap().commit.to_string(), next);
+        assert_eq!(head().unwrap(), next);
     }
 }
