@@ -9,19 +9,22 @@ fn ids(n: usize) -> Vec<WebhookId> {
     (0..n).map(|_| WebhookId::generate()).collect()
 }
 
+/// Subscriptions made one after another, each cursor at `commit(n)`: the ones before it are
+/// live when it is inserted.
+fn made(path: &Path, hooks: &[(&WebhookId, u8)]) {
+    let mut live = Vec::new();
+    for (id, n) in hooks {
+        insert(path, id, CursorPosition::at(commit(*n)), &live).unwrap();
+        live.push((*id).clone());
+    }
+}
+
 #[test]
 fn a_cursor_moves_durably_and_a_torn_slot_falls_back_one_step() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cursors");
     let [a, b] = <[WebhookId; 2]>::try_from(ids(2)).unwrap();
-    insert(&path, &a, CursorPosition::at(commit(1)), &[]).unwrap();
-    insert(
-        &path,
-        &b,
-        CursorPosition::at(commit(9)),
-        std::slice::from_ref(&a),
-    )
-    .unwrap();
+    made(&path, &[(&a, 1), (&b, 9)]);
     let mut c = DeliveryCursor::claim(&path, &a).unwrap().unwrap();
     let half = CursorPosition {
         through: commit(1),
@@ -48,9 +51,7 @@ fn each_record_has_one_holder_at_a_time_and_others_are_free() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cursors");
     let hooks = ids(3);
-    for (i, id) in hooks.iter().enumerate() {
-        insert(&path, id, CursorPosition::at(commit(i as u8)), &hooks[..i]).unwrap();
-    }
+    made(&path, &[(&hooks[0], 0), (&hooks[1], 1), (&hooks[2], 2)]);
     assert_eq!(std::fs::metadata(&path).unwrap().len(), 3 * RECORD as u64);
     let held = DeliveryCursor::claim(&path, &hooks[1]).unwrap().unwrap();
     assert!(
@@ -74,14 +75,7 @@ fn a_removed_record_is_reused_only_once_its_last_holder_lets_go() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cursors");
     let [a, b, c, d] = <[WebhookId; 4]>::try_from(ids(4)).unwrap();
-    insert(&path, &a, CursorPosition::at(commit(1)), &[]).unwrap();
-    insert(
-        &path,
-        &b,
-        CursorPosition::at(commit(2)),
-        std::slice::from_ref(&a),
-    )
-    .unwrap();
+    made(&path, &[(&a, 1), (&b, 2)]);
     // A delivery of `a` under way while `a` is removed: its late moves do not bring the
     // cursor back, so no delivery can claim it again.
     let mut late = DeliveryCursor::claim(&path, &a).unwrap().unwrap();
