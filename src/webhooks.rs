@@ -249,6 +249,19 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
             .await
             .unzip();
         let now = now.flatten();
+        // Settled is settled, whatever the list says next (a task that goes on after a poke
+        // does not sync the same head again).
+        let head = match (to_settle, settling.flatten()) {
+            (Some(h), Some(Ok(()))) => {
+                settled = Some(h);
+                Some(h)
+            }
+            (Some(_), other) => {
+                tracing::warn!(%tenant, error = ?other.map(|r| r.err()), "could not sync main before its webhooks");
+                *head_tx.borrow()
+            }
+            (None, _) => head,
+        };
         if now.is_none() || now != stamp {
             let t = tenant.clone();
             match core.blocking(move |s| s.webhooks(&t)).await {
@@ -277,17 +290,6 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
                 }
             }
         }
-        let head = match (to_settle, settling.flatten()) {
-            (Some(h), Some(Ok(()))) => {
-                settled = Some(h);
-                Some(h)
-            }
-            (Some(_), other) => {
-                tracing::warn!(%tenant, error = ?other.map(|r| r.err()), "could not sync main before its webhooks");
-                *head_tx.borrow()
-            }
-            (None, _) => head,
-        };
         head_tx.send_if_modified(|h| std::mem::replace(h, head) != head);
         tokio::select! {
             changed = async {
