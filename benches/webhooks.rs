@@ -495,11 +495,10 @@ fn main() {
     let gap = |none_before: f64, many: f64, none_after: f64| {
         (many / ((none_before + none_after) / 2.0) - 1.0) * 100.0
     };
-    let mut gaps = vec![gap(p50(&before), p50(&with_100), p50(&after))];
-    let mut rows = vec![(p50(&before), p50(&with_100), p50(&after))];
-    let mut busy_gaps = vec![gap(p50(&before), p50(&busy), p50(&after))];
+    // Per round: the no-subscription p50 before, with 100 subscriptions, after, and the
+    // control's; the gaps are derived from them.
+    let mut rows = vec![(p50(&before), p50(&with_100), p50(&after), p50(&busy))];
     // More rounds of phases 3 and 4: the gap's spread, in the same run.
-    let mut last_none = p50(&after);
     for r in 1..rounds {
         let paths: Vec<String> = (0..100).map(|i| format!("/round{r}/{i}")).collect();
         for p in &paths {
@@ -510,13 +509,13 @@ fn main() {
         unsubscribe_all(&http, &base, "acme");
         let (none, _) = writes(&http, &base, "acme", n);
         let (busy, _) = beside_busy(busy_share, || writes(&http, &base, "acme", n));
-        gaps.push(gap(last_none, p50(&many), p50(&none)));
-        busy_gaps.push(gap(last_none, p50(&busy), p50(&none)));
-        rows.push((last_none, p50(&many), p50(&none)));
-        last_none = p50(&none);
+        let last_none = rows[rows.len() - 1].2;
+        rows.push((last_none, p50(&many), p50(&none), p50(&busy)));
     }
+    let gaps: Vec<f64> = rows.iter().map(|&(b, m, a, _)| gap(b, m, a)).collect();
+    let busy_gaps: Vec<f64> = rows.iter().map(|&(b, _, a, c)| gap(b, c, a)).collect();
     println!("\nPUT p50 with 100 subscriptions vs without (against the mean of the no-subscription phases before and after it), by round:");
-    for (i, (((b, m, a), g), busy)) in rows.iter().zip(&gaps).zip(&busy_gaps).enumerate() {
+    for (i, ((b, m, a, _), (g, busy))) in rows.iter().zip(gaps.iter().zip(&busy_gaps)).enumerate() {
         println!(
             "- round {}: {:.2} ms against {:.2} and {:.2} ms: {g:+.1}% (control, no subscription and {busy_share} of a core busy at nice 10 beside: {busy:+.1}%)",
             i + 1,

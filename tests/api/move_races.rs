@@ -546,7 +546,6 @@ fn webhooks_move_with_the_tenant_over_a_slow_link_and_skip_nothing() {
         if firsts.len() >= want.len() || Instant::now() > deadline {
             break firsts;
         }
-
         std::thread::sleep(Duration::from_millis(50));
     };
     let differs = firsts.iter().zip(&want).position(|(a, b)| a != b);
