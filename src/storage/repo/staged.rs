@@ -271,18 +271,32 @@ mod tests {
     fn nothing_is_named_before_publish_and_a_dropped_attempt_leaves_nothing() {
         let (_dir, storage, tenant) = crate::storage::test_storage();
         let repo = TenantRepo::open(&tenant, &storage.repo_path(&tenant)).unwrap();
-        let mut staged = Staged::new(&repo, false);
-        let id = repo
-            .stage_object(&mut staged, ObjectType::Blob, b"staged: true\n")
-            .unwrap();
+        let id = git2::Oid::hash_object(ObjectType::Blob, b"staged: true\n").unwrap();
         let path = repo.loose_path(id);
+        let fanout = path.parent().unwrap().to_owned();
+        // The tenant's first commit is dated, so its objects land in any fan-out folder,
+        // this one too now and then: what the attempt leaves is what was not there before.
+        let listing = || -> std::collections::BTreeSet<_> {
+            std::fs::read_dir(&fanout)
+                .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+                .unwrap_or_default()
+        };
+        let before = listing();
+        let mut staged = Staged::new(&repo, false);
+        assert_eq!(
+            repo.stage_object(&mut staged, ObjectType::Blob, b"staged: true\n")
+                .unwrap(),
+            id
+        );
         assert!(!path.exists(), "named before its bytes were synced");
         assert_eq!(staged.blob(id), Some(&b"staged: true\n"[..]));
-        let fanout = path.parent().unwrap().to_owned();
+        assert_ne!(
+            listing(),
+            before,
+            "nothing was staged in the fan-out folder"
+        );
         drop(staged);
-        let left: Vec<_> = std::fs::read_dir(&fanout)
-            .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
-            .unwrap_or_default();
+        let left: Vec<_> = listing().difference(&before).cloned().collect();
         assert!(left.is_empty(), "a dropped attempt left {left:?}");
         let (_, path) = write_blob(&repo, b"staged: true\n");
         assert!(loose_is_whole(&path, id));
