@@ -216,22 +216,28 @@ pub fn prefers(req: &actix_web::HttpRequest, media_wanted: &str) -> bool {
     else {
         return false;
     };
+    // Media types compare without case; nothing is allocated (browsers and curl send
+    // `Accept` with every GET).
+    let is = |media: &str, name: &str| media.eq_ignore_ascii_case(name);
     accept
         .split(',')
-        .filter_map(|range| {
+        .find_map(|range| {
             let mut parts = range.split(';').map(str::trim);
-            let media = parts.next()?.to_ascii_lowercase();
+            let media = parts.next()?;
             let refused = parts.any(|p| {
                 p.strip_prefix("q=")
                     .is_some_and(|q| q.parse::<f32>().is_ok_and(|q| q <= 0.0))
             });
-            let known = matches!(media.as_str(), "application/json" | "application/*" | "*/*")
-                || media == media_wanted
-                || media.strip_suffix("/*") == Some(kind);
+            let any_of_kind = media.len() == kind.len() + 2
+                && media.ends_with("/*")
+                && is(&media[..kind.len()], kind);
+            let known = ["application/json", "application/*", "*/*", media_wanted]
+                .iter()
+                .any(|name| is(media, name))
+                || any_of_kind;
             (known && !refused).then_some(media)
         })
-        .next()
-        .is_some_and(|m| m == media_wanted)
+        .is_some_and(|m| is(m, media_wanted))
 }
 
 /// A file's stored bytes as they are, for a GET that asked for YAML.
@@ -280,6 +286,11 @@ mod tests {
             (Some("application/json, application/yaml"), false),
             (Some("application/yaml;q=0, application/json"), false),
             (Some("text/yaml"), false),
+            (Some("APPLICATION/*, application/yaml"), false),
+            (Some("application/*;q=0, application/yaml"), true),
+            (Some("applicatio/*, application/yaml"), true),
+            // Not visible ASCII: the header is not read at all.
+            (Some("é/*, application/yaml"), false),
         ] {
             assert_eq!(asks(accept), yaml, "{accept:?}");
         }
