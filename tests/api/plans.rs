@@ -182,6 +182,25 @@ async fn a_write_is_one_commit_that_changes_only_its_file_with_author_and_traile
 }
 
 #[tokio::test]
+async fn a_write_without_a_request_id_records_the_one_it_answers_with() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", ALL);
+    let res = app
+        .put_integration(
+            &t,
+            &json!({"content": {"aws": []}, "file_sha": app.blob("acme", "integrations.yml")}),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    let answered = res.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let recorded = app.git(
+        "acme",
+        &["log", "-1", "--format=%(trailers:key=Request-Id,valueonly)"],
+    );
+    assert_eq!(recorded, answered);
+}
+
+#[tokio::test]
 async fn writing_the_same_bytes_makes_no_commit() {
     let app = TestApp::spawn().await;
     let t = token("acme", ALL);
