@@ -3,7 +3,11 @@
 //!
 //! The kernel queues an inotify event inside the rename or write that moves a ref, so draining
 //! the queue before answering sees every change that finished before the request. Reading the
-//! queue is a non-blocking read of an inotify descriptor, not disk I/O. When a watch cannot be
+//! queue is a non-blocking read of an inotify descriptor, not disk I/O, and only when an epoll
+//! set that holds the descriptor says events are queued: the kernel puts the descriptor on the
+//! set's ready list inside the same call that queues the event, and a wait with a zero timeout
+//! reads that list without a lock, where a read of the empty queue takes the queue's lock and
+//! wait queue (a cached GET's one system call, 10% of its CPU at c=64). When a watch cannot be
 //! added (the kernel's watch limit) or the queue overflows, tenants are simply not "known" and
 //! readers fall back to reading the ref file.
 //!
@@ -15,8 +19,10 @@ pub(super) mod feed;
 use crate::domain::{CommitId, TenantId};
 use foldhash::fast::RandomState;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
+use rustix::event::epoll;
 use std::collections::HashMap;
 use std::io::ErrorKind;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -42,6 +48,8 @@ enum Shard {
 #[derive(Debug)]
 struct Inner {
     inotify: Inotify,
+    /// An epoll set holding `inotify` alone, level-triggered: ready while events are queued.
+    queued: OwnedFd,
     /// Which tenants each watch belongs to, and whether it watches the repository folder
     /// (where only `packed-refs` matters) rather than `refs/heads`. Several tenant ids can
     /// name one folder (ids that differ in case on a case-insensitive volume): the kernel
@@ -213,8 +221,18 @@ impl Default for HeadWatch {
 
 impl Inner {
     fn new() -> Option<Self> {
+        let inotify = Inotify::init().ok()?;
+        let queued = epoll::create(epoll::CreateFlags::CLOEXEC).ok()?;
+        epoll::add(
+            &queued,
+            &inotify,
+            epoll::EventData::new_u64(0),
+            epoll::EventFlags::IN,
+        )
+        .ok()?;
         Some(Self {
-            inotify: Inotify::init().ok()?,
+            inotify,
+            queued,
             watches: HashMap::default(),
             known: HashMap::default(),
             epoch: 0,
@@ -224,8 +242,22 @@ impl Inner {
         })
     }
 
+    /// Whether events may be queued: the epoll set has the inotify descriptor ready, or it
+    /// could not be asked (then the queue is read, as it always was).
+    fn may_have_events(&self) -> bool {
+        let mut ready = [std::mem::MaybeUninit::<epoll::Event>::uninit(); 1];
+        let now = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        !matches!(epoll::wait(&self.queued, &mut ready, Some(&now)), Ok((ready, _)) if ready.is_empty())
+    }
+
     /// Applies every queued event: the tenants concerned are no longer known.
     fn drain(&mut self) {
+        if !self.may_have_events() {
+            return;
+        }
         loop {
             let events = match self.inotify.read_events(&mut self.buffer) {
                 Ok(events) => events,
