@@ -185,14 +185,23 @@ async fn every_commit_reaches_the_receiver_signed_in_order_plain_git_too() {
         .collect();
     assert_eq!(seen, conf_only);
 
+    // The receiver records a delivery before it answers; the dispatcher logs the attempt only
+    // once its cursor has moved durably after that answer: the log may lag a little.
     let id = all["id"].as_str().unwrap();
-    let log: Value = app
-        .webhook_deliveries(&webhooks_token("acme"), id, "?limit=3")
-        .await
-        .json()
-        .await
-        .unwrap();
-    let log = log["deliveries"].as_array().unwrap();
+    let log = until(Duration::from_secs(30), || async {
+        let log: Value = app
+            .webhook_deliveries(&webhooks_token("acme"), id, "?limit=3")
+            .await
+            .json()
+            .await
+            .unwrap();
+        let log = log["deliveries"].as_array().unwrap().clone();
+        (log.first()
+            .is_some_and(|d| d["commit_sha"] == plain.as_str()))
+        .then_some(log)
+    })
+    .await
+    .expect("the plain-git commit's delivery in the log");
     assert_eq!(log.len(), 3);
     assert_eq!(log[0]["commit_sha"], plain.as_str(), "newest first");
     assert_eq!(log[0]["status"], 200);
@@ -201,7 +210,28 @@ async fn every_commit_reaches_the_receiver_signed_in_order_plain_git_too() {
         "planfiles_webhook_attempts_total{{outcome=\"delivered\"}} {}",
         want.len() + conf_only.len()
     );
-    assert!(app.metrics().await.contains(&delivered), "{delivered}");
+    let counted = until(Duration::from_secs(30), || async {
+        app.metrics().await.contains(&delivered).then_some(())
+    })
+    .await;
+    assert!(counted.is_some(), "{delivered}");
+}
+
+/// What `probe` gives once it gives something, asked every 20 ms for up to `within`.
+async fn until<T, F: std::future::Future<Output = Option<T>>>(
+    within: Duration,
+    probe: impl Fn() -> F,
+) -> Option<T> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(found) = probe().await {
+            return Some(found);
+        }
+        if std::time::Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// `main` moved back by plain git: `main.reset`, then what comes after the new head.
