@@ -399,7 +399,12 @@ fn the_negative_control_loses_acknowledged_files() {
     };
     let base = host.empty_disk("control");
     let mut vm = host.boot(&base, Mode::Control, "control");
-    // Long enough for ext4's journal to commit (every 5 s) while files are written.
+    // The guest's kernel boots under emulation first (its time varies with the host's load);
+    // then long enough for ext4's journal to commit (every 5 s) while files are written.
+    let booted = std::time::Instant::now() + Duration::from_secs(180);
+    while vm.acks.lock().unwrap().is_empty() && std::time::Instant::now() < booted {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     std::thread::sleep(Duration::from_secs(10));
     vm.kill();
     let acks = vm.acks.lock().unwrap().clone();

@@ -379,6 +379,14 @@ fn load_round(image: &Image, setup: Setup, first: bool) -> (Found, Image, Option
         let (base, acked, stop) = (server.addr.clone(), acked.clone(), stop.clone());
         std::thread::spawn(move || blind_client(base, id, acked, stop))
     }));
+    // The first writes of a fresh server on FUSE can be slow on a loaded machine: the cut
+    // comes at a random moment once some are acknowledged.
+    let started = std::time::Instant::now();
+    while acked.lock().unwrap().commits.values().all(Vec::is_empty)
+        && started.elapsed() < Duration::from_secs(60)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     std::thread::sleep(Duration::from_millis(rand::rng().random_range(200..1200)));
     let batched = batches_of_several(&server.addr);
     // The cut: the server stops where it is, what is durable now is what survives, and the
