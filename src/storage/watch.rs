@@ -411,20 +411,24 @@ mod tests {
         let (slow, other) = (TenantId::parse("t").unwrap(), TenantId::parse("u").unwrap());
         let watch = std::sync::Arc::new(HeadWatch::with_shards(1, || Shard::Unused));
         watch.note(&other, &repo, commit(2), || Some(commit(2)));
+        let (reading, read_began) = std::sync::mpsc::channel();
         let noter = {
             let (watch, repo, slow) = (watch.clone(), repo.clone(), slow.clone());
             std::thread::spawn(move || {
                 watch.note(&slow, &repo, commit(1), || {
-                    std::thread::sleep(std::time::Duration::from_millis(600));
+                    let _ = reading.send(());
+                    std::thread::sleep(std::time::Duration::from_millis(1500));
                     Some(commit(1))
                 })
             })
         };
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        read_began
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap();
         let t = std::time::Instant::now();
         assert_eq!(watch.known_head(&other), Some(commit(2)));
         assert!(
-            t.elapsed() < std::time::Duration::from_millis(300),
+            t.elapsed() < std::time::Duration::from_millis(1000),
             "a lookup waited {:?} for a note's disk read",
             t.elapsed()
         );

@@ -607,11 +607,12 @@ fn tenant_set_gets_past_a_config_lock_left_behind() {
 
     // Fresh: another process is changing the config; the set waits for it to finish.
     let lock = leave_config_lock(&repo, std::time::SystemTime::now());
+    // Taken before the thread starts: the lock goes 1.5 s after this at the earliest.
+    let started = std::time::Instant::now();
     let release = std::thread::spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(1500));
         std::fs::remove_file(lock).unwrap();
     });
-    let started = std::time::Instant::now();
     let (code, _, err) = set("off");
     release.join().unwrap();
     assert_eq!(code, 0, "{err}");

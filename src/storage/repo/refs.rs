@@ -294,13 +294,14 @@ mod tests {
         let lock = path.join("refs/heads/main.lock");
         std::fs::write(&lock, "x").unwrap();
         let held = lock.clone();
+        // Taken before the thread starts: the lock goes 150 ms after this at the earliest.
+        let started = std::time::Instant::now();
         let git = std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(150));
             std::fs::remove_file(held).unwrap();
         });
-        let started = std::time::Instant::now();
         assert_eq!(repo.fence(|| Ok(7)).unwrap(), 7);
-        assert!(started.elapsed() >= std::time::Duration::from_millis(140));
+        assert!(started.elapsed() >= std::time::Duration::from_millis(150));
         assert!(!lock.exists());
         git.join().unwrap();
     }
