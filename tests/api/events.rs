@@ -306,8 +306,9 @@ async fn another_process_writes_arrive_on_streams_and_long_polls() {
     let written: Value = put.json().await.unwrap();
     let (answered, res) = poll.await.unwrap();
     let delay = answered.saturating_duration_since(acked);
+    // inotify wakes the feed at once; the margin is for a loaded machine.
     assert!(
-        delay < Duration::from_millis(200),
+        delay < Duration::from_millis(500),
         "answered {delay:?} after the PUT"
     );
     assert_eq!(res.status(), 200);
