@@ -297,14 +297,14 @@ fn main() {
         floor_serial.floor_note()
     );
     targets.push((
-        "Serial durable PUT p50 <= 2x the floor's (median of rounds)".into(),
+        "Serial durable PUT p50 <= 1.5x the floor's (median of rounds)".into(),
         format!(
             "{} ({:.2} vs {:.2} ms, all rounds)",
             serial_ratios.describe(2, "x"),
             ours_s.ms(0.5),
             floor_s.ms(0.5)
         ),
-        serial_ratio <= 2.0,
+        serial_ratio <= 1.5,
     ));
     let cli_repo = dir.path().join("cli.git");
     fixtures::history(&cli_repo, 1);
