@@ -25,10 +25,7 @@ struct Remembered {
 }
 
 fn signature(token: &[u8]) -> &[u8] {
-    token
-        .iter()
-        .rposition(|&b| b == b'.')
-        .map_or(token, |dot| &token[dot + 1..])
+    memchr::memrchr(b'.', token).map_or(token, |dot| &token[dot + 1..])
 }
 
 impl VerifiedTokens {

@@ -216,6 +216,10 @@ pub fn prefers(req: &actix_web::HttpRequest, media_wanted: &str) -> bool {
     else {
         return false;
     };
+    // What curl and fetch() send by default: anything, so JSON.
+    if accept == "*/*" {
+        return false;
+    }
     // Media types compare without case; nothing is allocated (browsers and curl send
     // `Accept` with every GET).
     let is = |media: &str, name: &str| media.eq_ignore_ascii_case(name);
