@@ -378,6 +378,11 @@ mod tests {
             a.count_request(route, "PUT", 200 + i, 0.001);
         }
         a.count_request(route, "GET", 200, 0.001);
+        assert_eq!(
+            HOT.with_borrow(Vec::len),
+            HOT_SERIES,
+            "a thread keeps no more"
+        );
         // Another thread has its own cache and counts into the same series.
         std::thread::scope(|s| {
             s.spawn(|| a.count_request(route, "GET", 200, 0.001));

@@ -152,15 +152,17 @@ fn main() {
         }
     }
     let get_only = std::env::args().any(|a| a == "--get-only");
-    let t = Instant::now();
-    for n in s.deep.into_iter().filter(|_| !get_only) {
-        fixtures::history(&tenants.join(format!("deep{n}.git")), n);
+    if !get_only {
+        let t = Instant::now();
+        for n in s.deep {
+            fixtures::history(&tenants.join(format!("deep{n}.git")), n);
+        }
+        println!(
+            "built histories of {:?} commits with git fast-import in {:.1} s",
+            s.deep,
+            t.elapsed().as_secs_f64()
+        );
     }
-    println!(
-        "built histories of {:?} commits with git fast-import in {:.1} s",
-        s.deep,
-        t.elapsed().as_secs_f64()
-    );
 
     let addr = start_planfiles(dir.path());
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -219,8 +221,7 @@ fn main() {
                         .summary()
                 });
             }
-            let (o, b): (&load::Summary, &load::Summary) =
-                (ours.last().unwrap(), base.last().unwrap());
+            let (o, b) = (ours.last().unwrap(), base.last().unwrap());
             rps_ratios.push(o.rps() / b.rps());
             p50_ratios.push(o.p50_ms / b.p50_ms);
         }

@@ -373,8 +373,8 @@ fn events_of(
     events
 }
 
-/// Waits for the dispatcher's CPU budget (in turn, then a second at most) before an attempt; the caller
-/// looks at where the tenant is afterwards.
+/// Waits for the dispatcher's CPU budget (in turn, then a second at most) before an attempt;
+/// the caller looks at where the tenant is afterwards.
 async fn paced(core: &Core) {
     let waited = core.budget.turn().await;
     if !waited.is_zero() {

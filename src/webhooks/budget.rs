@@ -91,7 +91,8 @@ impl CpuBudget {
         };
         let asked = Instant::now();
         let mut balance = self.balance.lock().await;
-        let (its_turn, deadline) = (Instant::now(), Instant::now() + MAX_WAIT);
+        let its_turn = Instant::now();
+        let deadline = its_turn + MAX_WAIT;
         loop {
             let (now, used) = (Instant::now(), self.used());
             let earned = share * now.duration_since(balance.at).as_secs_f64();
