@@ -167,7 +167,10 @@ impl reqwest::dns::Resolve for CheckedResolver {
 }
 
 /// Not private, loopback, link-local, shared (CGNAT), multicast, documentation or otherwise
-/// reserved; an IPv4 address inside IPv6 (mapped, NAT64) is judged as the IPv4 address.
+/// reserved. An IPv4 address carried inside IPv6 is judged as the IPv4 address: mapped,
+/// NAT64's well-known prefix, 6to4 (`2002::/16`) and both of Teredo's (`2001::/32`: the server
+/// and the client, whose bits are inverted). NAT64's local-use prefix (`64:ff9b:1::/48`)
+/// reaches whatever its local translator reaches: refused.
 fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_public_v4(v4),
@@ -176,12 +179,25 @@ fn is_public(ip: IpAddr) -> bool {
                 return is_public_v4(v4);
             }
             let s = v6.segments();
+            let v4 = |hi: u16, lo: u16| {
+                let [a, b] = hi.to_be_bytes();
+                let [c, d] = lo.to_be_bytes();
+                Ipv4Addr::new(a, b, c, d)
+            };
             if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
-                let [a, b] = s[6].to_be_bytes();
-                let [c, d] = s[7].to_be_bytes();
-                return is_public_v4(Ipv4Addr::new(a, b, c, d));
+                return is_public_v4(v4(s[6], s[7]));
+            }
+            if s[0] == 0x64 && s[1] == 0xff9b && s[2] == 1 {
+                return false;
+            }
+            if s[0] == 0x2002 {
+                return is_public_v4(v4(s[1], s[2]));
+            }
+            if s[0] == 0x2001 && s[1] == 0 {
+                return is_public_v4(v4(s[2], s[3])) && is_public_v4(v4(!s[6], !s[7]));
             }
             !(v6.is_unspecified()
+                || (s[0] == 0x100 && s[1..4] == [0, 0, 0]) // discard-only
                 || v6.is_loopback()
                 || v6.is_multicast()
                 || (s[0] & 0xfe00) == 0xfc00 // unique local
@@ -238,6 +254,14 @@ mod tests {
             "::ffff:10.0.0.1",
             "64:ff9b::a9fe:a9fe",
             "2001:db8::1",
+            // NAT64 local use, whatever follows it; 6to4 and Teredo of private addresses.
+            "64:ff9b:1::7f00:1",
+            "64:ff9b:1:ffff::808:808",
+            "2002:7f00:1::",
+            "2002:a00:1::1",
+            "2001:0:7f00:1::1",
+            "2001:0:808:808::80ff:fefe",
+            "100::1",
         ] {
             let ip: IpAddr = refused.parse().unwrap();
             assert!(rules.check_ip(ip).is_err(), "{refused}");
@@ -247,6 +271,9 @@ mod tests {
             "1.1.1.1",
             "2606:4700::1111",
             "64:ff9b::101:101",
+            "2002:808:808::1",
+            // Teredo: server 8.8.8.8, client 1.1.1.1 (stored inverted: fefe:fefe).
+            "2001:0:808:808::fefe:fefe",
         ] {
             let ip: IpAddr = public.parse().unwrap();
             assert!(rules.check_ip(ip).is_ok(), "{public}");
