@@ -49,17 +49,20 @@ pub struct GroupRefused {
 
 impl Durability {
     /// The mode for `setting` on `volume` (`None`: its type could not be read). `auto` is
-    /// group commit only where `syncfs` is known to flush, or `trust_syncfs` says the
-    /// operator knows it does; an explicit `group` elsewhere is refused.
+    /// group commit only where `syncfs` is known to flush and the project has cut the power
+    /// under it at the block level (ext4), or `trust_syncfs` says the operator knows it is
+    /// safe; an explicit `group` is taken wherever `syncfs` flushes (xfs, btrfs, f2fs too)
+    /// and refused elsewhere.
     pub fn choose(
         setting: DurabilitySetting,
         trust_syncfs: bool,
         volume: Option<&Volume>,
     ) -> Result<Durability, GroupRefused> {
         let flushes = trust_syncfs || volume.is_some_and(Volume::syncfs_flushes);
+        let proven = trust_syncfs || volume.is_some_and(Volume::group_crash_tested);
         match setting {
             DurabilitySetting::Fsync => Ok(Durability::Fsync),
-            DurabilitySetting::Auto if flushes => Ok(Durability::Group),
+            DurabilitySetting::Auto if proven => Ok(Durability::Group),
             DurabilitySetting::Auto => Ok(Durability::Fsync),
             DurabilitySetting::Group if flushes => Ok(Durability::Group),
             DurabilitySetting::Group => Err(GroupRefused {
@@ -456,8 +459,15 @@ mod tests {
         let ext4 = Volume::from_magic(0xEF53);
         let fuse = Volume::from_magic(0x6573_5546);
         let tmpfs = Volume::from_magic(0x0102_1994);
+        let xfs = Volume::from_magic(0x5846_5342);
+        let btrfs = Volume::from_magic(0x9123_683E);
         for (setting, trust, volume, expect) in [
             (Auto, false, Some(&ext4), Ok(Durability::Group)),
+            // Not cut at the block level here: per-file fsync unless asked.
+            (Auto, false, Some(&xfs), Ok(Durability::Fsync)),
+            (Auto, false, Some(&btrfs), Ok(Durability::Fsync)),
+            (Group, false, Some(&xfs), Ok(Durability::Group)),
+            (Auto, true, Some(&btrfs), Ok(Durability::Group)),
             (Auto, false, Some(&fuse), Ok(Durability::Fsync)),
             (Auto, false, Some(&tmpfs), Ok(Durability::Fsync)),
             (Auto, false, None, Ok(Durability::Fsync)),

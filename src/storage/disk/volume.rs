@@ -26,6 +26,9 @@ struct Known {
     /// device (the file system's own `sync_fs`: a journal commit, a transaction commit or a
     /// checkpoint), and reports writeback errors (Linux 5.8 and later).
     syncfs_flushes: bool,
+    /// Group commit on it has been cut at the block level and lost nothing
+    /// (`tests/block_crash`): what `durability = "auto"` asks before it picks group commit.
+    crash_tested: bool,
 }
 
 const fn fs(magic: u32, name: &'static str, shared: bool, syncfs_flushes: bool) -> Known {
@@ -34,6 +37,15 @@ const fn fs(magic: u32, name: &'static str, shared: bool, syncfs_flushes: bool) 
         name,
         shared,
         syncfs_flushes,
+        crash_tested: false,
+    }
+}
+
+/// A file system on which group commit has been crashed at the block level.
+const fn crash_tested(known: Known) -> Known {
+    Known {
+        crash_tested: true,
+        ..known
     }
 }
 
@@ -42,7 +54,7 @@ const fn fs(magic: u32, name: &'static str, shared: bool, syncfs_flushes: bool) 
 /// whose daemon the kernel never passes `syncfs` to; network and cluster file systems;
 /// overlay; tmpfs; anything not listed) gets per-file `fsync` under `durability = "auto"`.
 const KNOWN: &[Known] = &[
-    fs(0x0000_EF53, "ext4", false, true),
+    crash_tested(fs(0x0000_EF53, "ext4", false, true)),
     fs(0x5846_5342, "xfs", false, true),
     fs(0x9123_683E, "btrfs", false, true),
     fs(0xF2F5_2010, "f2fs", false, true),
@@ -103,6 +115,12 @@ impl Volume {
     /// True on the local block file systems whose `syncfs` is known to reach the disk.
     pub fn syncfs_flushes(&self) -> bool {
         self.known().is_some_and(|k| k.syncfs_flushes)
+    }
+
+    /// True where group commit is also proven by a power cut at the block level (ext4).
+    pub fn group_crash_tested(&self) -> bool {
+        self.known()
+            .is_some_and(|k| k.syncfs_flushes && k.crash_tested)
     }
 }
 
