@@ -103,7 +103,9 @@ pub fn run(quick: bool) -> Vec<(String, String, bool)> {
         found.omitted
     );
 
+    let bomb = alias_bomb(if quick { 200 } else { 1_000 });
     vec![
+        bomb,
         (
             "Serial durable PUT p50 of a seed-sized file, with vs without validators <= +5% (median of rounds)".into(),
             format!(
@@ -120,4 +122,51 @@ pub fn run(quick: bool) -> Vec<(String, String, bool)> {
             true,
         ),
     ]
+}
+
+/// One thread: a 400-byte YAML alias bomb refused as client text, beside a valid file of the
+/// same size that uses an alias too (the baseline), `n` times each, alternating.
+fn alias_bomb(n: u32) -> (String, String, bool) {
+    println!("\n## One thread: a 400-byte alias bomb refused, beside a valid file of its size");
+    let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x]\n");
+    for (prev, next) in ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .iter()
+        .zip(["b", "c", "d", "e", "f", "g", "h", "i"])
+    {
+        let items = vec![format!("*{prev}"); 9].join(",");
+        bomb.push_str(&format!("{next}: &{next} [{items}]\n"));
+    }
+    let mut valid = String::from("regions: &r [us-east-1, eu-west-1]\naws:\n");
+    let mut i = 0;
+    while valid.len() < bomb.len() {
+        valid.push_str(&format!(
+            "  - {{account_id: \"{i:012}\", regions: *r, type: aws}}\n"
+        ));
+        i += 1;
+    }
+    let (mut bomb_s, mut valid_s) = (Vec::new(), Vec::new());
+    for _ in 0..n {
+        let t = Instant::now();
+        assert!(yaml::parse_client_text(&bomb).is_err());
+        bomb_s.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        assert!(yaml::parse_client_text(&valid).is_ok());
+        valid_s.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    let p = |v: &mut Vec<f64>, q: f64| {
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * q) as usize]
+    };
+    let (b50, b99) = (p(&mut bomb_s, 0.5), p(&mut bomb_s, 0.99));
+    let (v50, v99) = (p(&mut valid_s, 0.5), p(&mut valid_s, 0.99));
+    println!(
+        "bomb ({} bytes) p50 {b50:.3} ms p99 {b99:.3} ms; valid ({} bytes) p50 {v50:.3} ms p99 {v99:.3} ms",
+        bomb.len(),
+        valid.len()
+    );
+    (
+        "A 400-byte YAML alias bomb refused within 1 ms of one thread (p99)".into(),
+        format!("p50 {b50:.3} ms, p99 {b99:.3} ms (a valid file of its size: p50 {v50:.3} ms)"),
+        b99 <= 1.0,
+    )
 }
