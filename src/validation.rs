@@ -72,6 +72,15 @@ impl Violations {
         }
     }
 
+    /// These and then `more`'s, within the same bound of [`MAX_VIOLATIONS`] listed.
+    pub fn and(mut self, more: Violations) -> Self {
+        for v in more.list {
+            self.push(v);
+        }
+        self.omitted += more.omitted;
+        self
+    }
+
     /// Each pointer placed under `prefix` (`/content`, `/payload`, a part's name).
     pub fn under(mut self, prefix: &str) -> Self {
         for v in &mut self.list {

@@ -6,7 +6,7 @@ use super::write::{file_sha, new_doc, preconditions, Part, Planned, Shape};
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{ContentError, PlanFile};
-use crate::validation::SchemaSet;
+use crate::validation::{SchemaSet, Violations};
 use actix_web::{web, HttpRequest};
 
 /// `POST /plans/commits`: both files (or one) in one commit, all or nothing.
@@ -91,10 +91,34 @@ fn plan(
         found.push((file, part, sha));
     }
     let mut parts = Vec::new();
+    // Every part's violations at once (up to 100 in all), each pointer under its part.
+    let mut refused: Vec<(PlanFile, Violations)> = Vec::new();
     for (file, part, sha) in found {
         let mut part = part?.expect("a part that is sent is not null");
-        let (doc, json) = new_doc(file, &mut part, schemas).map_err(|e| e.in_part(file))?;
-        parts.push((file, doc, json, sha));
+        match new_doc(file, &mut part, schemas) {
+            Ok((doc, json)) => parts.push((file, doc, json, sha)),
+            Err(ApiError::SchemaViolation { violations, .. }) => refused.push((file, violations)),
+            Err(e) => return Err(e.in_part(file)),
+        }
+    }
+    match refused.as_slice() {
+        [] => {}
+        [(file, violations)] => {
+            return Err(ApiError::SchemaViolation {
+                files: vec![*file],
+                violations: violations.clone(),
+            }
+            .in_part(*file))
+        }
+        _ => {
+            let files = refused.iter().map(|(f, _)| *f).collect();
+            let violations = refused
+                .into_iter()
+                .map(|(f, v)| v.under(&format!("/{}", f.part_name())))
+                .reduce(Violations::and)
+                .unwrap_or_default();
+            return Err(ApiError::SchemaViolation { files, violations });
+        }
     }
     let subject = body.message()?;
     if parts.is_empty() {

@@ -57,10 +57,11 @@ pub enum ApiError {
     FileShaNotAllowed,
     #[error("{0}")]
     InvalidContent(ContentError),
-    /// A document that breaks the operator's schemas.
-    #[error("{}", describe_violations(*file, violations))]
+    /// Documents that break the operator's schemas: one file's, or both files' of `POST
+    /// /plans/commits` (then each pointer names its part).
+    #[error("{}", describe_violations(files, violations))]
     SchemaViolation {
-        file: PlanFile,
+        files: Vec<PlanFile>,
         violations: crate::validation::Violations,
     },
     #[error("send file_sha (the sha from your last read) or an If-Match header")]
@@ -300,7 +301,7 @@ impl ApiError {
 }
 
 /// The detail of a 422 `schema_violation`: how many rules, and the first.
-fn describe_violations(file: PlanFile, found: &crate::validation::Violations) -> String {
+fn describe_violations(files: &[PlanFile], found: &crate::validation::Violations) -> String {
     let count = found.list.len() + found.omitted;
     let first = found
         .list
@@ -308,9 +309,15 @@ fn describe_violations(file: PlanFile, found: &crate::validation::Violations) ->
         .map(|v| format!(": {}: {}", v.pointer, v.message))
         .unwrap_or_default();
     format!(
-        "{} breaks {count} rule{} of its schemas, listed in errors{first}",
-        file.path(),
-        if count == 1 { "" } else { "s" }
+        "{} {} {count} rule{} of {} schemas, listed in errors{first}",
+        files
+            .iter()
+            .map(|f| f.path())
+            .collect::<Vec<_>>()
+            .join(" and "),
+        if files.len() == 1 { "breaks" } else { "break" },
+        if count == 1 { "" } else { "s" },
+        if files.len() == 1 { "its" } else { "their" }
     )
 }
 
@@ -328,12 +335,12 @@ fn part_pointer(file: PlanFile, inner: &ApiError) -> String {
 }
 
 impl ApiError {
-    /// The file whose write a validator refused, if this is that refusal.
-    pub fn schema_refusal(&self) -> Option<PlanFile> {
+    /// The files whose write a validator refused, if this is that refusal.
+    pub fn schema_refusal(&self) -> &[PlanFile] {
         match self {
-            ApiError::SchemaViolation { file, .. } => Some(*file),
+            ApiError::SchemaViolation { files, .. } => files,
             ApiError::Part { inner, .. } => inner.schema_refusal(),
-            _ => None,
+            _ => &[],
         }
     }
 
@@ -378,16 +385,12 @@ impl ResponseError for ApiError {
             (ApiError::Part { .. }, ApiError::InvalidContent(e)) => {
                 format!("{}: {}", pointer.clone().unwrap_or_default(), e.message)
             }
-            (
-                ApiError::Part { file, .. },
-                ApiError::SchemaViolation {
-                    file: f,
-                    violations,
-                },
-            ) => describe_violations(
-                *f,
-                &violations.clone().under(&format!("/{}", file.part_name())),
-            ),
+            (ApiError::Part { file, .. }, ApiError::SchemaViolation { files, violations }) => {
+                describe_violations(
+                    files,
+                    &violations.clone().under(&format!("/{}", file.part_name())),
+                )
+            }
             _ => detail,
         };
         match inner {

@@ -62,7 +62,7 @@ impl Intake {
 impl AppState {
     /// `e`, counted in `schema_refusals_total` when a validator refused the write.
     pub(super) fn counted(&self, e: ApiError) -> ApiError {
-        if let Some(file) = e.schema_refusal() {
+        for file in e.schema_refusal() {
             self.metrics
                 .schema_refusals
                 .with_label_values(&[file.label()])

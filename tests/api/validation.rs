@@ -65,6 +65,19 @@ async fn every_write_path_refuses_what_breaks_a_schema_and_writes_nothing() {
                 "/configuration-file/payload/folders/1/path",
             ],
         ),
+        (
+            "POST",
+            "/plans/commits",
+            json!({
+            "integration-file": {"content": BAD_TEXT},
+            "configuration-file": {"payload": bad_config, "file_sha": sha}}),
+            vec![
+                "/configuration-file/payload/folders/1/exclude",
+                "/configuration-file/payload/folders/1/path",
+                "/integration-file/content/aws/1/account_id",
+                "/integration-file/content/aws/1/regions/0",
+            ],
+        ),
     ];
     for (method, path, body, want) in cases {
         for query in ["?dry_run=true", ""] {
@@ -78,6 +91,14 @@ async fn every_write_path_refuses_what_breaks_a_schema_and_writes_nothing() {
                 "{path}{query}: {problem}"
             );
             assert_eq!(pointers(&problem), want, "{path}{query}: {problem}");
+            // Both parts refused: the detail names both files, each pointer its part.
+            if want.iter().any(|p| p.starts_with("/integration-file")) {
+                let detail = problem["detail"].as_str().unwrap();
+                assert!(
+                    detail.starts_with("integrations.yml and configuration.yml break 4 rules"),
+                    "{detail}"
+                );
+            }
             for e in problem["errors"].as_array().unwrap() {
                 for member in ["keyword", "message", "schema"] {
                     assert!(e[member].as_str().is_some_and(|s| !s.is_empty()), "{e}");
@@ -121,7 +142,7 @@ async fn every_write_path_refuses_what_breaks_a_schema_and_writes_nothing() {
     let res = app.put_integration(&t, &json!({"content": {"aws": [{"account_id": "000000000001", "regions": ["eu-west-1"], "type": "aws"}]}})).await;
     assert_eq!(res.status(), 200);
     let metrics = app.metrics().await;
-    for (file, refused) in [("integration", 5), ("configuration", 4)] {
+    for (file, refused) in [("integration", 7), ("configuration", 6)] {
         let line = format!("planfiles_schema_refusals_total{{file=\"{file}\"}} {refused}");
         assert!(metrics.contains(&line), "{metrics}");
     }

@@ -97,7 +97,7 @@ impl NewDoc {
             found
         };
         Err(ApiError::SchemaViolation {
-            file: self.file(),
+            files: vec![self.file()],
             violations: found.under(at),
         })
     }
