@@ -194,7 +194,7 @@ fn elapsed_ms(started: Instant) -> u64 {
     started.elapsed().as_millis() as u64
 }
 
-/// Fetches `main` and `refs/planfiles/*` into the bare repository at `into`, checks it whole
+/// Fetches `main`, `refs/planfiles/*` and `refs/notes/*` into the bare repository at `into`, checks it whole
 /// (`git fsck --strict`), checks `main` is at `head` (when given), sets the source-hosting
 /// flag, and returns `main`.
 fn fetch_and_check(
@@ -227,6 +227,8 @@ fn fetch_and_check(
         &from,
         "+refs/heads/*:refs/heads/*",
         "+refs/planfiles/*:refs/planfiles/*",
+        // Who pushed what (`refs/notes/planfiles`): events and deliveries read it.
+        "+refs/notes/*:refs/notes/*",
     ]);
     run(tenant, "fetch", &mut fetch)?;
     run(
@@ -378,5 +380,48 @@ mod tests {
         assert_eq!(done.found, ImportPlan::Fresh);
         assert_eq!(Some(done.head), repo::file_head(&source.repo_path(&tenant)));
         assert!(target.placement(&other).unwrap().is_none(), "writable here");
+    }
+
+    /// A push's notes (who pushed each commit) come along with a tenant, as do `main` and
+    /// the idempotency records: events and deliveries on the target name the pusher.
+    #[test]
+    fn an_import_carries_the_pushers_notes() {
+        let (_a, source, tenant) = crate::storage::test_storage();
+        let (_b, target, _) = crate::storage::test_storage();
+        let from_repo = source.repo_path(&tenant);
+        let git_in = |repo: &Path, args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .arg("--git-dir")
+                .arg(repo)
+                .args(["-c", "user.name=P", "-c", "user.email=p@x"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{args:?}: {out:?}");
+            String::from_utf8(out.stdout).unwrap().trim().to_owned()
+        };
+        git_in(
+            &from_repo,
+            &[
+                "notes",
+                "--ref=planfiles",
+                "add",
+                "-m",
+                "Pushed-By: P <p@x>",
+                "main",
+            ],
+        );
+        let notes = git_in(&from_repo, &["rev-parse", "refs/notes/planfiles"]);
+        let other = TenantId::parse("initech").unwrap();
+        let from = ImportSource::Path(from_repo.clone());
+        target
+            .import_tenant(&other, &from, None, false, None, &|| Ok(()))
+            .unwrap();
+        let copy = target.repo_path(&other);
+        assert_eq!(git_in(&copy, &["rev-parse", "refs/notes/planfiles"]), notes);
+        assert_eq!(
+            git_in(&copy, &["notes", "--ref=planfiles", "show", "main"]),
+            "Pushed-By: P <p@x>"
+        );
     }
 }
