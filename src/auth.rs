@@ -185,12 +185,7 @@ impl Verifier {
             jsonwebtoken::dangerous::insecure_decode::<serde_json::Value>(token)
                 .ok()
                 .and_then(|d| d.claims.get(name).and_then(serde_json::Value::as_u64))
-                .map(|secs| {
-                    humantime::format_rfc3339_seconds(
-                        UNIX_EPOCH + std::time::Duration::from_secs(secs),
-                    )
-                    .to_string()
-                })
+                .map(crate::domain::timestamp::unix)
         };
         let expected = format!("{:?}", self.validation.algorithms[0]);
         match e.kind() {

@@ -338,7 +338,7 @@ fn list(storage: &Storage) -> Result<(), CliError> {
         let head = t.head.map(|c| c.to_string()).unwrap_or_else(|| "-".into());
         let when = t
             .last_change
-            .map(|w| humantime::format_rfc3339_seconds(w).to_string())
+            .map(crate::domain::timestamp::rfc3339)
             .unwrap_or_else(|| "-".into());
         let flag = if t.source_hosting { "on" } else { "off" };
         let placed = match &t.placement {

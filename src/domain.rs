@@ -12,6 +12,8 @@ pub mod object_id;
 pub mod request_id;
 pub mod shard_url;
 pub mod tenant;
+pub mod timestamp;
+pub mod trailers;
 pub mod webhook;
 pub mod yaml;
 

@@ -344,19 +344,64 @@ fn reconcile(
     });
     for hook in list {
         if let Some(f) = followers.get(&hook.id) {
-            f.def
-                .send_if_modified(|d| std::mem::replace(d, hook.clone()) != hook);
-            continue;
+            // A task that stopped (a panic marked it failing) starts again once resumed.
+            let stopped = f.task.is_finished() && hook.state == WebhookState::Active;
+            if !stopped {
+                f.def
+                    .send_if_modified(|d| std::mem::replace(d, hook.clone()) != hook);
+                continue;
+            }
         }
         let (def, def_rx) = watch::channel(hook.clone());
-        let task = tokio::spawn(backlog::follow_subscription(
+        let id = hook.id.clone();
+        let work = tokio::spawn(backlog::follow_subscription(
             core.clone(),
             tenant.clone(),
             per_tenant.clone(),
             def_rx,
             head.subscribe(),
         ));
+        let task = tokio::spawn(guarded(core.clone(), tenant.clone(), id, work));
         followers.insert(hook.id, Follower { def, task });
+    }
+}
+
+/// Waits on a subscription's task: one that panics marks its subscription `failing` (seen
+/// in its state, the gauge and the log), never leaves it `active` and silent. Aborting this
+/// aborts the task.
+async fn guarded(
+    core: Arc<Core>,
+    tenant: TenantId,
+    id: WebhookId,
+    work: tokio::task::JoinHandle<()>,
+) {
+    struct AbortOnDrop(tokio::task::JoinHandle<()>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    let mut work = AbortOnDrop(work);
+    let Err(e) = (&mut work.0).await else {
+        return;
+    };
+    if !e.is_panic() {
+        return;
+    }
+    let why = e.into_panic();
+    let why = why
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| why.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic");
+    tracing::error!(%tenant, webhook = %id, panic = why, "a webhook's task stopped on an internal error: marked failing");
+    let (t, i) = (tenant.clone(), id.clone());
+    let now = std::time::SystemTime::now();
+    let marked = core
+        .blocking(move |s| s.mark_webhook_failing(&t, &i, now))
+        .await;
+    if !matches!(marked, Some(Ok(_))) {
+        tracing::error!(%tenant, webhook = %id, "could not mark a stopped webhook failing");
     }
 }
 

@@ -126,7 +126,7 @@ fn view(page: storage::HistoryPage, valid: Vec<bool>) -> HistoryPage {
                     name: e.author_name,
                     email: e.author_email,
                 },
-                date: humantime::format_rfc3339_seconds(e.time).to_string(),
+                date: crate::domain::timestamp::rfc3339(e.time),
                 message: e.message,
                 forced: e.forced,
                 verified: e.verified,

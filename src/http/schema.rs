@@ -382,7 +382,7 @@ impl FileEvent {
                 name: e.author_name.clone(),
                 email: e.author_email.clone(),
             },
-            date: humantime::format_rfc3339_seconds(e.time).to_string(),
+            date: crate::domain::timestamp::rfc3339(e.time),
             message: e.message.clone(),
             forced: e.forced,
             verified: e.verified,
@@ -552,7 +552,7 @@ impl WebhookView {
             events: hook.events.iter().map(|e| e.as_str()).collect(),
             description: hook.description.clone(),
             state: hook.state.as_str(),
-            created: humantime::format_rfc3339_seconds(hook.created).to_string(),
+            created: crate::domain::timestamp::rfc3339(hook.created),
             secret: with_secret.then(|| hook.secret.expose().to_owned()),
         }
     }

@@ -41,10 +41,6 @@ const MAIN: &str = "refs/heads/main";
 /// (`idempotency.rs`); here beside `MAIN` because the refs' code moves both.
 const NO_OPS: &str = "refs/planfiles/no-ops";
 const FILE_MODE: i32 = 0o100644;
-/// The trailers of a keyed write's commit (and of its no-op record): the key, and the
-/// fingerprint of the request it answered.
-const KEY_TRAILER: &str = "Idempotency-Key: ";
-const FINGERPRINT_TRAILER: &str = "Idempotency-Fingerprint: ";
 /// How long a write keeps trying to get the tenant's write lock and move `main`.
 const WRITE_DEADLINE: Duration = Duration::from_secs(10);
 /// A lock file of git's (`main.lock`, `config.lock`) older than this was left by a process

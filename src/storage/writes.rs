@@ -51,7 +51,7 @@ impl Storage {
             new,
             staged,
             &note,
-            &self.committer.identity,
+            &self.committer,
             self.sync.as_deref(),
         )
     }

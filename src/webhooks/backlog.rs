@@ -422,7 +422,7 @@ async fn attempt(
         attempt: retry.failures + 1,
         status: outcome.status.clone(),
         duration_ms: outcome.took.as_millis() as u64,
-        at: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+        at: crate::domain::timestamp::rfc3339(SystemTime::now()),
         detail: outcome.detail.clone(),
     };
     if outcome.delivered {

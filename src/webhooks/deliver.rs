@@ -104,7 +104,7 @@ impl Message {
 fn envelope(tenant: &TenantId, kind: EventType, at: SystemTime, event: impl Serialize) -> Vec<u8> {
     serde_json::to_vec(&Envelope {
         kind: kind.as_str(),
-        timestamp: humantime::format_rfc3339_seconds(at).to_string(),
+        timestamp: crate::domain::timestamp::rfc3339(at),
         data: TenantData {
             tenant: tenant.as_str(),
             event,

@@ -614,7 +614,7 @@ fn strace_missing() -> Option<String> {
 #[tokio::test]
 async fn fsync_mode_syncs_objects_that_were_already_there_before_main_moves() {
     if let Some(reason) = strace_missing() {
-        eprintln!("SKIPPED: {reason}");
+        common::skip_unless_ci("the strace order test", &reason);
         return;
     }
     let dir = data_dir_with_fixture();
@@ -736,7 +736,10 @@ fn attach_strace(pid: u32, out: &Path, syscalls: &str) -> Option<std::process::C
         if stderr.read_line(&mut line).unwrap_or(0) == 0 || line.contains("ptrace") {
             let _ = strace.kill();
             let _ = strace.wait();
-            eprintln!("SKIPPED: strace cannot attach here: {}", line.trim());
+            common::skip_unless_ci(
+                "the strace order test",
+                &format!("strace cannot attach here: {}", line.trim()),
+            );
             return None;
         }
         if line.contains("attached") {
@@ -791,7 +794,7 @@ fn returned(
 #[tokio::test]
 async fn a_write_syncs_objects_then_moves_main_then_syncs_it_before_answering() {
     if let Some(reason) = strace_missing() {
-        eprintln!("SKIPPED: {reason}");
+        common::skip_unless_ci("the strace order test", &reason);
         return;
     }
     for mode in ["group", "fsync"] {
@@ -859,13 +862,143 @@ async fn a_write_syncs_objects_then_moves_main_then_syncs_it_before_answering() 
     }
 }
 
+/// A push keeps the order an API write keeps, in both modes, seen in the syscalls of the real
+/// binary and of the `git` it runs: the pushed pack and its index are fsynced before any name
+/// of theirs is made (inside the quarantine and when moved into `objects/pack`); the notes'
+/// objects and both refs' locks are durable before they are named; `main` is synced before
+/// report-status says ok.
+#[tokio::test]
+async fn a_push_syncs_its_pack_notes_and_refs_before_it_names_them_and_answers() {
+    if let Some(reason) = strace_missing() {
+        common::skip_unless_ci("the strace order test", &reason);
+        return;
+    }
+    let write = token(
+        "acme",
+        &[
+            "planfiles.repos.read",
+            "jit.integrations.write",
+            "jit.preferences.write",
+        ],
+    );
+    for mode in ["group", "fsync"] {
+        let dir = data_dir_with_fixture();
+        let config = dir.path().join("mode.toml");
+        std::fs::write(&config, format!("[storage]\ndurability = \"{mode}\"\n")).unwrap();
+        let server = serve(
+            dir.path(),
+            &[("PLANFILES_CONFIG", config.to_str().unwrap())],
+        );
+        let work = tempfile::tempdir().unwrap();
+        let client = |args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .current_dir(work.path())
+                .env("GIT_TERMINAL_PROMPT", "0")
+                .args([
+                    "-c",
+                    &format!("http.extraHeader=Authorization: Bearer {write}"),
+                ])
+                .args(["-c", "user.name=P", "-c", "user.email=p@x.example"])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        client(&["clone", "-q", &server.url("/git/acme.git"), "c"]);
+        std::fs::write(
+            work.path().join("c/integrations.yml"),
+            format!("pushed: {mode}\n"),
+        )
+        .unwrap();
+        client(&["-C", "c", "commit", "-qam", "pushed"]);
+        let out = dir.path().join("trace");
+        let Some(strace) = attach_strace(
+            server.pid(),
+            &out,
+            "fsync,fdatasync,syncfs,rename,renameat,renameat2,link,linkat,write,writev,pwrite64,sendto,sendmsg",
+        ) else {
+            return;
+        };
+        client(&["-C", "c", "push", "-q", "origin", "main"]);
+        let trace = detach_strace(strace, &out);
+        let lines: Vec<&str> = trace.lines().collect();
+        let moved = lines
+            .iter()
+            .position(|l| l.contains("rename") && l.contains("refs/heads/main.lock"))
+            .unwrap_or_else(|| panic!("{mode}: main never moved:\n{trace}"));
+        // The pack and its index: git fsyncs each before it names it in the quarantine (a
+        // link, or a rename), and the service moves them into objects/pack after that.
+        for tmp in ["tmp_pack_", "tmp_idx_"] {
+            let synced = lines
+                .iter()
+                .position(|l| l.contains("fsync(") && l.contains(tmp))
+                .unwrap_or_else(|| panic!("{mode}: {tmp} never fsynced:\n{trace}"));
+            let named = lines
+                .iter()
+                .position(|l| (l.contains("rename") || l.contains("link(")) && l.contains(tmp))
+                .unwrap_or_else(|| panic!("{mode}: {tmp} never named:\n{trace}"));
+            assert!(
+                synced < named,
+                "{mode}: {tmp} named before it was synced:\n{trace}"
+            );
+        }
+        let migrated = lines
+            .iter()
+            .position(|l| {
+                l.contains("rename(") && l.contains("planfiles-incoming-") && l.contains("/pack-")
+            })
+            .unwrap_or_else(|| panic!("{mode}: the pack never moved in:\n{trace}"));
+        assert!(
+            lines[..migrated]
+                .iter()
+                .any(|l| l.contains("fsync(") && l.contains("tmp_idx_")),
+            "{mode}: the pack moved in before git synced it:\n{trace}"
+        );
+        assert!(
+            migrated < moved,
+            "{mode}: main moved before the pack was in:\n{trace}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("rename") && l.contains("refs/notes/planfiles.lock")),
+            "{mode}: the notes never moved:\n{trace}"
+        );
+        let answered = lines
+            .iter()
+            .enumerate()
+            .skip(moved)
+            // The push's answer (report-status) is one response with a length, sent whole.
+            .find(|(_, l)| l.contains("socket:") && l.contains("HTTP/1.1 200"))
+            .map(|(i, _)| i)
+            .unwrap_or_else(|| panic!("{mode}: no report-status after main moved:\n{trace}"));
+        let ref_synced = match mode {
+            "group" => returned(&lines, moved, "syncfs", |_| true),
+            _ => returned(&lines, moved, "fsync", |l| l.contains("refs/heads")),
+        };
+        assert!(
+            ref_synced.is_some_and(|r| r < answered),
+            "{mode}: main was not synced before report-status:\n{trace}"
+        );
+        no_name_before_its_bytes_are_synced(mode, &lines, &trace);
+    }
+}
+
 /// No file is renamed to the name readers use (an object from its `tmp_obj_` file, `main`
 /// from `main.lock`) before its bytes are durable: in group mode a `syncfs` that began after
 /// the last write to any of them returned before the first such rename; in fsync mode each
 /// was fsynced before its rename. A power loss after a rename then never leaves a named file
 /// empty or zeroed (ext4 can commit a rename before the data it names).
 fn no_name_before_its_bytes_are_synced(mode: &str, lines: &[&str], trace: &str) {
-    let staged = |l: &str| l.contains("tmp_obj_") || l.contains("refs/heads/main.lock");
+    let staged = |l: &str| {
+        l.contains("tmp_obj_")
+            || l.contains("refs/heads/main.lock")
+            || l.contains("refs/notes/planfiles.lock")
+    };
     let renames: Vec<usize> = (0..lines.len())
         .filter(|&i| lines[i].contains("rename") && staged(lines[i]))
         .collect();

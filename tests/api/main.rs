@@ -19,6 +19,7 @@ mod full_disk;
 mod git_http;
 mod git_isolation;
 mod history;
+mod hostile;
 mod housekeeping;
 mod idempotency;
 mod isolation;

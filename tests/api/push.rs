@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 const REPOS_READ: &str = "planfiles.repos.read";
-const WRITE_BOTH: &[&str] = &[
+pub(crate) const WRITE_BOTH: &[&str] = &[
     REPOS_READ,
     "jit.integrations.write",
     "jit.preferences.write",
 ];
 
-fn git(dir: &Path, token: &str, args: &[&str]) -> Output {
+pub(crate) fn git(dir: &Path, token: &str, args: &[&str]) -> Output {
     Command::new("git")
         .current_dir(dir)
         .env("GIT_TERMINAL_PROMPT", "0")
@@ -29,7 +29,7 @@ fn git(dir: &Path, token: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn ok(out: Output) -> String {
+pub(crate) fn ok(out: Output) -> String {
     assert!(
         out.status.success(),
         "{}",
@@ -39,7 +39,7 @@ fn ok(out: Output) -> String {
 }
 
 /// A clone of `tenant` in a new temporary directory.
-fn clone(app: &TestApp, tenant: &str, token: &str) -> (tempfile::TempDir, PathBuf) {
+pub(crate) fn clone(app: &TestApp, tenant: &str, token: &str) -> (tempfile::TempDir, PathBuf) {
     let work = tempfile::tempdir().unwrap();
     ok(git(
         work.path(),
@@ -59,7 +59,7 @@ fn commit(dir: &Path, file: &str, text: &str, message: &str) -> String {
 }
 
 /// `git push origin <args>`: whether it succeeded, and what it printed.
-fn push(dir: &Path, token: &str, args: &[&str]) -> (bool, String) {
+pub(crate) fn push(dir: &Path, token: &str, args: &[&str]) -> (bool, String) {
     let mut all = vec!["push", "origin"];
     all.extend_from_slice(args);
     let out = git(dir, token, &all);

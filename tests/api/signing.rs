@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// `git verify-commit` of `commit` in `repo` with `allowed` as the allowed signers file.
-fn git_verifies(repo: &Path, allowed: &Path, commit: &str) -> (bool, String) {
+pub(crate) fn git_verifies(repo: &Path, allowed: &Path, commit: &str) -> (bool, String) {
     let out = Command::new("git")
         .arg("--git-dir")
         .arg(repo)
@@ -63,7 +63,7 @@ fn ssh_keygen_verifies(repo: &Path, allowed: &Path, principal: &str, commit: &st
 }
 
 /// The allowed signers file the service publishes, written into `dir`.
-async fn allowed_signers(app: &TestApp, dir: &Path) -> PathBuf {
+pub(crate) async fn allowed_signers(app: &TestApp, dir: &Path) -> PathBuf {
     let res = app.signing_keys(Some("text/plain")).await;
     assert_eq!(res.status(), 200);
     let path = dir.join("allowed_signers");
@@ -237,7 +237,9 @@ async fn every_kind_of_service_commit_verifies_with_stock_git() {
 
 #[actix_web::test]
 async fn plain_git_another_key_and_an_altered_commit_read_unverified() {
-    let app = TestApp::spawn().await;
+    let mut app = TestApp::spawn().await;
+    // Below, a commit with bytes after a NUL is written by hand into main (fsck refuses it).
+    app.wrote_objects_fsck_refuses();
     let repo = app.data_dir.path().join("tenants/globex.git");
     let scratch = tempfile::tempdir().unwrap();
     let signed = put_integration(&app, "globex", json!({"aws": []})).await;

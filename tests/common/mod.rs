@@ -163,6 +163,9 @@ pub struct TestApp {
     thread: Option<std::thread::JoinHandle<()>>,
     /// Ended first on drop, so that open streams do not hold the graceful stop.
     pub events: planfiles::events::Events,
+    /// Every tenant's repository is checked with `git fsck --strict` on drop, unless the
+    /// test itself wrote objects fsck refuses ([`TestApp::wrote_objects_fsck_refuses`]).
+    fsck_on_drop: bool,
 }
 
 /// `count` commits on top of `main`, each setting `path` to `<i>\n` (valid YAML), made now
@@ -309,6 +312,7 @@ impl TestApp {
                 .build()
                 .unwrap(),
             handle,
+            fsck_on_drop: true,
             thread: Some(thread),
             events,
         }
@@ -688,6 +692,12 @@ impl TestApp {
     }
 
     /// Commits `content` as `file` with plain git, as someone outside the service would.
+    /// Says that the test wrote, by hand and on purpose, objects `git fsck --strict` refuses:
+    /// no fsck of the repositories on drop.
+    pub fn wrote_objects_fsck_refuses(&mut self) {
+        self.fsck_on_drop = false;
+    }
+
     pub fn outside_commit(&self, tenant: &str, file: &str, content: &str) -> String {
         commit_outside(&self.repo(tenant), file, content)
     }
@@ -701,6 +711,37 @@ impl Drop for TestApp {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        // Whatever a test looked at, no path of the service may leave a repository that
+        // git refuses: every tenant's is checked as a clone with fsckObjects would.
+        if self.fsck_on_drop && !std::thread::panicking() {
+            fsck_every_tenant(&self.data_dir.path().join("tenants"));
+        }
+    }
+}
+
+/// `git fsck --strict` of every tenant repository under `tenants` (archived ones too): a
+/// failure fails the test that left it.
+pub fn fsck_every_tenant(tenants: &Path) {
+    let Ok(entries) = std::fs::read_dir(tenants) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let repo = entry.path();
+        if !repo.join("HEAD").is_file() {
+            continue;
+        }
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(&repo)
+            .args(["fsck", "--strict", "--no-dangling", "--no-progress"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git fsck --strict of {} failed: {}",
+            repo.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -901,4 +942,14 @@ pub fn git_in_a_loop(
         }
         runs
     })
+}
+
+/// A test whose tool or privilege is missing here: skipped with its reason on a developer's
+/// machine, failed in CI (`CI` set), where a skip would pass without proving anything.
+pub fn skip_unless_ci(test: &str, why: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test} cannot run in CI: {why}"
+    );
+    eprintln!("SKIPPED {test}: {why}");
 }

@@ -215,7 +215,7 @@ impl TenantRepo {
                 // Someone outside planfiles moved main or holds its lock (planfiles writers
                 // take turns on the write lock): check the batch again on the new head.
                 Err(RefMove::Moved) => return Err(Retry::Moved),
-                Err(RefMove::Locked) if self.remove_abandoned_ref_lock() => {
+                Err(RefMove::Locked) if self.remove_abandoned_ref_lock(MAIN) => {
                     return Err(Retry::Moved)
                 }
                 Err(RefMove::Locked) => return Err(Retry::Locked),

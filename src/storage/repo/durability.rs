@@ -177,20 +177,20 @@ impl TenantRepo {
             })
     }
 
-    /// Removes `refs/heads/main.lock` when it is clearly abandoned: a planfiles writer's that
-    /// died holding it (planfiles makes its locks with the sticky bit, `refs.rs`), or one from
-    /// before the boot or 10 minutes old ([`remove_if_abandoned`]); `true` when it did. Called
-    /// only while holding the write lock, so no live planfiles writer owns it; a live git
-    /// command may, and keeps it.
-    pub(super) fn remove_abandoned_ref_lock(&self) -> bool {
-        let lock = self.path.join("refs/heads/main.lock");
+    /// Removes ref `name`'s lock (`refs/heads/main.lock`, `refs/notes/planfiles.lock`) when
+    /// it is clearly abandoned: a planfiles writer's that died holding it (planfiles makes
+    /// its locks with the sticky bit, `refs.rs`), or one from before the boot or 10 minutes
+    /// old ([`remove_if_abandoned`]); `true` when it did. Called only while holding the write
+    /// lock, so no live planfiles writer owns it; a live git command may, and keeps it.
+    pub(super) fn remove_abandoned_ref_lock(&self, name: &str) -> bool {
+        let lock = self.path.join(format!("{name}.lock"));
         if super::refs::made_by_planfiles(&lock) && std::fs::remove_file(&lock).is_ok() {
-            tracing::warn!(tenant = %self.tenant, "removed the refs/heads/main.lock of a planfiles writer that died holding it");
+            tracing::warn!(tenant = %self.tenant, "removed the {name}.lock of a planfiles writer that died holding it");
             return true;
         }
         let removed = remove_if_abandoned(&lock);
         if let Some(age) = removed {
-            tracing::warn!(tenant = %self.tenant, age_s = age.as_secs(), "removed an abandoned refs/heads/main.lock (older than 10 minutes, or from before the machine booted)");
+            tracing::warn!(tenant = %self.tenant, age_s = age.as_secs(), "removed an abandoned {name}.lock (older than 10 minutes, or from before the machine booted)");
         }
         removed.is_some()
     }

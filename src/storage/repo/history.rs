@@ -1,5 +1,6 @@
 //! A file's history and old versions: commits on `main`'s first-parent line that changed it.
 use super::{empty_blob_oid, git_err, to_id, to_oid, TenantRepo, MAIN};
+use crate::domain::trailers::{self, Reserved};
 use crate::domain::{BlobId, CommitId, PlanFile, RequestId};
 use crate::storage::{FileSnapshot, HistoryEntry, StorageError};
 use git2::{ObjectType, Oid};
@@ -171,7 +172,7 @@ pub(super) fn entry(commit: &git2::Commit<'_>, blob: Oid) -> HistoryEntry {
         author_name: String::from_utf8_lossy(author.name_bytes()).into_owned(),
         author_email: String::from_utf8_lossy(author.email_bytes()).into_owned(),
         time: UNIX_EPOCH + Duration::from_secs(seconds),
-        forced: is_forced(&message),
+        forced: trailers::is_forced(&message),
         message,
         // Set by the reader that knows the keys (`TenantRepo::mark_verified`).
         verified: false,
@@ -181,30 +182,13 @@ pub(super) fn entry(commit: &git2::Commit<'_>, blob: Oid) -> HistoryEntry {
 /// The value of the `Request-Id` trailer planfiles writes, when the message's trailer block
 /// has one that is a valid request id.
 pub(super) fn request_id(message: &str) -> Option<RequestId> {
-    message
-        .lines()
-        .rev()
-        .take_while(|l| !l.trim().is_empty())
-        .find_map(|l| {
-            let (key, value) = l.split_once(':')?;
-            key.trim()
-                .eq_ignore_ascii_case("request-id")
-                .then(|| RequestId::parse(value.trim()))?
-        })
-}
-
-/// True when the message carries the `Forced: true` trailer planfiles writes.
-fn is_forced(message: &str) -> bool {
-    message
-        .lines()
-        .rev()
-        .take_while(|l| !l.trim().is_empty())
-        .any(|l| l.trim().eq_ignore_ascii_case("forced: true"))
+    RequestId::parse(trailers::value(message, Reserved::RequestId)?)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{is_forced, request_id};
+    use super::request_id;
+    use crate::domain::trailers::is_forced;
 
     #[test]
     fn request_id_is_read_from_the_trailer_block_only() {

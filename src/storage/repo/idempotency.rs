@@ -3,17 +3,13 @@ use super::objects::commit_text;
 use super::refs::{RefLock, RefMove};
 use super::signatures::Committer;
 use super::staged::Staged;
-use super::{
-    git_err, signature, to_id, to_oid, TenantRepo, FINGERPRINT_TRAILER, KEY_TRAILER, MAIN, NO_OPS,
-};
+use super::{git_err, signature, to_id, to_oid, TenantRepo, MAIN, NO_OPS};
+use crate::domain::trailers::{self, Reserved};
 use crate::domain::{CommitId, ObjectId};
 use crate::storage::repo::recent_keys::{key_hash, Line, RecentKeys, Scan, Seen};
 use crate::storage::{IdempotencyRecord, IdempotentHit, StorageError, IDEMPOTENCY_COMMITS};
 use git2::{ErrorCode, ObjectType, Oid};
 use std::collections::VecDeque;
-
-/// On a no-op record: the head the write found, and answered with.
-const REPLAYS_TRAILER: &str = "Replays: ";
 
 impl TenantRepo {
     /// An earlier write with `key`: on `main`'s first-parent line (a write that made a
@@ -149,9 +145,10 @@ impl NoOps {
         let tree = repo.stage_object(staged, ObjectType::Tree, b"")?;
         let who = signature(&committer.identity).map_err(err("committer signature"))?;
         let message = format!(
-            "Idempotent write that changed nothing\n\n{KEY_TRAILER}{}\n{FINGERPRINT_TRAILER}{}\n{REPLAYS_TRAILER}{head}\n",
-            record.key.as_str(),
-            record.fingerprint,
+            "Idempotent write that changed nothing\n\n{}{}{}",
+            Reserved::IdempotencyKey.line(record.key.as_str()),
+            Reserved::IdempotencyFingerprint.line(&record.fingerprint),
+            Reserved::Replays.line(head),
         );
         let parents: Vec<Oid> = self.tip.into_iter().collect();
         let text = committer.finish(commit_text(tree, &parents, &who, &who, &message));
@@ -194,38 +191,23 @@ impl NoOps {
     }
 }
 
-/// The trailer block of a commit message: its last paragraph.
-fn trailer_block(message: &[u8]) -> Option<&str> {
-    let text = std::str::from_utf8(message).ok()?;
-    text.trim_end().rsplit("\n\n").next()
-}
-
 /// The idempotency key a commit message records, if any.
 fn recorded_key(message: &[u8]) -> Option<&str> {
-    trailer_block(message)?
-        .lines()
-        .find_map(|l| l.strip_prefix(KEY_TRAILER))
+    trailers::value(std::str::from_utf8(message).ok()?, Reserved::IdempotencyKey)
 }
 
 /// The head a no-op record names.
 fn replays(message: &[u8]) -> Option<CommitId> {
-    trailer_block(message)?
-        .lines()
-        .find_map(|l| l.strip_prefix(REPLAYS_TRAILER))
-        .and_then(|hex| ObjectId::parse(hex).ok())
-        .map(CommitId)
+    let hex = trailers::value(std::str::from_utf8(message).ok()?, Reserved::Replays)?;
+    ObjectId::parse(hex).ok().map(CommitId)
 }
 
 /// The fingerprint recorded with `key` in the trailer block of a commit message, if that
 /// message records `key`.
 fn recorded(message: &[u8], key: &str) -> Option<String> {
-    let trailers = trailer_block(message)?;
-    let mut lines = trailers.lines();
-    lines.find(|l| l.strip_prefix(KEY_TRAILER) == Some(key))?;
-    trailers
-        .lines()
-        .find_map(|l| l.strip_prefix(FINGERPRINT_TRAILER))
-        .map(str::to_owned)
+    let text = std::str::from_utf8(message).ok()?;
+    trailers::values(text, Reserved::IdempotencyKey).find(|k| *k == key)?;
+    trailers::value(text, Reserved::IdempotencyFingerprint).map(str::to_owned)
 }
 
 #[cfg(test)]

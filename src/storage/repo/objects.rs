@@ -2,6 +2,7 @@
 use super::signatures::Committer;
 use super::staged::Staged;
 use super::{git_err, signature, TenantRepo, FILE_MODE, MAIN};
+use crate::domain::trailers::Reserved;
 use crate::domain::yaml::splice::{self, Made, Rewrite};
 use crate::domain::yaml::Mapping;
 use crate::domain::PlanFile;
@@ -241,6 +242,22 @@ fn with_entries(entries: &[Entry], set: &[(&str, Oid)]) -> Vec<Entry> {
     out
 }
 
+/// The entries of a stored tree, modes as libgit2 reads them.
+pub(super) fn entries_of(tree: &git2::Tree<'_>) -> Vec<Entry> {
+    tree.iter()
+        .map(|e| Entry {
+            name: e.name_bytes().to_vec(),
+            mode: e.filemode(),
+            id: e.id(),
+        })
+        .collect()
+}
+
+/// The bytes of the tree of `entries` with each blob entry of `set` replaced or added.
+pub(super) fn tree_with(entries: &[Entry], set: &[(&str, Oid)]) -> Vec<u8> {
+    tree_bytes(&with_entries(entries, set))
+}
+
 /// A tree object's bytes.
 fn tree_bytes(entries: &[Entry]) -> Vec<u8> {
     let mut bytes = Vec::with_capacity(entries.len() * 48);
@@ -322,21 +339,16 @@ fn message(req: &CommitRequest, changed: &[(&'static str, Oid)], forced: bool) -
             format!("Update {}", names.join(", "))
         }
     };
-    let mut message = format!("{subject}\n\nRequest-Id: {}\n", req.request_id);
+    let mut message = format!("{subject}\n\n{}", Reserved::RequestId.line(&req.request_id));
     if forced {
-        message.push_str("Forced: true\n");
+        message.push_str(&Reserved::Forced.line(true));
     }
     if let Some(from) = req.restored_from {
-        message.push_str(&format!("Restored-From: {from}\n"));
+        message.push_str(&Reserved::RestoredFrom.line(from));
     }
     if let Some(record) = &req.idempotency {
-        message.push_str(&format!(
-            "{}{}\n{}{}\n",
-            super::KEY_TRAILER,
-            record.key.as_str(),
-            super::FINGERPRINT_TRAILER,
-            record.fingerprint
-        ));
+        message.push_str(&Reserved::IdempotencyKey.line(record.key.as_str()));
+        message.push_str(&Reserved::IdempotencyFingerprint.line(&record.fingerprint));
     }
     message
 }

@@ -3,10 +3,12 @@ pub mod scan;
 
 mod quarantine;
 
-use super::refs::RefMove;
-use super::{
-    git_err, to_id, to_oid, TenantRepo, FINGERPRINT_TRAILER, KEY_TRAILER, MAIN, WRITE_DEADLINE,
-};
+use super::objects::commit_text;
+use super::refs::{RefLock, RefMove};
+use super::signatures::Committer;
+use super::staged::Staged;
+use super::{git_err, signature, to_id, to_oid, TenantRepo, MAIN, WRITE_DEADLINE};
+use crate::domain::trailers;
 use crate::domain::{CommitId, Identity, PlanFile};
 use crate::storage::disk::durable::{SyncGroup, SyncMark};
 use crate::storage::disk::sync_dir;
@@ -14,22 +16,10 @@ use crate::storage::{FastForward, PushCheck, StorageError};
 use git2::{ObjectType, Oid};
 use quarantine::{connected, Quarantine};
 use std::collections::HashSet;
-use std::io::Write;
 use std::time::Instant;
 
 /// At most this many bytes of changed files are checked in one push.
 pub const MAX_CHECKED_BYTES: usize = 64 * 1024 * 1024;
-
-/// The trailers the service writes and reads back (idempotency, restores, request ids):
-/// a pushed commit may not carry them.
-const RESERVED_TRAILERS: [&str; 6] = [
-    KEY_TRAILER,
-    FINGERPRINT_TRAILER,
-    "Replays: ",
-    "Request-Id: ",
-    "Restored-From: ",
-    "Forced: ",
-];
 
 /// A push that passed its checks: its pack is in `objects/pack`, and `mark` is where the
 /// durability of what it wrote starts.
@@ -44,9 +34,6 @@ pub struct StagedPush {
 
 /// Where the pusher and the request id of each pushed head are kept.
 pub const NOTES_REF: &str = "refs/notes/planfiles";
-
-/// A notes lock older than this was left by a process that died.
-const STALE_NOTES_LOCK: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// At most this many commits in one push.
 pub const MAX_PUSH_COMMITS: usize = 1_000;
@@ -108,14 +95,10 @@ impl TenantRepo {
             if let Err(reason) = scan::scan(pack, scan::PackLimits::default()) {
                 return Ok(Err(reason));
             }
+            if let Err(reason) = quarantine::index(&quarantine.path, pack) {
+                return Ok(Err(reason));
+            }
             let odb = repo.odb().map_err(err("open the quarantine"))?;
-            let mut writer = odb.packwriter().map_err(err("index a pushed pack"))?;
-            if let Err(e) = writer.write_all(pack) {
-                return Ok(Err(format!("the pack cannot be indexed: {e}")));
-            }
-            if let Err(e) = writer.commit() {
-                return Ok(Err(format!("the pack cannot be indexed: {}", e.message())));
-            }
             odb.refresh().map_err(err("read the quarantine again"))?;
         }
         let (old, new) = (to_oid(&old.0), to_oid(&new.0));
@@ -150,17 +133,25 @@ impl TenantRepo {
             line.push(at);
             at = parent;
         }
+        // Every commit the push makes reachable is on that line: a merge's other parent may
+        // not bring commits of its own, which no rule of a write would have looked at.
+        if let Some(reason) = off_the_line(repo, old, new, &line).map_err(err("walk a push"))? {
+            return Ok(Err(reason));
+        }
         let mut checked: HashSet<(PlanFile, Oid)> = HashSet::new();
         let mut bytes_checked = 0usize;
         for commit in line.iter().rev() {
             let id = CommitId(to_id(commit.id()));
-            if let Some(trailer) = reserved_trailer(commit.message_bytes()) {
+            if let Some(trailer) = trailers::first_reserved(commit.message_bytes()) {
                 return Ok(Err(format!(
-                    "commit {id}: the trailer {trailer} is the service's own; leave it out"
+                    "commit {id}: the trailer {} is the service's own (in any spelling); leave it out",
+                    trailer.key()
                 )));
             }
             let tree = commit.tree().map_err(err("read a pushed tree"))?;
-            if let Err(reason) = two_regular_files(&tree) {
+            let odb = repo.odb().map_err(err("read a pushed tree"))?;
+            let raw = odb.read(tree.id()).map_err(err("read a pushed tree"))?;
+            if let Err(reason) = two_regular_files(&tree).and_then(|()| exact_modes(raw.data())) {
                 return Ok(Err(format!("commit {id}: {reason}")));
             }
             let parent_tree = commit.parent(0).ok().and_then(|p| p.tree().ok());
@@ -189,68 +180,81 @@ impl TenantRepo {
         Ok(Ok(line.iter().map(git2::Commit::id).collect()))
     }
 
-    /// One notes commit on `refs/notes/planfiles` with `note` on every pushed commit (a
-    /// `refs/notes/planfiles.lock` older than [`STALE_NOTES_LOCK`] was left by a process that
-    /// died: removed, as we hold the tenant's write lock).
-    fn write_notes(
+    /// Stages one notes commit on `refs/notes/planfiles` with `note` on every pushed commit
+    /// (its blob, tree and signed commit, as an API write stages its objects) and takes the
+    /// notes ref's lock for it; `None` when the push adds no commit. A lock left by a
+    /// planfiles writer that died, or abandoned as `main.lock` is judged, is removed (we hold
+    /// the tenant's write lock); a live git command's is kept, and the push is told to retry.
+    fn stage_notes(
         &self,
-        staged: &StagedPush,
+        staged: &mut Staged,
+        push: &StagedPush,
         note: &str,
-        committer: &Identity,
-    ) -> Result<(), git2::Error> {
-        if staged.line.is_empty() {
-            return Ok(());
+        committer: &Committer,
+        fsync: bool,
+    ) -> Result<Option<RefLock>, RefMove> {
+        if push.line.is_empty() {
+            return Ok(None);
         }
-        let lock = self.path.join(format!("{NOTES_REF}.lock"));
-        let stale = std::fs::metadata(&lock)
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age > STALE_NOTES_LOCK);
-        if stale && std::fs::remove_file(&lock).is_ok() {
-            tracing::warn!(tenant = %self.tenant, "removed a stale {NOTES_REF}.lock");
+        let failed = |op| move |e: git2::Error| RefMove::Failed(git_err(&self.tenant, op, "")(e));
+        let parent = super::refs::read_ref_checked(&self.path, NOTES_REF)
+            .map_err(|e| RefMove::Failed(StorageError::io("read the notes", &self.path, e)))?;
+        let entries = match parent {
+            Some(id) => {
+                let tree = self
+                    .repo
+                    .find_commit(id)
+                    .and_then(|c| c.tree())
+                    .map_err(failed("read the notes"))?;
+                super::objects::entries_of(&tree)
+            }
+            None => Vec::new(),
+        };
+        let blob = self
+            .stage_object(staged, ObjectType::Blob, note.as_bytes())
+            .map_err(RefMove::Failed)?;
+        let names: Vec<String> = push.line.iter().map(Oid::to_string).collect();
+        let set: Vec<(&str, Oid)> = names.iter().map(|n| (n.as_str(), blob)).collect();
+        let tree = self
+            .stage_object(
+                staged,
+                ObjectType::Tree,
+                &super::objects::tree_with(&entries, &set),
+            )
+            .map_err(RefMove::Failed)?;
+        let who = signature(&committer.identity).map_err(failed("committer signature"))?;
+        let message = format!("Notes of a push of {} commits\n", push.line.len());
+        let parents: Vec<Oid> = parent.into_iter().collect();
+        let text = committer.finish(commit_text(tree, &parents, &who, &who, &message));
+        let commit = self
+            .stage_object(staged, ObjectType::Commit, text.as_bytes())
+            .map_err(RefMove::Failed)?;
+        match self.lock_ref(NOTES_REF, parent, commit, fsync) {
+            Err(RefMove::Locked) if self.remove_abandoned_ref_lock(NOTES_REF) => {
+                self.lock_ref(NOTES_REF, parent, commit, fsync).map(Some)
+            }
+            other => other.map(Some),
         }
-        let repo = &self.repo;
-        let parent = repo
-            .refname_to_id(NOTES_REF)
-            .ok()
-            .and_then(|id| repo.find_commit(id).ok());
-        let base = parent.as_ref().map(git2::Commit::tree).transpose()?;
-        let mut tree = repo.treebuilder(base.as_ref())?;
-        let blob = repo.blob(note.as_bytes())?;
-        for commit in &staged.line {
-            tree.insert(commit.to_string(), blob, 0o100644)?;
-        }
-        let tree = repo.find_tree(tree.write()?)?;
-        let who = git2::Signature::now(committer.name(), committer.email())?;
-        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-        repo.commit(
-            Some(NOTES_REF),
-            &who,
-            &who,
-            &format!("Notes of a push of {} commits\n", staged.line.len()),
-            &tree,
-            &parents,
-        )?;
-        Ok(())
     }
 
-    /// Moves `main` from `old` to `new` as an API write moves it: under the tenant's write
-    /// lock (after the placement is read again), the pusher's note and the pack made durable
-    /// first, then the compare-and-swap of `main`, then its sync. `Stale` when `main` is not
-    /// at `old` any more (git's "fetch first").
+    /// Moves `main` from `old` to `new` as an API write moves it (the order of
+    /// docs/ARCHITECTURE.md, "Durability order"): under the tenant's write lock (after the
+    /// placement is read again), the pusher's note staged and both refs' locks taken; one
+    /// sync makes the pack, the note's objects and the locks' values durable; only then are
+    /// the objects named and the notes and `main` moved; a second sync makes the names
+    /// durable before report-status says ok (a failed one puts `main` back). `Stale` when
+    /// `main` is not at `old` any more (git's "fetch first").
     #[allow(clippy::too_many_arguments)]
     pub(in crate::storage) fn fast_forward(
         &self,
         old: CommitId,
         new: CommitId,
-        staged: StagedPush,
+        push: StagedPush,
         note: &str,
-        committer: &Identity,
+        committer: &Committer,
         sync: Option<&SyncGroup>,
     ) -> Result<FastForward, StorageError> {
         const PATH: &str = "";
-        let err = |op| git_err(&self.tenant, op, PATH);
         let _lock = self.lock_for_write(Instant::now() + WRITE_DEADLINE, PATH)?;
         crate::storage::placement::reread_under_lock(&self.path, &self.tenant)?;
         let (old, new) = (to_oid(&old.0), to_oid(&new.0));
@@ -258,36 +262,54 @@ impl TenantRepo {
             return Ok(FastForward::Stale);
         }
         let fsync = sync.is_none();
-        // The notes first: they name pushed commits, which are in the store already; on
-        // main's line only once main moves.
-        self.write_notes(&staged, note, committer)
-            .map_err(err("write the push's notes"))?;
-        // 1. The pack (written since the mark), the notes and their ref are durable (fsync
-        // mode: libgit2 synced them, and the pack's folder was synced when it moved in).
-        self.group_sync_since(sync, staged.mark, PATH)?;
-        // 2. main, compared and swapped; a lock a dead planfiles writer left is removed, a
-        // live git command's is waited for no longer than an answer can.
-        let lock = match self.lock_ref(MAIN, Some(old), new, fsync) {
-            Ok(lock) => lock,
-            Err(RefMove::Moved) => return Ok(FastForward::Stale),
-            Err(RefMove::Locked) if self.remove_abandoned_ref_lock() => {
-                match self.lock_ref(MAIN, Some(old), new, fsync) {
-                    Ok(lock) => lock,
-                    Err(RefMove::Moved) => return Ok(FastForward::Stale),
-                    Err(RefMove::Locked) => return Ok(FastForward::Locked),
-                    Err(RefMove::Failed(e)) => return Err(e),
-                }
+        let mut staged = Staged::new(self, fsync);
+        // A lock a dead planfiles writer left is removed; a live git command's is waited for
+        // no longer than an answer can.
+        let take = |name: &str, lock: Result<RefLock, RefMove>| match lock {
+            Ok(lock) => Ok(Ok(lock)),
+            Err(RefMove::Moved) => Ok(Err(FastForward::Stale)),
+            Err(RefMove::Locked) => {
+                tracing::info!(tenant = %self.tenant, "a push found {name}.lock held");
+                Ok(Err(FastForward::Locked))
             }
-            Err(RefMove::Locked) => return Ok(FastForward::Locked),
-            Err(RefMove::Failed(e)) => return Err(e),
+            Err(RefMove::Failed(e)) => Err(e),
         };
-        let folder = lock.folder().to_owned();
+        let notes = match self.stage_notes(&mut staged, &push, note, committer, fsync) {
+            Ok(None) => None,
+            other => match take(NOTES_REF, other.map(|l| l.expect("some")))? {
+                Ok(lock) => Some(lock),
+                Err(answer) => return Ok(answer),
+            },
+        };
+        let main = match self.lock_ref(MAIN, Some(old), new, fsync) {
+            Err(RefMove::Locked) if self.remove_abandoned_ref_lock(MAIN) => {
+                self.lock_ref(MAIN, Some(old), new, fsync)
+            }
+            other => other,
+        };
+        let main = match take(MAIN, main)? {
+            Ok(lock) => lock,
+            Err(answer) => return Ok(answer),
+        };
+        // 1. The bytes are durable: the pack (synced by git as it was indexed; its folder
+        // since the push's mark), the note's objects and both locks' values.
+        match sync {
+            Some(_) => self.group_sync_since(sync, push.mark, PATH)?,
+            None => self.sync_objects(&staged.found, PATH)?,
+        }
+        // 2. The names: the note's objects, the notes, then main.
+        staged.publish()?;
         let ref_mark = sync.map(SyncGroup::mark);
-        lock.commit()?;
+        let mut folders = vec![main.folder().to_owned()];
+        if let Some(lock) = notes {
+            folders.push(lock.folder().to_owned());
+            lock.commit()?;
+        }
+        main.commit()?;
         // 3. Durable before report-status says ok; a failed sync puts main back.
         let durable = match sync {
             Some(_) => self.group_sync_since(sync, ref_mark, PATH),
-            None => sync_dir(&folder),
+            None => folders.iter().try_for_each(|f| sync_dir(f)),
         };
         if let Err(e) = durable {
             self.undo_unsynced(MAIN, old, new, sync, PATH, &e);
@@ -314,15 +336,56 @@ impl TenantRepo {
     }
 }
 
-/// The first of the service's own trailers a message carries, if any.
-fn reserved_trailer(message: &[u8]) -> Option<&'static str> {
-    let text = String::from_utf8_lossy(message);
-    text.lines().find_map(|line| {
-        RESERVED_TRAILERS
-            .iter()
-            .find(|t| line.starts_with(**t))
-            .map(|t| t.trim_end_matches(' '))
-    })
+/// The first commit reachable from `new` and not from `old` that is not on the first-parent
+/// `line`, said as a refusal; past [`MAX_PUSH_COMMITS`] commits, the count.
+fn off_the_line(
+    repo: &git2::Repository,
+    old: Oid,
+    new: Oid,
+    line: &[git2::Commit<'_>],
+) -> Result<Option<String>, git2::Error> {
+    let on_line: HashSet<Oid> = line.iter().map(git2::Commit::id).collect();
+    let mut walk = repo.revwalk()?;
+    walk.push(new)?;
+    walk.hide(old)?;
+    for (n, id) in walk.enumerate() {
+        let id = id?;
+        if n == MAX_PUSH_COMMITS {
+            return Ok(Some(format!(
+                "the push adds more than {MAX_PUSH_COMMITS} commits"
+            )));
+        }
+        if !on_line.contains(&id) {
+            return Ok(Some(format!(
+                "commit {id} comes in through a merge's second parent: only main's \
+                 first-parent line can be pushed (rebase those commits onto main instead)"
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Each entry's mode as written in the tree object, exactly `100644`: libgit2 reads a
+/// zero-padded or odd mode (`0100644`, `100664`) as `100644`, git does not.
+fn exact_modes(raw: &[u8]) -> Result<(), String> {
+    let mut rest = raw;
+    while !rest.is_empty() {
+        let space = memchr::memchr(b' ', rest).ok_or("a tree entry without a mode")?;
+        let nul = memchr::memchr(0, rest).ok_or("a tree entry without a name")?;
+        if nul < space || rest.len() < nul + 21 {
+            return Err("a malformed tree entry".into());
+        }
+        let (mode, name) = (&rest[..space], &rest[space + 1..nul]);
+        if mode != b"100644" {
+            return Err(format!(
+                "{} must be a regular file written as mode 100644, not {}",
+                String::from_utf8_lossy(name),
+                String::from_utf8_lossy(mode)
+            ));
+        }
+        rest = &rest[nul + 21..];
+    }
+    Ok(())
 }
 
 /// A pushed tree must be the tenant's two files, as regular files, and nothing else.
@@ -369,6 +432,7 @@ mod tests {
     use crate::domain::{CommitId, Identity, ObjectId, RequestId};
     use crate::storage::disk::faults::{inject, Op};
     use crate::storage::FastForward;
+    use std::io::Write;
     use std::process::{Command, Stdio};
 
     fn git(dir: &std::path::Path, args: &[&str]) -> String {
@@ -419,7 +483,6 @@ mod tests {
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap();
-            use std::io::Write;
             let names: String = objects
                 .lines()
                 .map(|l| format!("{}\n", l.split(' ').next().unwrap()))
