@@ -331,3 +331,41 @@ async fn a_commit_dated_after_year_9999_reads_everywhere_and_the_notes_are_signe
     let note = git_in(&repo, &["notes", "--ref=planfiles", "show", &far]);
     assert!(note.starts_with("Pushed-By: "), "{note}");
 }
+
+/// A `refs/notes/planfiles.lock` that a git command holds (no mark of planfiles', 20 s old) is
+/// never taken away: the push is told to retry and changes nothing; once git lets go, the
+/// same push lands. (The lock was deleted after 15 s.)
+#[tokio::test]
+async fn a_live_git_commands_notes_lock_is_left_alone() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", WRITE_BOTH);
+    let repo = app.repo("acme");
+    let lock = repo.join("refs/notes/planfiles.lock");
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    std::fs::write(&lock, format!("{}\n", "0".repeat(40))).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&lock)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(20))
+        .unwrap();
+    let head = app.head("acme");
+    let (_work, dir) = clone(&app, "acme", &t);
+    std::fs::write(dir.join("integrations.yml"), "held: {by: git}\n").unwrap();
+    ok(git(
+        &dir,
+        "",
+        &["commit", "-qam", "while git holds the notes"],
+    ));
+    let (pushed, stderr) = push(&dir, &t, &["main"]);
+    assert!(!pushed, "the push went through");
+    assert!(
+        stderr.contains("refs/notes/planfiles) are locked"),
+        "{stderr}"
+    );
+    assert!(lock.exists(), "a live git command's lock was taken away");
+    assert_eq!(app.head("acme"), head);
+    std::fs::remove_file(&lock).unwrap();
+    let (pushed, stderr) = push(&dir, &t, &["main"]);
+    assert!(pushed, "{stderr}");
+}

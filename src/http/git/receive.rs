@@ -354,7 +354,7 @@ fn push(
         )),
         Ok(FastForward::Locked) => Ok(Report::refused(
             commands,
-            "main is locked by another git command on the server: retry in a moment",
+            "main or its notes (refs/notes/planfiles) are locked by another git command on the server: retry in a moment",
         )),
         Err(StorageError::TenantMoving { .. }) => Ok(Report::refused(commands, MOVING)),
         Err(e) => Err(e),
