@@ -68,6 +68,11 @@ seed_from = "$4"
 [cluster]
 self_url = "http://127.0.0.1:$2"
 peers = ["http://127.0.0.1:$3"]
+
+[validation]
+# Both shards judge by the same schemas (a move checks that they do); named here, a folder
+# that is not there stops the shard instead of serving without validation.
+schemas_dir = "$root/schemas"
 EOF
 }
 shard_config a "$port_a" "$port_b" "$root/repos-fixture"

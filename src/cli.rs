@@ -173,6 +173,7 @@ impl CliError {
             | CliError::Startup(StartupError::WeakSecret { .. })
             | CliError::Startup(StartupError::Durability(_))
             | CliError::Startup(StartupError::Schemas { .. })
+            | CliError::Startup(StartupError::SchemasMissing { .. })
             | CliError::Config(ConfigError::Env { .. }) => 2,
             _ => 1,
         }

@@ -207,13 +207,16 @@ impl Config {
             }
             None => Self::default(),
         };
-        // A relative schemas folder is found beside the config file that names it.
+        // Every relative path the config file names is found beside that file (those of the
+        // environment, below, are taken from the working directory).
         let folder = sources
             .explicit_file
             .as_deref()
             .or(Some(Path::new("config.toml")).filter(|p| p.is_file()))
             .and_then(Path::parent);
-        config.validation.resolve(folder);
+        if let Some(folder) = folder {
+            config.resolve_paths(folder);
+        }
         for (name, value) in &sources.env {
             config.apply_env(name, value)?;
         }
@@ -234,7 +237,30 @@ impl Config {
             path: path.into(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| parse_error(path, &text, &e))
+        let mut config: Config = toml::from_str(&text).map_err(|e| parse_error(path, &text, &e))?;
+        // Parsed once more as a table, only to know whether the folder was written.
+        config.validation.schemas_dir_set = text
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|t| t.get("validation")?.get("schemas_dir").map(|_| ()))
+            .is_some();
+        Ok(config)
+    }
+
+    /// Each relative path of the config file placed under `folder`, the file's own.
+    fn resolve_paths(&mut self, folder: &Path) {
+        use sections::beside;
+        beside(folder, &mut self.storage.data_dir);
+        if let Some(p) = self.storage.seed_from.as_mut() {
+            beside(folder, p);
+        }
+        if let Some(p) = self.auth.public_key_file.as_mut() {
+            beside(folder, p);
+        }
+        if let Some(p) = self.signing.key_file.as_mut() {
+            beside(folder, p);
+        }
+        beside(folder, &mut self.validation.schemas_dir);
     }
 
     fn apply_env(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {

@@ -24,6 +24,9 @@ pub struct Metrics {
     pub repack_duration: HistogramVec,
     /// Open `GET /plans/events` streams.
     pub event_streams: IntGauge,
+    /// Schemas in use (integration kinds, and the configuration's); 0: writes are checked
+    /// against the YAML rules only.
+    pub schemas_loaded: IntGauge,
     /// GETs held by `Prefer: wait`.
     pub long_polls: IntGauge,
     /// Per-file events written to streams, by file.
@@ -122,6 +125,12 @@ impl Metrics {
             IntGauge::new("event_streams", "Open GET /plans/events streams").expect("valid metric");
         let long_polls =
             IntGauge::new("long_polls", "GETs held by Prefer: wait").expect("valid metric");
+        let schemas_loaded = IntGauge::new(
+            "schemas_loaded",
+            "Schemas in use (integration kinds and the configuration's); 0: writes are checked \
+             against the YAML rules only",
+        )
+        .expect("valid metric");
         let events_sent = IntCounterVec::new(
             Opts::new(
                 "events_sent_total",
@@ -210,6 +219,7 @@ impl Metrics {
         }
         for c in [
             Box::new(event_streams.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(schemas_loaded.clone()),
             Box::new(schema_reloads.clone()),
             Box::new(schema_refusals.clone()),
             Box::new(write_batches.clone()),
@@ -263,6 +273,7 @@ impl Metrics {
             repacks,
             repack_duration,
             event_streams,
+            schemas_loaded,
             long_polls,
             events_sent,
             write_batches,

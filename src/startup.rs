@@ -32,6 +32,10 @@ pub enum StartupError {
     Cluster(String),
     #[error(transparent)]
     Webhooks(#[from] crate::webhooks::BuildError),
+    /// A `validation.schemas_dir` the config file names that is not there: validation would
+    /// be off in silence.
+    #[error("validation.schemas_dir {}: no such folder (the config file names it, relative to the config file's folder); fix the path, or remove the setting to run without schemas", dir.display())]
+    SchemasMissing { dir: std::path::PathBuf },
     /// A schema of `validation.schemas_dir` that cannot be used.
     #[error("validation.schemas_dir {}: {source}", dir.display())]
     Schemas {
@@ -100,11 +104,15 @@ impl Application {
         };
         seed(config, &storage)?;
         let validators = load_validators(config)?;
+        let metrics = crate::metrics::Metrics::new();
+        metrics
+            .schemas_loaded
+            .set(validators.current().count() as i64);
         let storage = storage.judge_with(std::sync::Arc::new(validators.clone()));
         let state = AppState::new(
             storage,
             Verifier::from_config(&config.auth)?,
-            crate::metrics::Metrics::new(),
+            metrics,
             &http::Limits::from_config(&config.server),
             config.storage.repack_loose_objects,
         )
@@ -167,6 +175,11 @@ impl Application {
 
 /// The schemas of `validation.schemas_dir`, compiled (an error stops the start).
 pub fn load_validators(config: &Config) -> Result<Validators, StartupError> {
+    if let Some(named) = config.validation.required_dir().filter(|d| !d.is_dir()) {
+        return Err(StartupError::SchemasMissing {
+            dir: absolute(named),
+        });
+    }
     let dir = config.validation.dir().map(std::path::Path::to_owned);
     let validators = Validators::load(dir.clone(), config.validation.unknown_integrations)
         .map_err(|source| StartupError::Schemas {
@@ -180,6 +193,9 @@ pub fn load_validators(config: &Config) -> Result<Validators, StartupError> {
         empty = set.is_empty(),
         "schemas loaded; SIGHUP reads the folder again"
     );
+    if let Some(why) = validators.none_loaded() {
+        tracing::warn!("{why}");
+    }
     Ok(validators)
 }
 
@@ -197,6 +213,12 @@ async fn reload_on_hangup(validators: Validators, metrics: crate::metrics::Metri
         let label = match result {
             Ok(Ok(Reloaded::Changed(set))) => {
                 tracing::info!(%set, "schemas reloaded: a new set is in use");
+                metrics
+                    .schemas_loaded
+                    .set(validators.current().count() as i64);
+                if let Some(why) = validators.none_loaded() {
+                    tracing::warn!("{why}");
+                }
                 "changed"
             }
             Ok(Ok(Reloaded::Same)) => {

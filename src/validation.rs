@@ -237,6 +237,11 @@ impl SchemaSet {
         (!parts.is_empty()).then(|| parts.join("; "))
     }
 
+    /// How many schemas the set uses: one per integration kind, and the configuration's.
+    pub fn count(&self) -> usize {
+        self.integrations.len() + usize::from(self.configuration.is_some())
+    }
+
     /// Whether the set has no schema and allows every integration.
     pub fn is_empty(&self) -> bool {
         self.integrations.is_empty()

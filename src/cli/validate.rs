@@ -48,6 +48,14 @@ pub fn run(config: &Config, args: ValidateArgs) -> Result<(), CliError> {
             dir.display()
         )));
     }
+    if let Some(named) = config.validation.required_dir().filter(|d| !d.is_dir()) {
+        return Err(CliError::Usage(format!(
+            "validation.schemas_dir {}: no such folder (named by the config file)",
+            std::path::absolute(named)
+                .unwrap_or_else(|_| named.to_owned())
+                .display()
+        )));
+    }
     let dir = args
         .schemas
         .or_else(|| config.validation.dir().map(std::path::Path::to_owned));
@@ -55,15 +63,21 @@ pub fn run(config: &Config, args: ValidateArgs) -> Result<(), CliError> {
         SchemaSet::load(dir.as_deref(), config.validation.unknown_integrations).map_err(|e| {
             CliError::Usage(format!(
                 "schemas {}: {e}",
-                dir.unwrap_or_default().display()
+                dir.clone().unwrap_or_default().display()
             ))
         })?;
     let bytes =
         std::fs::read(&path).map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
     let verdict = judge(&bytes, integration, &set);
     let name = path.display().to_string();
+    let used = used(dir.as_deref(), set.count());
     if args.json {
-        println!("{}", json(&name, &verdict));
+        let mut out = json(&name, &verdict);
+        out["schemas"] = serde_json::json!({
+            "count": set.count(),
+            "dir": dir.as_deref().map(|d| std::path::absolute(d).unwrap_or_else(|_| d.to_owned())),
+        });
+        println!("{out}");
     } else {
         match &verdict {
             Verdict::Valid => {}
@@ -90,6 +104,20 @@ pub fn run(config: &Config, args: ValidateArgs) -> Result<(), CliError> {
                     println!("{name}: {} more violations not listed", found.omitted);
                 }
             }
+        }
+        // Always a last line: what the file was checked against, and the verdict.
+        match &verdict {
+            Verdict::Valid => println!("{name}: valid ({used})"),
+            Verdict::Unreadable(_) => println!("{name}: not a valid file of its kind ({used})"),
+            Verdict::Breaks(found) => println!(
+                "{name}: {} violation{} ({used})",
+                found.list.len() + found.omitted,
+                if found.list.len() + found.omitted == 1 {
+                    ""
+                } else {
+                    "s"
+                }
+            ),
         }
     }
     match verdict {
@@ -122,6 +150,32 @@ fn judge(bytes: &[u8], integration: bool, set: &SchemaSet) -> Verdict {
         }
         Ok(found) if found.is_empty() => Verdict::Valid,
         Ok(found) => Verdict::Breaks(found.located_in(text)),
+    }
+}
+
+/// What a file was checked against, said in words: a check with no schema says so.
+fn used(dir: Option<&std::path::Path>, count: usize) -> String {
+    let shown = |d: &std::path::Path| {
+        std::path::absolute(d)
+            .unwrap_or_else(|_| d.to_owned())
+            .display()
+            .to_string()
+    };
+    match (dir, count) {
+        (Some(d), 0) if !d.is_dir() => format!(
+            "no schemas found: {} does not exist; checked the YAML rules only",
+            shown(d)
+        ),
+        (Some(d), 0) => format!(
+            "no schemas found in {}: checked the YAML rules only",
+            shown(d)
+        ),
+        (None, _) => "no schemas configured: checked the YAML rules only".into(),
+        (Some(d), n) => format!(
+            "checked against {n} schema{} in {}",
+            if n == 1 { "" } else { "s" },
+            shown(d)
+        ),
     }
 }
 

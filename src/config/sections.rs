@@ -547,11 +547,15 @@ impl ClusterConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ValidationConfig {
     /// The schemas folder: `integrations/<kind>.json`, `configuration.json` and what they
-    /// `$ref`. Relative to the config file's folder; `""` or a folder that does not exist:
-    /// no schemas.
+    /// `$ref`. Relative to the config file's folder; `""`: no schemas. Set in the config
+    /// file, a folder that does not exist refuses the start; the default's absence is a
+    /// warning (log, `/readyz`, `planfiles_schemas_loaded`).
     pub schemas_dir: PathBuf,
     /// Whether a top-level key of the integration file without a schema is allowed.
     pub unknown_integrations: crate::validation::UnknownIntegrations,
+    /// Whether `schemas_dir` was written in the config file (not the default).
+    #[serde(skip)]
+    pub schemas_dir_set: bool,
 }
 
 impl Default for ValidationConfig {
@@ -559,6 +563,7 @@ impl Default for ValidationConfig {
         Self {
             schemas_dir: PathBuf::from("schemas"),
             unknown_integrations: crate::validation::UnknownIntegrations::Allow,
+            schemas_dir_set: false,
         }
     }
 }
@@ -569,13 +574,16 @@ impl ValidationConfig {
         (!self.schemas_dir.as_os_str().is_empty()).then_some(self.schemas_dir.as_path())
     }
 
-    /// A relative folder placed under `base` (the config file's folder).
-    pub fn resolve(&mut self, base: Option<&std::path::Path>) {
-        if let Some(base) = base.filter(|b| !b.as_os_str().is_empty()) {
-            if self.schemas_dir.is_relative() && !self.schemas_dir.as_os_str().is_empty() {
-                self.schemas_dir = base.join(&self.schemas_dir);
-            }
-        }
+    /// The folder that must be there before the service starts: one the config file names.
+    pub fn required_dir(&self) -> Option<&std::path::Path> {
+        self.dir().filter(|_| self.schemas_dir_set)
+    }
+}
+
+/// `path` placed under `base` (the config file's folder) when it is relative and not empty.
+pub fn beside(base: &std::path::Path, path: &mut PathBuf) {
+    if path.is_relative() && !path.as_os_str().is_empty() && !base.as_os_str().is_empty() {
+        *path = base.join(&*path);
     }
 }
 

@@ -5,7 +5,7 @@ use super::schema::{
     Author, CommitsAnswer, ConfigurationContent, ConfigurationFile, DeliveryList, DiffSide,
     FileDiff, FileEvent, FileProblem, FileStatus, Folder, GitBytes, HeadEvent, Health,
     HistoryEntry, HistoryPage, IntegrationFile, PatchOp, PostCommits, PutConfigurationFile,
-    PutConfigurationPart, PutIntegrationFile, PutIntegrationPart, RestoreFile, SigningKey,
+    PutConfigurationPart, PutIntegrationFile, PutIntegrationPart, Ready, RestoreFile, SigningKey,
     SigningKeys, Ticket, WebhookList, WebhookView,
 };
 use super::{
@@ -57,7 +57,7 @@ use utoipa::{Modify, OpenApi};
     ),
     components(schemas(
         IntegrationFile, ConfigurationFile, PutIntegrationFile, PutConfigurationFile,
-        ConfigurationContent, Folder, FileStatus, Problem, Health, HistoryPage, HistoryEntry,
+        ConfigurationContent, Folder, FileStatus, Problem, Health, Ready, HistoryPage, HistoryEntry,
         Author, GitBytes, HeadEvent, FileEvent, Ticket,
         Author, GitBytes, PostCommits, PutIntegrationPart, PutConfigurationPart, CommitsAnswer,
         RestoreFile, FileDiff, DiffSide, PatchOp, ImportRequest, ImportAnswer, PlacementAnswer,

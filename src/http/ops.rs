@@ -1,6 +1,6 @@
 //! Operations endpoints: `/healthz`, `/readyz` and `/metrics`.
 use super::problem::{ApiError, Problem};
-use super::schema::Health;
+use super::schema::{Health, Ready};
 use super::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -15,13 +15,22 @@ pub async fn healthz() -> HttpResponse {
 /// 200 when the data directory is readable and writable, else 503.
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
     responses(
-        (status = 200, description = "Ready", body = Health),
+        (status = 200, description = "Ready; how many schemas writes are checked against, and a warning when none", body = Ready),
         (status = 503, description = "not_ready: the data directory cannot be listed or written", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let storage = state.storage.clone();
-    match web::block(move || storage.check_ready()).await {
-        Ok(Ok(())) => Ok(HttpResponse::Ok().json(Health { status: "ready" })),
+    let validators = state.validators.clone();
+    // The schemas folder is looked at too (when none is loaded): on the blocking pool.
+    let ready = web::block(move || {
+        storage.check_ready().map(|()| Ready {
+            status: "ready",
+            schemas: validators.current().count(),
+            warning: validators.none_loaded(),
+        })
+    });
+    match ready.await {
+        Ok(Ok(ready)) => Ok(HttpResponse::Ok().json(ready)),
         Ok(Err(e)) => Err(ApiError::NotReady(e.to_string())),
         Err(e) => Err(ApiError::NotReady(e.to_string())),
     }

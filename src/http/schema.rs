@@ -259,6 +259,17 @@ pub struct Health {
     pub status: &'static str,
 }
 
+/// `/readyz`'s body: ready, and what the writes are checked against.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Ready {
+    pub status: &'static str,
+    /// Schemas in use (integration kinds and the configuration's).
+    pub schemas: usize,
+    /// Said when no schema is in use: where the service looked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
+}
+
 /// Who made a commit.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Author {

@@ -48,6 +48,25 @@ impl Validators {
         }
     }
 
+    /// Why no schema is in use, when none is: the folder read (or none configured), for
+    /// the start's warning and `/readyz`.
+    pub fn none_loaded(&self) -> Option<String> {
+        if self.current().count() > 0 {
+            return None;
+        }
+        Some(match &self.dir {
+            Some(dir) if !dir.is_dir() => format!(
+                "no schemas loaded: {} does not exist; writes are checked against the YAML rules only",
+                std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).display()
+            ),
+            Some(dir) => format!(
+                "no schemas loaded: {} has none; writes are checked against the YAML rules only",
+                std::path::absolute(dir).unwrap_or_else(|_| dir.clone()).display()
+            ),
+            None => "no schemas configured (validation.schemas_dir is empty); writes are checked against the YAML rules only".into(),
+        })
+    }
+
     /// The set in use now; a request keeps the one it started with.
     pub fn current(&self) -> Arc<SchemaSet> {
         self.current.read().expect("not poisoned").clone()

@@ -1,7 +1,7 @@
 //! Validators: writes that break the operator's schemas are refused with every violation located (and nothing written), stored files that break them read as invalid, the combined schemas, SIGHUP reloads, broken and remote schemas at start, and the offline `planfiles validate`.
-use crate::common::process::{data_dir_with_fixture, planfiles, serve};
+use crate::common::process::{data_dir_with_fixture, planfiles, serve, serve_command};
 use crate::common::{
-    copy_tree, problem, python_check, python_has, shipped_schemas, token, TestApp, ALL,
+    copy_tree, git_in, problem, python_check, python_has, shipped_schemas, token, TestApp, ALL,
 };
 use serde_json::{json, Value};
 use std::path::Path;
@@ -441,6 +441,120 @@ fn a_broken_or_remote_schema_stops_the_start() {
     }
 }
 
+/// A schemas folder never turns off in silence: one the config file names that is not there
+/// stops the start (exit 2, naming the path it looked at); the default's absence is said at
+/// start, on `/readyz` and in `planfiles_schemas_loaded`; relative paths in a config file
+/// kept elsewhere are found beside that file.
+#[tokio::test]
+async fn a_missing_schemas_folder_stops_the_start_or_is_said_everywhere() {
+    let dir = data_dir_with_fixture();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let config = elsewhere.path().join("planfiles.toml");
+    std::fs::write(&config, "[validation]\nschemas_dir = \"shemas\"\n").unwrap();
+    let out = planfiles(dir.path())
+        .env("PLANFILES_BIND", "127.0.0.1:0")
+        .env("PLANFILES_CONFIG", &config)
+        .arg("serve")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let looked = elsewhere.path().join("shemas");
+    assert!(
+        stderr.contains(&format!(
+            "validation.schemas_dir {}: no such folder",
+            looked.display()
+        )),
+        "{stderr}"
+    );
+    // The default folder, absent beside a config kept elsewhere: a warning, not silence.
+    std::fs::write(&config, "[server]\nbody_limit = 1048576\n").unwrap();
+    let server = serve(
+        dir.path(),
+        &[("PLANFILES_CONFIG", config.to_str().unwrap())],
+    );
+    let ready: Value = reqwest::get(server.url("/readyz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["status"], "ready");
+    assert_eq!(ready["schemas"], 0);
+    let warning = ready["warning"].as_str().unwrap();
+    assert!(
+        warning.contains(&format!(
+            "{} does not exist",
+            elsewhere.path().join("schemas").display()
+        )),
+        "{warning}"
+    );
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("planfiles_schemas_loaded 0"), "{metrics}");
+    let log = server.log.lock().unwrap().join("\n");
+    assert!(
+        log.contains("WARN") && log.contains("no schemas loaded"),
+        "{log}"
+    );
+    drop(server);
+    // Beside the config file, the folder is found; so are the other relative paths it names.
+    copy_tree(&shipped_schemas(), &elsewhere.path().join("schemas"));
+    std::fs::write(&config, "[storage]\ndata_dir = \"data\"\n").unwrap();
+    copy_tree(&dir.path().join("data"), &elsewhere.path().join("data"));
+    let mut cmd = planfiles(dir.path());
+    cmd.env_remove("PLANFILES_DATA_DIR")
+        .env("PLANFILES_CONFIG", &config);
+    let server = serve_command(cmd);
+    let ready: Value = reqwest::get(server.url("/readyz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["schemas"], 3, "{ready}");
+    assert!(ready.get("warning").is_none(), "{ready}");
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("planfiles_schemas_loaded 3"), "{metrics}");
+    let res = reqwest::Client::new()
+        .put(server.url("/plans/integration-file"))
+        .bearer_auth(token("acme", ALL))
+        .json(&json!({"content": {"aws": [{"account_id": "1234", "regions": ["mars-1"], "type": "aws"}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 422, "validated");
+    let beside = elsewhere.path().join("data/tenants/acme.git");
+    let served = git_in(&beside, &["rev-list", "--count", "main"]);
+    let untouched = git_in(
+        &dir.path().join("data/tenants/acme.git"),
+        &["rev-list", "--count", "main"],
+    );
+    assert_eq!(served, untouched, "the 422 wrote nothing");
+    let res = reqwest::Client::new()
+        .put(server.url("/plans/integration-file"))
+        .bearer_auth(token("acme", ALL))
+        .json(&json!({"content": {"github": {"org": "beside"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(
+        git_in(&beside, &["log", "-1", "--format=%s", "main"]),
+        "Update integrations.yml",
+        "the data dir beside the config file is the one served"
+    );
+}
+
 #[test]
 fn planfiles_validate_checks_a_file_offline_as_the_service_does() {
     let dir = tempfile::tempdir().unwrap();
@@ -467,13 +581,45 @@ fn planfiles_validate_checks_a_file_offline_as_the_service_does() {
     };
     let s = schemas.to_str().unwrap();
     let (code, stdout, _) = run(&["--integration", good.to_str().unwrap(), "--schemas", s]);
-    assert_eq!((code, stdout.as_str()), (Some(0), ""));
+    assert_eq!(code, Some(0), "{stdout}");
+    assert_eq!(
+        stdout,
+        format!(
+            "{}: valid (checked against 3 schemas in {})\n",
+            good.display(),
+            schemas.display()
+        )
+    );
+    // Run where no schemas folder is (no config file, no --schemas): it says it checked the
+    // YAML rules only, never a bare silence that reads as "valid against the schemas".
+    let (code, stdout, _) = run(&["--integration", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "valid (no schemas found: {} does not exist; checked the YAML rules only)",
+            dir.path().join("schemas").display()
+        )),
+        "{stdout}"
+    );
+    // The shipped configuration schema takes folders and nothing else: an integration file
+    // checked as a configuration file is refused.
+    let (code, stdout, _) = run(&["--configuration", good.to_str().unwrap(), "--schemas", s]);
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains(": /: "), "the missing folders: {stdout}");
+    assert!(stdout.contains("aws"), "the unknown key: {stdout}");
     let (code, stdout, _) = run(&["--integration", bad.to_str().unwrap(), "--schemas", s]);
     assert_eq!(code, Some(1));
     let name = bad.display();
     assert!(
         stdout.contains(&format!(
             "{name}:6:17: /aws/1/account_id: \"12345\" does not match"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with(&format!(
+            "{name}: 2 violations (checked against 3 schemas in {})\n",
+            schemas.display()
         )),
         "{stdout}"
     );
@@ -491,6 +637,7 @@ fn planfiles_validate_checks_a_file_offline_as_the_service_does() {
     assert_eq!(code, Some(1));
     let doc: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(doc["valid"], false);
+    assert_eq!(doc["schemas"]["count"], 3);
     assert_eq!(doc["errors"].as_array().unwrap().len(), 2);
     // The rules of a write of the text: a scalar YAML 1.1 and 1.2 read differently is refused.
     std::fs::write(&bad, "aws:\n  - account_id: 0777\n").unwrap();

@@ -538,6 +538,7 @@ impl TestApp {
             *v.borrow_mut() = Some(planfiles::config::ValidationConfig {
                 schemas_dir: dir.to_owned(),
                 unknown_integrations: serde_json::from_value(json!(unknown)).unwrap(),
+                schemas_dir_set: true,
             })
         });
         Self::spawn().await
@@ -720,7 +721,9 @@ impl Drop for TestApp {
 }
 
 /// `git fsck --strict` of every tenant repository under `tenants` (archived ones too): a
-/// failure fails the test that left it.
+/// failure fails the test that left it. A background repack may still be packing loose
+/// objects and removing them while fsck lists them ("unable to mmap"): a failure is looked
+/// at again, up to 5 times over 2 s; what is broken stays broken.
 pub fn fsck_every_tenant(tenants: &Path) {
     let Ok(entries) = std::fs::read_dir(tenants) else {
         return;
@@ -730,12 +733,22 @@ pub fn fsck_every_tenant(tenants: &Path) {
         if !repo.join("HEAD").is_file() {
             continue;
         }
-        let out = Command::new("git")
-            .arg("--git-dir")
-            .arg(&repo)
-            .args(["fsck", "--strict", "--no-dangling", "--no-progress"])
-            .output()
-            .unwrap();
+        let fsck = || {
+            Command::new("git")
+                .arg("--git-dir")
+                .arg(&repo)
+                .args(["fsck", "--strict", "--no-dangling", "--no-progress"])
+                .output()
+                .unwrap()
+        };
+        let mut out = fsck();
+        for _ in 0..5 {
+            if out.status.success() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(400));
+            out = fsck();
+        }
         assert!(
             out.status.success(),
             "git fsck --strict of {} failed: {}",
