@@ -7,7 +7,7 @@ use super::problem::{ApiError, Problem};
 use super::schema::CommonProblems;
 use super::schema::GitBytes;
 use super::AppState;
-use crate::auth::Principal;
+use crate::auth::{AuthError, Principal};
 use crate::domain::{PlanFile, TenantId};
 use crate::storage::{UploadPack, UploadPackError};
 use actix_web::http::header;
@@ -26,6 +26,11 @@ const RESULT: &str = "application/x-git-upload-pack-result";
 
 /// An error for a git client as text: git shows a `text/plain` error body to its user (as
 /// `remote: ...` lines) and nothing of any other type. Other clients get problem+json.
+///
+/// A token that was sent and refused (expired, badly signed) is 403 for git, not 401: on a
+/// 401 git asks for a username and password (a prompt in a terminal, "could not read
+/// Username" elsewhere) instead of showing why, and no password would help. The text says
+/// how to put a fresh token in the clone.
 fn refuse(req: &HttpRequest, err: ApiError) -> Reply {
     let from_git = req
         .headers()
@@ -36,16 +41,28 @@ fn refuse(req: &HttpRequest, err: ApiError) -> Reply {
         return Err(err);
     }
     use actix_web::ResponseError;
-    let mut res = HttpResponse::build(err.status_code());
+    let refused_token = matches!(err, ApiError::Unauthorized(AuthError::Invalid(_)));
+    let status = if refused_token {
+        actix_web::http::StatusCode::FORBIDDEN
+    } else {
+        err.status_code()
+    };
+    let mut res = HttpResponse::build(status);
     // Retry-After and the like, as the problem would carry them.
     for (name, value) in err.error_response().headers() {
-        if name != header::CONTENT_TYPE {
+        if name != header::CONTENT_TYPE && !(refused_token && name == header::WWW_AUTHENTICATE) {
             res.append_header((name.clone(), value.clone()));
         }
     }
-    Ok(res
-        .content_type("text/plain; charset=utf-8")
-        .body(format!("planfiles: {err}\n")))
+    let mut text = format!("planfiles: {err}\n");
+    if matches!(err, ApiError::Unauthorized(_)) {
+        text.push_str(
+            "planfiles: put a fresh token in this clone: git config http.extraHeader \
+             \"Authorization: Bearer $(planfiles token --tenant <tenant> --permission \
+             planfiles.repos.read ...)\" (docs/API.md, \"Clone over HTTP\")\n",
+        );
+    }
+    Ok(res.content_type("text/plain; charset=utf-8").body(text))
 }
 
 /// `GET info/refs?service=git-upload-pack`: the refs, in the smart protocol only.
@@ -86,13 +103,18 @@ pub(super) async fn info_refs(
         Some("git-upload-pack") => {}
         Some("git-receive-pack") => return receive::advertise(&state, who, &req, &repo).await,
         _ => {
-            open(&state, who, &req, &repo).await?;
+            if let Err(e) = open(&state, who, &req, &repo).await {
+                return refuse(&req, e);
+            }
             return Err(ApiError::InvalidQuery(
                 "only the smart protocol is served: add ?service=git-upload-pack (or git-receive-pack)".into(),
             ));
         }
     }
-    let (_, pack) = open(&state, who, &req, &repo).await?;
+    let (_, pack) = match open(&state, who, &req, &repo).await {
+        Ok(opened) => opened,
+        Err(e) => return refuse(&req, e),
+    };
     let refs = match pack.advertise().await {
         Ok(refs) => refs,
         Err(e) => return upload_pack_error(&req, e),
@@ -138,7 +160,10 @@ pub(super) async fn upload_pack(
     repo: web::Path<String>,
     payload: web::Payload,
 ) -> Reply {
-    let (who, pack) = open(&state, who, &req, &repo).await?;
+    let (who, pack) = match open(&state, who, &req, &repo).await {
+        Ok(opened) => opened,
+        Err(e) => return refuse(&req, e),
+    };
     let content_type = req
         .headers()
         .get(header::CONTENT_TYPE)

@@ -429,16 +429,39 @@ async fn clone_needs_a_token_of_that_tenant_with_repos_read() {
     assert!(body.starts_with(b"001e# service=git-upload-pack\n0000"));
     assert!(String::from_utf8_lossy(&body).contains(&app.head("acme")));
 
-    // The real client fails to clone without a token, with another tenant's token, and
-    // without the permission, and has nothing of the repository afterwards.
+    // The real client fails to clone without a token, with another tenant's token, without
+    // the permission and with an expired token, has nothing of the repository afterwards,
+    // and prints why as the server's `remote:` lines.
     let work = tempfile::tempdir().unwrap();
     let url = app.url("/git/acme.git");
-    let refused: [(&str, Option<String>); 3] = [
-        ("no token", None),
-        ("another tenant", Some(token("globex", &[REPOS_READ]))),
-        ("no permission", Some(token("acme", ALL))),
+    let expired = common::sign_hs256(
+        common::SECRET,
+        &json!({"alg": "HS256", "typ": "JWT"}),
+        &json!({"tenant_id": "acme", "permissions": [REPOS_READ], "exp": common::now() - 3600}),
+    );
+    let refused: [(&str, Option<String>, &str); 4] = [
+        (
+            "no token",
+            None,
+            "remote: planfiles: a bearer token is required",
+        ),
+        (
+            "another tenant",
+            Some(token("globex", &[REPOS_READ])),
+            "remote: planfiles: ",
+        ),
+        (
+            "no permission",
+            Some(token("acme", ALL)),
+            "remote: planfiles: the token lacks the permission planfiles.repos.read",
+        ),
+        (
+            "expired",
+            Some(expired.clone()),
+            "remote: planfiles: the token is not valid",
+        ),
     ];
-    for (i, (name, t)) in refused.into_iter().enumerate() {
+    for (i, (name, t, want)) in refused.into_iter().enumerate() {
         let dir = format!("x{i}");
         let mut cmd = Command::new("git");
         cmd.current_dir(work.path())
@@ -448,9 +471,55 @@ async fn clone_needs_a_token_of_that_tenant_with_repos_read() {
             cmd.args(["-c", &format!("http.extraHeader=Authorization: Bearer {t}")]);
         }
         let out = cmd.args(["clone", "-q", &url, &dir]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{name}");
         assert!(!work.path().join(&dir).exists(), "{name}");
+        assert!(stderr.contains(want), "{name}: {stderr}");
     }
+    // The documented clone keeps its token in .git/config; once it has expired, a fetch says
+    // so and how to refresh it, and git never falls back to asking for a username.
+    ok(git(
+        work.path(),
+        &token("acme", &[REPOS_READ]),
+        &["clone", "-q", &url, "kept"],
+    ));
+    let kept = work.path().join("kept");
+    let in_clone = |args: &[&str]| {
+        Command::new("git")
+            .current_dir(&kept)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env_remove("GIT_ASKPASS")
+            .env_remove("SSH_ASKPASS")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let set = |t: &str| {
+        ok(in_clone(&[
+            "config",
+            "http.extraHeader",
+            &format!("Authorization: Bearer {t}"),
+        ]))
+    };
+    set(&expired);
+    let out = in_clone(&["fetch", "-q"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("remote: planfiles: the token is not valid"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("expired"), "{stderr}");
+    assert!(
+        stderr.contains("git config http.extraHeader"),
+        "how to refresh: {stderr}"
+    );
+    assert!(
+        !stderr.contains("Username"),
+        "git asked for credentials: {stderr}"
+    );
+    set(&token("acme", &[REPOS_READ]));
+    ok(in_clone(&["fetch", "-q"]));
 }
 
 #[tokio::test]
