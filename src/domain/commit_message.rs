@@ -61,6 +61,16 @@ fn is_break(c: char) -> bool {
     )
 }
 
+/// The first character of a commit message written elsewhere (a push) that an API write
+/// would have removed: a control character other than a line break or tab, or a
+/// bidirectional control. A pushed message may not carry one: history, events and the
+/// console would show it as sent.
+pub fn hidden(message: &str) -> Option<char> {
+    message
+        .chars()
+        .find(|c| !matches!(c, '\n' | '\r' | '\t') && is_removed(*c))
+}
+
 fn is_removed(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
@@ -103,5 +113,15 @@ mod tests {
         assert_eq!(bad(json!("\n\u{1}")).pointer, "/message");
         assert_eq!(bad(json!("   ")).pointer, "/message");
         assert_eq!(bad(json!(3)).pointer, "/message");
+    }
+
+    #[test]
+    fn a_pushed_message_may_not_hide_what_it_says() {
+        assert_eq!(hidden("Subject\r\n\n\tbody\n"), None);
+        assert_eq!(hidden("naïve — ok ✓\n"), None);
+        assert_eq!(hidden("subj \u{1b}[2J"), Some('\u{1b}'));
+        assert_eq!(hidden("gnp.exe \u{202e}"), Some('\u{202e}'));
+        assert_eq!(hidden("a\u{0}b"), Some('\u{0}'));
+        assert_eq!(hidden("\u{feff}bom"), Some('\u{feff}'));
     }
 }

@@ -243,6 +243,14 @@ async fn objects_git_fsck_refuses_and_commits_no_rule_saw_are_refused_by_a_push(
             "the trailer Request-Id is the service's own",
         ),
         (
+            "a message with terminal escapes and a right-to-left override",
+            |d, b| {
+                let m = "subj \u{1b}[2J\u{1b}[31mRED \u{202e}gnp.exe\n".as_bytes();
+                commit(d, &good_tree(d, b), &[&b.head], DATE, "+0000", m)
+            },
+            "a control character that can hide",
+        ),
+        (
             "the Forced trailer in capitals, without a space",
             |d, b| {
                 let m = b"Change\n\nFORCED:true\n";
@@ -357,6 +365,14 @@ async fn a_live_git_commands_notes_lock_is_left_alone() {
         "",
         &["commit", "-qam", "while git holds the notes"],
     ));
+    let packs = |repo: &Path| -> Vec<String> {
+        std::fs::read_dir(repo.join("objects/pack"))
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect()
+    };
+    let before = packs(&repo);
     let (pushed, stderr) = push(&dir, &t, &["main"]);
     assert!(!pushed, "the push went through");
     assert!(
@@ -365,6 +381,13 @@ async fn a_live_git_commands_notes_lock_is_left_alone() {
     );
     assert!(lock.exists(), "a live git command's lock was taken away");
     assert_eq!(app.head("acme"), head);
+    // Refused after its checks passed: nothing of it is kept (its pack stayed in quarantine).
+    assert_eq!(packs(&repo), before, "the refused push's pack was kept");
+    let pushed_head = ok(git(&dir, "", &["rev-parse", "HEAD"]));
+    assert!(
+        !git_succeeds(&repo, &["cat-file", "-e", pushed_head.trim()]),
+        "the refused commit is in the store"
+    );
     std::fs::remove_file(&lock).unwrap();
     let (pushed, stderr) = push(&dir, &t, &["main"]);
     assert!(pushed, "{stderr}");

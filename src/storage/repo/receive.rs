@@ -21,15 +21,26 @@ use std::time::Instant;
 /// At most this many bytes of changed files are checked in one push.
 pub const MAX_CHECKED_BYTES: usize = 64 * 1024 * 1024;
 
-/// A push that passed its checks: its pack is in `objects/pack`, and `mark` is where the
-/// durability of what it wrote starts.
-#[derive(Debug)]
+/// A push that passed its checks: its pack still in its quarantine (moved into
+/// `objects/pack` only once `main` is about to move: a push refused after its checks, or
+/// dropped, leaves nothing), and `mark` is where the durability of what it wrote starts.
 pub struct StagedPush {
     /// How many commits the push adds to main's first-parent line.
     pub commits: usize,
     mark: Option<SyncMark>,
     /// The commits to note, newest first.
     line: Vec<Oid>,
+    /// The pushed pack, unless the push adds no commit (then nothing of it is kept).
+    quarantine: Option<Quarantine>,
+}
+
+impl std::fmt::Debug for StagedPush {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StagedPush")
+            .field("commits", &self.commits)
+            .field("quarantine", &self.quarantine.as_ref().map(|q| &q.path))
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where the pusher and the request id of each pushed head are kept.
@@ -69,14 +80,12 @@ impl TenantRepo {
         let quarantine = Quarantine::new(&self.path)?;
         let staged = self.check_push(&quarantine, pack, old, new, check)?;
         match staged {
-            Ok(line) => {
-                quarantine.migrate(&self.path, sync.is_none())?;
-                Ok(Ok(StagedPush {
-                    commits: line.len(),
-                    mark,
-                    line,
-                }))
-            }
+            Ok(line) => Ok(Ok(StagedPush {
+                commits: line.len(),
+                mark,
+                quarantine: (!line.is_empty()).then_some(quarantine),
+                line,
+            })),
             Err(reason) => Ok(Err(reason)),
         }
     }
@@ -113,6 +122,15 @@ impl TenantRepo {
         if let Err(reason) = connected(&quarantine.path, old, new) {
             return Ok(Err(reason));
         }
+        // A rewind or a side branch: git's own word for it, before any walk.
+        if !repo
+            .graph_descendant_of(new, old)
+            .map_err(err("walk a push"))?
+        {
+            return Ok(Err(format!(
+                "non-fast-forward: {new} does not build on main ({old}); fetch and rebase"
+            )));
+        }
         // main's first-parent line stays a line: the pushed commits lead back to `old` itself
         // by first parents (a merge whose first parent is the client's side would take main's
         // own commits off it: rebase instead).
@@ -142,6 +160,15 @@ impl TenantRepo {
         let mut bytes_checked = 0usize;
         for commit in line.iter().rev() {
             let id = CommitId(to_id(commit.id()));
+            if let Some(c) = crate::domain::commit_message::hidden(&String::from_utf8_lossy(
+                commit.message_bytes(),
+            )) {
+                return Ok(Err(format!(
+                    "commit {id}: the message holds U+{:04X}, a control character that can hide \
+                     or reorder what it says (an API write removes them); leave it out",
+                    u32::from(c)
+                )));
+            }
             if let Some(trailer) = trailers::first_reserved(commit.message_bytes()) {
                 return Ok(Err(format!(
                     "commit {id}: the trailer {} is the service's own (in any spelling); leave it out",
@@ -291,6 +318,12 @@ impl TenantRepo {
             Ok(lock) => lock,
             Err(answer) => return Ok(answer),
         };
+        // main will move: the pack comes out of its quarantine (git synced its bytes; the
+        // folder's sync is below in group mode, here in fsync mode).
+        let mut push = push;
+        if let Some(quarantine) = push.quarantine.take() {
+            quarantine.migrate(&self.path, fsync)?;
+        }
         // 1. The bytes are durable: the pack (synced by git as it was indexed; its folder
         // since the push's mark), the note's objects and both locks' values.
         match sync {
