@@ -30,7 +30,9 @@ impl Storage {
 
     /// A push's second half: `main` moved from `old` to `new` under the tenant's write lock
     /// and the same compare-and-swap and syncs as [`Storage::commit_batch`], `pusher` and
-    /// `request_id` kept on a note of each pushed commit (`refs/notes/planfiles`).
+    /// `request_id` kept on a note of each pushed commit (`refs/notes/planfiles`). Past
+    /// `not_after` (the token's end) once the write lock is held: `Expired`, nothing moved.
+    #[allow(clippy::too_many_arguments)]
     pub fn fast_forward(
         &self,
         tenant: &TenantId,
@@ -39,6 +41,7 @@ impl Storage {
         staged: StagedPush,
         pusher: &Identity,
         request_id: &RequestId,
+        not_after: std::time::SystemTime,
     ) -> Result<FastForward, StorageError> {
         let note = format!(
             "Pushed-By: {} <{}>\nRequest-Id: {}\n",
@@ -53,6 +56,7 @@ impl Storage {
             &note,
             &self.committer,
             self.sync.as_deref(),
+            not_after,
         )
     }
 

@@ -449,6 +449,102 @@ async fn a_write_whose_token_expires_while_it_waits_is_refused() {
     }
 }
 
+/// A push whose token ends while it waits for the tenant's write lock (another process's
+/// writer holds it) moves nothing, as an API write would not, and git says why; one whose
+/// token is still accepted when its turn comes lands.
+#[tokio::test]
+async fn a_push_whose_token_expires_while_it_waits_is_refused() {
+    let dir = data_dir_with_fixture();
+    let acme = repo(dir.path(), "acme");
+    let config = dir.path().join("leeway.toml");
+    std::fs::write(&config, "[auth]\nleeway_secs = 0\n").unwrap();
+    let server = serve(
+        dir.path(),
+        &[("PLANFILES_CONFIG", config.to_str().unwrap())],
+    );
+    let short = |secs: u64| {
+        common::sign_hs256(
+            common::SECRET,
+            &json!({"alg": "HS256", "typ": "JWT"}),
+            &json!({"tenant_id": "acme", "exp": common::now() + secs, "sub": "pusher",
+                    "permissions": ["planfiles.repos.read", "jit.integrations.write", "jit.preferences.write"]}),
+        )
+    };
+    let work = tempfile::tempdir().unwrap();
+    let git = |token: &str, args: &[&str]| {
+        std::process::Command::new("git")
+            .current_dir(work.path())
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .args([
+                "-c",
+                &format!("http.extraHeader=Authorization: Bearer {token}"),
+            ])
+            .args(["-c", "user.name=P", "-c", "user.email=p@x.example"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = git(
+        &short(600),
+        &["clone", "-q", &server.url("/git/acme.git"), "c"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    for (lifetime, lands) in [(2, false), (60, true)] {
+        let head = git_in(&acme, &["rev-parse", "main"]);
+        std::fs::write(
+            work.path().join("c/integrations.yml"),
+            format!("pushed: {lifetime}\n"),
+        )
+        .unwrap();
+        let out = git("", &["-C", "c", "commit", "-qam", "pushed"]);
+        assert!(out.status.success(), "{out:?}");
+        // Another process's writer holds the tenant's write lock for 4 s.
+        let peer = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(acme.join("planfiles-write.lock"))
+            .unwrap();
+        peer.lock().unwrap();
+        let token = short(lifetime);
+        let push = std::thread::spawn({
+            let git_dir = work.path().join("c");
+            move || {
+                std::process::Command::new("git")
+                    .current_dir(git_dir)
+                    .env("GIT_TERMINAL_PROMPT", "0")
+                    .args([
+                        "-c",
+                        &format!("http.extraHeader=Authorization: Bearer {token}"),
+                    ])
+                    .args(["push", "origin", "main"])
+                    .output()
+                    .unwrap()
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        drop(peer);
+        let out = push.join().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.success(),
+            lands,
+            "a token of {lifetime} s: {stderr}"
+        );
+        if lands {
+            assert_ne!(git_in(&acme, &["rev-parse", "main"]), head);
+        } else {
+            assert!(
+                stderr.contains("the token expired while the push waited"),
+                "{stderr}"
+            );
+            assert_eq!(git_in(&acme, &["rev-parse", "main"]), head, "it was pushed");
+            let out = git("", &["-C", "c", "reset", "-q", "--hard", "origin/main"]);
+            assert!(out.status.success(), "{out:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_processes_on_one_data_dir_lose_no_write() {
     let dir = data_dir_with_fixture();

@@ -29,6 +29,9 @@ const LISTED: usize = 5;
 struct Rules {
     granted: [bool; 2],
     file_limit: usize,
+    /// The token's last moment: checked again under the tenant's write lock, as for an API
+    /// write, so that a push that waited past it moves nothing.
+    not_after: std::time::SystemTime,
 }
 
 /// One ref update of a push.
@@ -169,6 +172,7 @@ pub(in crate::http) async fn receive_pack(
     let storage = state.storage.clone();
     let granted = PlanFile::ALL.map(|f| who.can_write(f));
     let pusher = who.author();
+    let not_after = who.valid_until();
     let file_limit = state.body_limit;
     // git probes a large push with a request of one flush-pkt first (to learn whether it
     // may send it): answered with nothing, as git's own server does.
@@ -191,6 +195,7 @@ pub(in crate::http) async fn receive_pack(
             Rules {
                 granted,
                 file_limit,
+                not_after,
             },
             &schemas,
             &pusher,
@@ -340,7 +345,8 @@ fn push(
         });
     }
     let count = staged.commits;
-    match storage.fast_forward(tenant, old, new, staged, pusher, request_id) {
+    let not_after = rules.not_after;
+    match storage.fast_forward(tenant, old, new, staged, pusher, request_id, not_after) {
         Ok(FastForward::Moved) => Ok(Report {
             refs: vec![(c.name.clone(), None)],
             messages: vec![format!(
@@ -357,6 +363,11 @@ fn push(
             "main or its notes (refs/notes/planfiles) are locked by another git command on the server: retry in a moment",
         )),
         Err(StorageError::TenantMoving { .. }) => Ok(Report::refused(commands, MOVING)),
+        Err(StorageError::Expired { .. }) => Ok(Report::refused(
+            commands,
+            "the token expired while the push waited its turn; nothing was written: put a fresh \
+             token in the clone (git config http.extraHeader ...) and push again",
+        )),
         Err(e) => Err(e),
     }
 }

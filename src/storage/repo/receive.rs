@@ -280,10 +280,17 @@ impl TenantRepo {
         note: &str,
         committer: &Committer,
         sync: Option<&SyncGroup>,
+        not_after: std::time::SystemTime,
     ) -> Result<FastForward, StorageError> {
         const PATH: &str = "";
         let _lock = self.lock_for_write(Instant::now() + WRITE_DEADLINE, PATH)?;
         crate::storage::placement::reread_under_lock(&self.path, &self.tenant)?;
+        // Under the write lock, after every wait: a token that ended meanwhile moves nothing.
+        if std::time::SystemTime::now() >= not_after {
+            return Err(StorageError::Expired {
+                tenant: self.tenant.clone(),
+            });
+        }
         let (old, new) = (to_oid(&old.0), to_oid(&new.0));
         if self.read_head(PATH)?.commit != old {
             return Ok(FastForward::Stale);
@@ -538,7 +545,9 @@ mod tests {
             let who = Identity::new("Pusher", "p@x", "x");
             let rid = RequestId::generate();
             let fault = inject(op, on, errno, 1);
-            let result = storage.fast_forward(&tenant, id(&old), id(&new), staged, &who, &rid);
+            let later = std::time::SystemTime::now() + std::time::Duration::from_secs(600);
+            let result =
+                storage.fast_forward(&tenant, id(&old), id(&new), staged, &who, &rid, later);
             assert!(fault.fired(), "{case}: the call was never made");
             drop(fault);
             assert!(result.is_err(), "{case}: {result:?}");
@@ -547,7 +556,8 @@ mod tests {
                 &["--git-dir", repo.to_str().unwrap(), "rev-parse", "main"],
             );
             assert_eq!(head, old, "{case}: main moved");
-            let again = storage.fast_forward(&tenant, id(&old), id(&new), stage(), &who, &rid);
+            let again =
+                storage.fast_forward(&tenant, id(&old), id(&new), stage(), &who, &rid, later);
             assert_eq!(again.unwrap(), FastForward::Moved, "{case}");
             let head = git(
                 dir.path(),
