@@ -124,8 +124,20 @@ pub fn run(quick: bool) -> Vec<(String, String, bool)> {
     ]
 }
 
+/// This thread's CPU time, in milliseconds.
+fn thread_cpu_ms() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to fill in.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
+}
+
 /// One thread: a 400-byte YAML alias bomb refused as client text, beside a valid file of the
-/// same size that uses an alias too (the baseline), `n` times each, alternating.
+/// same size that uses an alias too (the baseline), `n` times each, alternating; the CPU time
+/// of each parse (what a bomb costs the machine, without the scheduler's preemptions).
 fn alias_bomb(n: u32) -> (String, String, bool) {
     println!("\n## One thread: a 400-byte alias bomb refused, beside a valid file of its size");
     let mut bomb = String::from("a: &a [x,x,x,x,x,x,x,x,x]\n");
@@ -146,12 +158,12 @@ fn alias_bomb(n: u32) -> (String, String, bool) {
     }
     let (mut bomb_s, mut valid_s) = (Vec::new(), Vec::new());
     for _ in 0..n {
-        let t = Instant::now();
+        let t = thread_cpu_ms();
         assert!(yaml::parse_client_text(&bomb).is_err());
-        bomb_s.push(t.elapsed().as_secs_f64() * 1e3);
-        let t = Instant::now();
+        bomb_s.push(thread_cpu_ms() - t);
+        let t = thread_cpu_ms();
         assert!(yaml::parse_client_text(&valid).is_ok());
-        valid_s.push(t.elapsed().as_secs_f64() * 1e3);
+        valid_s.push(thread_cpu_ms() - t);
     }
     let p = |v: &mut Vec<f64>, q: f64| {
         v.sort_by(f64::total_cmp);
@@ -160,13 +172,13 @@ fn alias_bomb(n: u32) -> (String, String, bool) {
     let (b50, b99) = (p(&mut bomb_s, 0.5), p(&mut bomb_s, 0.99));
     let (v50, v99) = (p(&mut valid_s, 0.5), p(&mut valid_s, 0.99));
     println!(
-        "bomb ({} bytes) p50 {b50:.3} ms p99 {b99:.3} ms; valid ({} bytes) p50 {v50:.3} ms p99 {v99:.3} ms",
+        "CPU: bomb ({} bytes) p50 {b50:.3} ms p99 {b99:.3} ms; valid ({} bytes) p50 {v50:.3} ms p99 {v99:.3} ms",
         bomb.len(),
         valid.len()
     );
     (
-        "A 400-byte YAML alias bomb refused within 1 ms of one thread (p99)".into(),
-        format!("p50 {b50:.3} ms, p99 {b99:.3} ms (a valid file of its size: p50 {v50:.3} ms)"),
+        "A 400-byte YAML alias bomb refused within 1 ms of CPU (p99)".into(),
+        format!("CPU p50 {b50:.3} ms, p99 {b99:.3} ms (a valid file of its size: p50 {v50:.3} ms)"),
         b99 <= 1.0,
     )
 }
