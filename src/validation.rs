@@ -138,6 +138,8 @@ pub struct SchemaSet {
     id: String,
     digests: BTreeMap<String, String>,
     combined: combined::Combined,
+    /// The folder's files: what a violation's message quotes of its schema.
+    files: folder::Files,
 }
 
 impl std::fmt::Debug for SchemaSet {
@@ -197,6 +199,7 @@ impl SchemaSet {
             id,
             digests: files.digests(unknown),
             combined,
+            files: files.clone(),
         })
     }
 
@@ -255,7 +258,7 @@ impl SchemaSet {
         for (kind, value) in content {
             let at = format!("/{}", escape(kind));
             match self.integrations.get(kind) {
-                Some(compiled) => collect(compiled, value, &at, &mut found),
+                Some(compiled) => collect(compiled, &self.files, value, &at, &mut found),
                 None if self.unknown == UnknownIntegrations::Refuse => found.push(Violation {
                     pointer: at,
                     keyword: "unknown_integration".into(),
@@ -277,7 +280,13 @@ impl SchemaSet {
     pub fn check_configuration(&self, content: &Mapping) -> Violations {
         let mut found = Violations::default();
         if let Some(compiled) = &self.configuration {
-            collect(compiled, &Value::Object(content.clone()), "", &mut found);
+            collect(
+                compiled,
+                &self.files,
+                &Value::Object(content.clone()),
+                "",
+                &mut found,
+            );
         }
         found
     }
@@ -357,7 +366,13 @@ fn compile_one(files: &folder::Files, file: &str, schema: &Value) -> Result<Comp
 }
 
 /// The violations of `value` (at `at` in the document) against one schema.
-fn collect(compiled: &Compiled, value: &Value, at: &str, found: &mut Violations) {
+fn collect(
+    compiled: &Compiled,
+    files: &folder::Files,
+    value: &Value,
+    at: &str,
+    found: &mut Violations,
+) {
     for e in compiled.validator.iter_errors(value) {
         if found.list.len() >= MAX_VIOLATIONS {
             found.omitted += 1;
@@ -371,15 +386,38 @@ fn collect(compiled: &Compiled, value: &Value, at: &str, found: &mut Violations)
                 .to_owned(),
             None => format!("{}#{}", compiled.file, e.schema_path().as_str()),
         };
+        let keyword = e.kind().keyword().to_owned();
+        // `not` says only "<the subschema as JSON> is not allowed": the rule's own words
+        // (the description or title of the schema that holds the `not`) say more.
+        let message = match keyword.as_str() {
+            "not" => format!(
+                "{} is not allowed: {}",
+                e.instance(),
+                described(files, &schema)
+                    .unwrap_or_else(|| "it matches what the schema forbids here".into())
+            ),
+            _ => e.to_string(),
+        };
         found.push(Violation {
             pointer: format!("{at}{}", e.instance_path().as_str()),
-            keyword: e.kind().keyword().to_owned(),
-            message: cut(e.to_string()),
+            keyword,
+            message: cut(message),
             schema,
             line: None,
             column: None,
         });
     }
+}
+
+/// The `description` (else `title`) of the schema that holds the keyword at `location`
+/// (`file#/pointer/to/keyword`), as the folder's file has it.
+fn described(files: &folder::Files, location: &str) -> Option<String> {
+    let (file, pointer) = location.split_once('#')?;
+    let (holder, _keyword) = pointer.rsplit_once('/')?;
+    let schema = files.iter().find(|(f, _)| *f == file)?.1.pointer(holder)?;
+    ["description", "title"]
+        .iter()
+        .find_map(|k| schema.get(*k)?.as_str().map(str::to_owned))
 }
 
 /// A JSON pointer's reference token for `key` (RFC 6901: `~` as `~0`, `/` as `~1`).

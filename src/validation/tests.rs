@@ -285,3 +285,41 @@ fn a_schema_of_another_draft_is_refused() {
     )
     .is_ok());
 }
+
+#[test]
+fn a_not_rule_is_said_in_its_schemas_words_not_as_json() {
+    let described = json!({
+        "type": "object",
+        "properties": {
+            "path": {
+                "description": "A path inside the repository: no leading /, no .. segment.",
+                "type": "string",
+                "not": { "pattern": "^/|(^|/)\\.\\.(/|$)" }
+            },
+            "name": { "type": "string", "not": { "const": "root" } }
+        }
+    });
+    let set = set(
+        &[("configuration.json", described)],
+        UnknownIntegrations::Allow,
+    )
+    .unwrap();
+    let found = set.check_configuration(&map(json!({"path": "../etc", "name": "root"})));
+    let message = |pointer: &str| {
+        found
+            .list
+            .iter()
+            .find(|v| v.pointer == pointer)
+            .map(|v| v.message.clone())
+            .unwrap()
+    };
+    assert_eq!(
+        message("/path"),
+        "\"../etc\" is not allowed: A path inside the repository: no leading /, no .. segment."
+    );
+    // No words in the schema: a sentence, still not the subschema's JSON.
+    assert_eq!(
+        message("/name"),
+        "\"root\" is not allowed: it matches what the schema forbids here"
+    );
+}
