@@ -106,7 +106,9 @@ pub enum SigningAction {
 pub enum TenantAction {
     /// Create a tenant repository with its first commit.
     Create {
-        /// The tenant's id (1-64 characters: a-z, 0-9, '-' and '_').
+        /// The tenant's id: 1-64 letters, digits, '.', '_' and '-', starting with a letter or
+        /// a digit, without '..' and not ending in '.git'; no two tenants' ids differ only in
+        /// case.
         id: String,
         /// The tenant has an active source-hosting installation.
         #[arg(long)]
@@ -164,8 +166,8 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// 2 for bad input on the command line (or in a `PLANFILES_*` variable), 1 for everything
-    /// else.
+    /// 2 for bad input on the command line, in a `PLANFILES_*` variable or in the config (a
+    /// config that does not read or does not pass its checks), 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::TenantId { .. }
@@ -174,7 +176,7 @@ impl CliError {
             | CliError::Startup(StartupError::Durability(_))
             | CliError::Startup(StartupError::Schemas { .. })
             | CliError::Startup(StartupError::SchemasMissing { .. })
-            | CliError::Config(ConfigError::Env { .. }) => 2,
+            | CliError::Config(_) => 2,
             _ => 1,
         }
     }

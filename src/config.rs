@@ -77,16 +77,22 @@ fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
             .as_deref()
             .is_some_and(|k| k.starts_with("auth.") || k.contains("secret"));
     let message = if secret {
+        // What was written is hidden; what is expected (the valid choices) is not a secret.
         let spanned = text.get(span.clone()).unwrap_or("");
-        let mut found = redact_quoted(&message);
+        let (written, expected) = match message.find("expected") {
+            Some(i) => message.split_at(i),
+            None => (message.as_str(), ""),
+        };
+        let mut found = redact_quoted(written);
         let value = spanned.trim().trim_matches(['"', '\'']);
         if !value.is_empty() {
             found = found.replace(value, "…");
         }
-        found
+        format!("{found}{expected}")
     } else {
         message
     };
+    let message = in_words(&message);
     let message = match (&section, &key) {
         (Some(section), Some(key)) if !line_text.starts_with('[') => {
             format!("{section}.{key}: {message}")
@@ -99,6 +105,35 @@ fn parse_error(path: &Path, text: &str, e: &toml::de::Error) -> ConfigError {
         column,
         message,
     }
+}
+
+/// The deserializer's Rust type names said as a reader of the config would: `expected usize`
+/// becomes `expected a whole number` (the Rust name kept in brackets for searching).
+fn in_words(message: &str) -> String {
+    let mut out = message.to_owned();
+    for (rust, words) in [
+        ("usize", "a whole number"),
+        ("u64", "a whole number"),
+        ("u32", "a whole number"),
+        ("u16", "a whole number"),
+        ("u8", "a whole number"),
+        ("i64", "an integer"),
+        ("f64", "a number"),
+        ("a boolean", "true or false"),
+    ] {
+        let from = format!("expected {rust}");
+        if out.ends_with(&from)
+            || out.contains(&format!("{from} "))
+            || out.contains(&format!("{from},"))
+        {
+            out = out.replacen(
+                &from,
+                &format!("expected {words} ({rust}; write it without quotes or units)"),
+                1,
+            );
+        }
+    }
+    out
 }
 
 /// Replaces each `` `quoted` `` and `"quoted"` part of a message with `…`.
@@ -267,6 +302,13 @@ impl Config {
         match name {
             "PLANFILES_BIND" => self.server.bind = value.to_owned(),
             "PLANFILES_DATA_DIR" => self.storage.data_dir = value.into(),
+            "PLANFILES_JWT_SECRET" if value.is_empty() => {
+                return Err(ConfigError::Invalid(
+                    "PLANFILES_JWT_SECRET is set but empty: set it to a random secret of at least \
+                     32 bytes (openssl rand -base64 32), or unset it to use auth.secret"
+                        .into(),
+                ))
+            }
             "PLANFILES_JWT_SECRET" => self.auth.secret = value.to_owned(),
             "PLANFILES_LOG" => self.log.filter = value.to_owned(),
             "PLANFILES_LOG_FORMAT" => self.log.format = value.to_owned(),
@@ -622,7 +664,8 @@ mod tests {
             .storage
             .seed_from
         };
-        assert_eq!(load(""), Some(PathBuf::from("repos-fixture")));
+        // The default, relative: read from the config file's folder, as every relative path.
+        assert_eq!(load(""), Some(dir.path().join("repos-fixture")));
         assert_eq!(load("[storage]\nseed_from = \"\"\n"), None);
         assert_eq!(
             load("[storage]\nseed_from = \"/x\"\n"),

@@ -773,7 +773,16 @@ fn config_errors_name_the_setting_and_show_the_value_but_not_secrets() {
         ),
         (
             "[server]\nbody_limit = \"big\"\n",
-            &["line 2", "server.body_limit", "\"big\"", "expected usize"],
+            &[
+                "line 2",
+                "server.body_limit",
+                "\"big\"",
+                "expected a whole number (usize",
+            ],
+        ),
+        (
+            "[server]\nbody_limit = \"1MB\"\n",
+            &["server.body_limit", "\"1MB\"", "without quotes or units"],
         ),
         (
             "[storage]\ndurability = \"fast\"\n",
@@ -781,19 +790,35 @@ fn config_errors_name_the_setting_and_show_the_value_but_not_secrets() {
         ),
         (
             "[auth]\nalgorithm = \"Zq8vK2pL9xR4tW7mN3bH6cJ1\"\n",
-            &["auth.algorithm", "unknown variant"],
+            // The value is hidden under [auth]; the valid choices are not.
+            &["auth.algorithm", "unknown variant", "`HS256`", "`RS256`"],
         ),
     ];
     for (text, expected) in cases {
         std::fs::write(&config, text).unwrap();
         let (code, _, err) = run(dir.path(), &["--config", config.to_str().unwrap(), "serve"]);
-        assert_ne!(code, 0, "{text}");
+        assert_eq!(
+            code, 2,
+            "a config error exits 2 (docs/OPERATIONS.md): {text}: {err}"
+        );
         for e in *expected {
             assert!(err.contains(e), "{text}: {err}");
         }
         assert!(!err.contains("demo HS256 secret"), "{text}: {err}");
         assert!(!err.contains(secret), "{text}: the secret was shown: {err}");
     }
+    // An empty secret in the environment is named, not taken for a weak secret of the file.
+    let out = planfiles(dir.path())
+        .env("PLANFILES_JWT_SECRET", "")
+        .args(["tenant", "list"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("PLANFILES_JWT_SECRET is set but empty"),
+        "{err}"
+    );
 }
 
 /// A permission `planfiles token` does not know is refused at once (exit 2, the known ones
