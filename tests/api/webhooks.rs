@@ -814,3 +814,104 @@ async fn a_tenant_of_slow_receivers_leaves_the_others_their_turns() {
     assert_eq!(res.status(), 200);
     rx.wait_for("/fast", 1, Duration::from_secs(3)).await;
 }
+
+/// The README's receiver (`scripts/webhook-receiver.py`, Python's standard library only)
+/// verifies a real delivery and refuses one signed with another secret.
+#[tokio::test]
+async fn the_readmes_receiver_verifies_deliveries_with_the_standard_library_only() {
+    let app = TestApp::spawn_with_webhooks(local_webhooks()).await;
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/webhook-receiver.py");
+    for (name, right_secret) in [("right", true), ("wrong", false)] {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let res = app
+            .create_webhook(
+                &webhooks_token("acme"),
+                &json!({"url": format!("http://127.0.0.1:{port}/"), "description": name}),
+            )
+            .await;
+        assert_eq!(res.status(), 201);
+        let created: Value = res.json().await.unwrap();
+        let secret = if right_secret {
+            created["secret"].as_str().unwrap().to_owned()
+        } else {
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_owned()
+        };
+        let mut rx = std::process::Command::new("python3")
+            .args(["-I", "-S"]) // no site-packages at all: the standard library only
+            .arg(&script)
+            .arg(&secret)
+            .arg(port.to_string())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let sha = app.blob("acme", "configuration.yml");
+        let res = app
+            .put_configuration(
+                &token("acme", ALL),
+                &json!({"payload": {"folders": [{"path": format!("readme-{name}")}]}, "file_sha": sha}),
+            )
+            .await;
+        assert_eq!(res.status(), 200);
+        let head = app.head("acme");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let hooks_token = webhooks_token("acme");
+        let id = created["id"].as_str().unwrap().to_owned();
+        let attempt = loop {
+            let log: Value = app
+                .send(
+                    "GET",
+                    &format!("/plans/webhooks/{id}/deliveries"),
+                    &hooks_token,
+                    None,
+                    &[],
+                )
+                .await
+                .json()
+                .await
+                .unwrap();
+            if let Some(a) = log["deliveries"]
+                .as_array()
+                .and_then(|d| d.first().cloned())
+            {
+                break a;
+            }
+            assert!(std::time::Instant::now() < deadline, "no attempt: {log}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        rx.kill().unwrap();
+        let out = rx.wait_with_output().unwrap();
+        let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+        if right_secret {
+            assert_eq!(attempt["status"], 204, "{attempt}");
+            assert!(
+                printed.contains(&format!(
+                    "verified configuration-file.updated {}",
+                    &head[..12]
+                )),
+                "{printed}"
+            );
+        } else {
+            assert_eq!(attempt["status"], 401, "{attempt}");
+            assert!(
+                printed.contains("refused: no signature matches"),
+                "{printed}"
+            );
+        }
+        let res = app
+            .send(
+                "DELETE",
+                &format!("/plans/webhooks/{id}"),
+                &hooks_token,
+                None,
+                &[],
+            )
+            .await;
+        assert_eq!(res.status(), 204);
+    }
+}
