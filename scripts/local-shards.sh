@@ -11,7 +11,8 @@
 # run; PLANFILES_LOCAL_DIR picks another folder). PLANFILES_LOCAL_PORTS="8080 8081 8082"
 # picks other ports: the copy of haproxy.cfg is then changed to match. PLANFILES_BIN names a
 # planfiles binary to run instead of building the release one (tests/shards.rs does).
-# Needs: cargo, git, curl, python3, haproxy (apt-get install haproxy).
+# Needs: git, curl, python3, haproxy (apt-get install haproxy), and cargo unless PLANFILES_BIN
+# is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -22,7 +23,10 @@ case "${1:-}" in
   "") ;;
   *) echo "usage: $0 [--try]" >&2; exit 2 ;;
 esac
-for tool in cargo git curl python3 haproxy; do
+# cargo only to build the binary: with PLANFILES_BIN, a machine without Rust runs the recipe.
+tools="git curl python3 haproxy"
+[ -n "${PLANFILES_BIN:-}" ] || tools="cargo $tools"
+for tool in $tools; do
   command -v "$tool" >/dev/null || { echo "$0: $tool is missing (haproxy: apt-get install haproxy)" >&2; exit 1; }
 done
 
