@@ -21,6 +21,42 @@ const MODULES: [&str; 9] = [
     "drivers/net/virtio_net.ko",
 ];
 
+/// [`MODULES`] with their bytes, each after the modules its `depends=` names: the order
+/// changes between kernel releases (6.1.192 made `virtio` depend on `virtio_ring`).
+fn load_order(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut left: Vec<(String, Vec<u8>, Vec<String>)> = MODULES
+        .iter()
+        .map(|module| {
+            let name = Path::new(module).file_name().unwrap().to_str().unwrap();
+            let bytes = std::fs::read(dir.join(module)).unwrap();
+            let depends = bytes
+                .windows(8)
+                .position(|w| w == b"depends=")
+                .map(|at| {
+                    let rest = &bytes[at + 8..];
+                    let end = rest.iter().position(|&b| b == 0).unwrap_or(0);
+                    String::from_utf8_lossy(&rest[..end])
+                        .split(',')
+                        .filter(|d| !d.is_empty())
+                        .map(|d| format!("{d}.ko"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (name.to_owned(), bytes, depends)
+        })
+        .collect();
+    let mut done: Vec<(String, Vec<u8>)> = Vec::new();
+    while !left.is_empty() {
+        let ready = left
+            .iter()
+            .position(|(_, _, deps)| deps.iter().all(|d| done.iter().any(|(n, _)| n == d)))
+            .unwrap_or_else(|| panic!("the modules' dependencies cannot be met in order"));
+        let (name, bytes, _) = left.remove(ready);
+        done.push((name, bytes));
+    }
+    done
+}
+
 /// What the guest runs on its data disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -38,6 +74,9 @@ pub struct Host {
     modules: PathBuf,
     busybox: PathBuf,
     binary: PathBuf,
+    /// The host's `git`: the service runs it for pushes (`index-pack`, `rev-list`) and
+    /// clones (`upload-pack`), all built into the one binary.
+    git: PathBuf,
     work: tempfile::TempDir,
 }
 
@@ -89,11 +128,18 @@ impl Host {
             .unwrap_or_else(|_| env!("CARGO_BIN_EXE_planfiles").to_owned());
         let binary = work.path().join("planfiles");
         run(Command::new("strip").arg("-o").arg(&binary).arg(source))?;
+        let git = std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join("git"))
+            .find(|p| p.is_file())
+            .ok_or("git is not on PATH")?;
         Ok(Host {
             kernel,
             modules,
             busybox,
             binary,
+            git,
             work,
         })
     }
@@ -257,7 +303,12 @@ impl Host {
             &std::fs::read(&self.binary).unwrap(),
             0o755,
         );
-        for lib in shared_libraries(&self.binary) {
+        cpio.file("bin/git", &std::fs::read(&self.git).unwrap(), 0o755);
+        let mut libs = shared_libraries(&self.binary);
+        libs.extend(shared_libraries(&self.git));
+        libs.sort();
+        libs.dedup();
+        for lib in libs {
             let inside = lib.strip_prefix("/").unwrap().to_str().unwrap().to_owned();
             let mut parent = PathBuf::new();
             for part in Path::new(&inside).parent().unwrap().components() {
@@ -267,14 +318,9 @@ impl Host {
             cpio.file(&inside, &std::fs::read(&lib).unwrap(), 0o755);
         }
         let mut order = String::new();
-        for module in MODULES {
-            let name = Path::new(module).file_name().unwrap().to_str().unwrap();
-            cpio.file(
-                &format!("mods/{name}"),
-                &std::fs::read(self.modules.join(module)).unwrap(),
-                0o644,
-            );
-            order.push_str(name);
+        for (name, bytes) in load_order(&self.modules) {
+            cpio.file(&format!("mods/{name}"), &bytes, 0o644);
+            order.push_str(&name);
             order.push('\n');
         }
         cpio.file("mods/order", order.as_bytes(), 0o644);
@@ -296,6 +342,7 @@ impl Host {
 /// The guest's `/init`: modules, the network QEMU's user mode expects, the data disk, then
 /// the service or the control loop. Power goes off when either ends.
 const INIT: &str = r#"#!/bin/sh
+export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev

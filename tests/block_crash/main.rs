@@ -1,4 +1,4 @@
-//! Power loss at the block level: `planfiles serve` in a QEMU guest on an ext4 disk behind QEMU's `blklogwrites` driver, under read-modify-write load, then SIGKILL; the disk rebuilt as it stood at flushes of the log (a disk whose volatile cache lost everything not flushed), and at each: nothing acknowledged before that flush is missing, `e2fsck` finds the file system clean after journal recovery, every repository passes `git fsck --strict`, and the service starts on it and serves every tenant. A negative control (a loop that acknowledges files before any sync) loses writes on the same harness, so it can fail.
+//! Power loss at the block level: `planfiles serve` in a QEMU guest on an ext4 disk behind QEMU's `blklogwrites` driver, under read-modify-write load and `git push`es, then SIGKILL; the disk rebuilt as it stood at flushes of the log (a disk whose volatile cache lost everything not flushed), and at each: nothing acknowledged before that flush is missing, `e2fsck` finds the file system clean after journal recovery, every repository passes `git fsck --strict`, and the service starts on it and serves every tenant. A negative control (a loop that acknowledges files before any sync) loses writes on the same harness, so it can fail.
 //!
 //! Needs `qemu-system-x86_64`, a static busybox, e2fsprogs, `strip` and `apt-get` (the
 //! guest kernel is Debian's cloud kernel, fetched once into the target folder); without them
@@ -50,11 +50,13 @@ struct Ack {
     tenant: &'static str,
     commit: String,
     at: u64,
+    /// Acknowledged by `git push` (its report-status `ok`), not by a 200.
+    pushed: bool,
 }
 
-/// Read-modify-write clients of the configuration file (a 409 reads again), and writers of
-/// acme's integration file without a precondition, so that writes queue up and are
-/// committed in batches, and tenants share group commits.
+/// Read-modify-write clients of acme's and globex's configuration file (a 409 reads again),
+/// writers of acme's integration file without a precondition, so that writes queue up and
+/// are committed in batches, and a `git push` client of initech: tenants share group commits.
 fn load(vm: &Vm, secs: u64) -> Vec<Ack> {
     let acked = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -68,7 +70,8 @@ fn load(vm: &Vm, secs: u64) -> Vec<Ack> {
                 .build()
                 .unwrap();
             let blind = id >= 4;
-            let tenant = if blind { "acme" } else { TENANTS[id % 3] };
+            // initech is the pusher's: an API writer of it would leave every push behind main.
+            let tenant = if blind { "acme" } else { TENANTS[id % 2] };
             let token = token(tenant);
             let mut n = 0;
             while !stop.load(Ordering::Relaxed) {
@@ -105,6 +108,7 @@ fn load(vm: &Vm, secs: u64) -> Vec<Ack> {
                         tenant,
                         commit: answer["commit_sha"].as_str().unwrap().to_owned(),
                         at,
+                        pushed: false,
                     }),
                     409 | 503 => {}
                     other => panic!("client {id}: unexpected {other}: {answer}"),
@@ -112,6 +116,7 @@ fn load(vm: &Vm, secs: u64) -> Vec<Ack> {
             }
         }));
     }
+    clients.push(pusher(vm, acked.clone(), stop.clone()));
     std::thread::sleep(Duration::from_secs(secs));
     stop.store(true, Ordering::Relaxed);
     for c in clients {
@@ -119,6 +124,73 @@ fn load(vm: &Vm, secs: u64) -> Vec<Ack> {
     }
     let acked = acked.lock().unwrap().clone();
     acked
+}
+
+/// A `git push` client of initech beside the API writers (one of which writes initech's
+/// configuration file): each pushed commit that git reports landed is acknowledged, as a 200
+/// is; a refusal ("fetch first" when an API write came between) fetches and goes on.
+fn pusher(
+    vm: &Vm,
+    acked: Arc<Mutex<Vec<Ack>>>,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    let (url, log) = (vm.url("/git/initech.git"), vm.log.clone());
+    std::thread::spawn(move || {
+        let token = common::sign_hs256(
+            SECRET,
+            &json!({"alg": "HS256", "typ": "JWT"}),
+            &json!({"tenant_id": "initech", "exp": common::now() + 3600, "sub": "pusher",
+                    "permissions": ["planfiles.repos.read", "jit.integrations.write"]}),
+        );
+        let work = tempfile::tempdir().unwrap();
+        let dir = work.path().join("c");
+        let git = |args: &[&str]| {
+            Command::new("git")
+                .env("GIT_TERMINAL_PROMPT", "0")
+                .arg("-C")
+                .arg(work.path())
+                .args([
+                    "-c",
+                    &format!("http.extraHeader=Authorization: Bearer {token}"),
+                ])
+                .args(["-c", "user.name=Pusher", "-c", "user.email=p@x.example"])
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        let cloned = git(&["clone", "-q", &url, "c"]);
+        assert!(cloned.status.success(), "clone: {cloned:?}");
+        let (mut n, mut refused) = (0, 0);
+        while !stop.load(Ordering::Relaxed) {
+            n += 1;
+            std::fs::write(dir.join("integrations.yml"), format!("pushed:\n  count: {n}\n")).unwrap();
+            let committed = git(&["-C", "c", "commit", "-qam", &format!("push {n}")]);
+            assert!(committed.status.success(), "{committed:?}");
+            let head = git(&["-C", "c", "rev-parse", "HEAD"]);
+            let head = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+            let pushed = git(&["-C", "c", "push", "-q", "origin", "main"]);
+            let at = std::fs::metadata(&log).unwrap().len();
+            if pushed.status.success() {
+                acked.lock().unwrap().push(Ack {
+                    tenant: "initech",
+                    commit: head,
+                    at,
+                    pushed: true,
+                });
+            } else {
+                refused += 1;
+                if refused <= 3 {
+                    eprintln!(
+                        "push {n} refused: {}",
+                        String::from_utf8_lossy(&pushed.stderr).trim()
+                    );
+                }
+                let fetched = git(&["-C", "c", "fetch", "-q", "origin"]);
+                assert!(fetched.status.success(), "fetch: {fetched:?}");
+                git(&["-C", "c", "reset", "-q", "--hard", "origin/main"]);
+            }
+        }
+    })
 }
 
 /// What the checks of one flush point found.
@@ -322,8 +394,8 @@ fn group_commit_on_ext4_loses_no_acknowledged_write_at_any_flush() {
     };
     let mut base = host.fresh_disk(&common::fixture_dir().join("tenants"), "fixture");
     let mut total = Found::default();
-    let mut acknowledged = 0;
-    eprintln!("round  acked  flushes  points  required  lost  fsck_bad  fs_bad  unserved");
+    let (mut acknowledged, mut pushes) = (0, 0);
+    eprintln!("round  acked  pushed  flushes  points  required  lost  fsck_bad  fs_bad  unserved");
     for round in 0..rounds {
         let mut vm = host.boot(&base, Mode::Serve { durability }, &format!("round-{round}"));
         vm.wait_ready();
@@ -341,6 +413,8 @@ fn group_commit_on_ext4_loses_no_acknowledged_write_at_any_flush() {
         let acked = load(&vm, secs);
         vm.kill();
         acknowledged += acked.len();
+        let pushed = acked.iter().filter(|a| a.pushed).count();
+        pushes += pushed;
         let log = WriteLog::read(&vm.log).unwrap();
         let flushes = log.flushes();
         assert!(
@@ -360,7 +434,7 @@ fn group_commit_on_ext4_loses_no_acknowledged_write_at_any_flush() {
             }
         });
         eprintln!(
-            "{round:>5}  {:>5}  {:>7}  {:>6}  {:>8}  {:>4}  {:>8}  {:>6}  {:>8}",
+            "{round:>5}  {:>5}  {pushed:>6}  {:>7}  {:>6}  {:>8}  {:>4}  {:>8}  {:>6}  {:>8}",
             acked.len(),
             flushes.len(),
             found.points,
@@ -374,6 +448,10 @@ fn group_commit_on_ext4_loses_no_acknowledged_write_at_any_flush() {
         base = next_base;
     }
     assert!(acknowledged > 0, "no write was acknowledged");
+    assert!(
+        pushes > 0,
+        "no push was acknowledged: the test did not cut a push's writes"
+    );
     assert!(
         total.required > 0,
         "no flush point required an acknowledged write"
