@@ -387,37 +387,52 @@ async fn a_ref_lock_held_by_a_live_writer_is_left_alone() {
     assert_eq!(put.await.unwrap(), 200);
 }
 
-/// A write that waits for its turn (here behind another process's write lock) past its
-/// token's end is refused with 401 and writes nothing, as a request sent with that token then
-/// would be; one whose token is still accepted when its turn comes is written.
-#[tokio::test]
-async fn a_write_whose_token_expires_while_it_waits_is_refused() {
+/// The real binary over a fixture copy, with no leeway on a token's end.
+fn serve_without_leeway() -> (tempfile::TempDir, Server) {
     let dir = data_dir_with_fixture();
-    let acme = repo(dir.path(), "acme");
     let config = dir.path().join("leeway.toml");
     std::fs::write(&config, "[auth]\nleeway_secs = 0\n").unwrap();
     let server = serve(
         dir.path(),
         &[("PLANFILES_CONFIG", config.to_str().unwrap())],
     );
-    let short = |secs: u64| {
-        common::sign_hs256(
-            common::SECRET,
-            &json!({"alg": "HS256", "typ": "JWT"}),
-            &json!({"tenant_id": "acme", "permissions": ALL, "exp": common::now() + secs,
-                    "sub": "tester"}),
-        )
-    };
+    (dir, server)
+}
+
+/// A token of acme that ends `secs` from now.
+fn acme_token(secs: u64, permissions: &[&str]) -> String {
+    common::sign_hs256(
+        common::SECRET,
+        &json!({"alg": "HS256", "typ": "JWT"}),
+        &json!({"tenant_id": "acme", "permissions": permissions, "exp": common::now() + secs,
+                "sub": "tester"}),
+    )
+}
+
+/// The tenant's write lock, held as another process's writer holds it, until dropped.
+fn hold_write_lock(repo: &Path) -> std::fs::File {
+    let peer = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(repo.join("planfiles-write.lock"))
+        .unwrap();
+    peer.lock().unwrap();
+    peer
+}
+
+/// A write that waits for its turn (here behind another process's write lock) past its
+/// token's end is refused with 401 and writes nothing, as a request sent with that token then
+/// would be; one whose token is still accepted when its turn comes is written.
+#[tokio::test]
+async fn a_write_whose_token_expires_while_it_waits_is_refused() {
+    let (dir, server) = serve_without_leeway();
+    let acme = repo(dir.path(), "acme");
+    let short = |secs: u64| acme_token(secs, ALL);
     for (lifetime, want) in [(2, 401), (60, 200)] {
         let head = git_in(&acme, &["rev-parse", "main"]);
         // Another process's writer holds the tenant's write lock for 4 s.
-        let peer = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(acme.join("planfiles-write.lock"))
-            .unwrap();
-        peer.lock().unwrap();
+        let peer = hold_write_lock(&acme);
         let token = short(lifetime);
         let put = tokio::spawn({
             let (url, token) = (server.url("/plans/integration-file"), token.clone());
@@ -454,20 +469,16 @@ async fn a_write_whose_token_expires_while_it_waits_is_refused() {
 /// token is still accepted when its turn comes lands.
 #[tokio::test]
 async fn a_push_whose_token_expires_while_it_waits_is_refused() {
-    let dir = data_dir_with_fixture();
+    let (dir, server) = serve_without_leeway();
     let acme = repo(dir.path(), "acme");
-    let config = dir.path().join("leeway.toml");
-    std::fs::write(&config, "[auth]\nleeway_secs = 0\n").unwrap();
-    let server = serve(
-        dir.path(),
-        &[("PLANFILES_CONFIG", config.to_str().unwrap())],
-    );
     let short = |secs: u64| {
-        common::sign_hs256(
-            common::SECRET,
-            &json!({"alg": "HS256", "typ": "JWT"}),
-            &json!({"tenant_id": "acme", "exp": common::now() + secs, "sub": "pusher",
-                    "permissions": ["planfiles.repos.read", "jit.integrations.write", "jit.preferences.write"]}),
+        acme_token(
+            secs,
+            &[
+                "planfiles.repos.read",
+                "jit.integrations.write",
+                "jit.preferences.write",
+            ],
         )
     };
     let work = tempfile::tempdir().unwrap();
@@ -499,13 +510,7 @@ async fn a_push_whose_token_expires_while_it_waits_is_refused() {
         let out = git("", &["-C", "c", "commit", "-qam", "pushed"]);
         assert!(out.status.success(), "{out:?}");
         // Another process's writer holds the tenant's write lock for 4 s.
-        let peer = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(acme.join("planfiles-write.lock"))
-            .unwrap();
-        peer.lock().unwrap();
+        let peer = hold_write_lock(&acme);
         let token = short(lifetime);
         let push = std::thread::spawn({
             let git_dir = work.path().join("c");
@@ -933,28 +938,7 @@ async fn a_write_syncs_objects_then_moves_main_then_syncs_it_before_answering() 
             objects_synced.is_some(),
             "{mode}: no sync of the objects before main moved:\n{trace}"
         );
-        let answered = lines
-            .iter()
-            .enumerate()
-            .skip(moved)
-            .find(|(_, l)| {
-                ["write(", "writev(", "sendto(", "sendmsg("]
-                    .iter()
-                    .any(|c| l.contains(c))
-                    && (l.contains("TCP") || l.contains("socket:"))
-                    && l.contains("HTTP/1.1 200")
-            })
-            .map(|(i, _)| i)
-            .unwrap_or_else(|| panic!("{mode}: no response after main moved:\n{trace}"));
-        let ref_synced = match mode {
-            "group" => returned(&lines, moved, "syncfs", |_| true),
-            _ => returned(&lines, moved, "fsync", |l| l.contains("refs/heads")),
-        };
-        assert!(
-            ref_synced.is_some_and(|r| r < answered),
-            "{mode}: the ref was not synced before the response was written:\n{trace}"
-        );
-        no_name_before_its_bytes_are_synced(mode, &lines, &trace);
+        synced_before_the_answer(mode, &lines, &trace, moved);
     }
 }
 
@@ -1064,24 +1048,36 @@ async fn a_push_syncs_its_pack_notes_and_refs_before_it_names_them_and_answers()
                 .any(|l| l.contains("rename") && l.contains("refs/notes/planfiles.lock")),
             "{mode}: the notes never moved:\n{trace}"
         );
-        let answered = lines
-            .iter()
-            .enumerate()
-            .skip(moved)
-            // The push's answer (report-status) is one response with a length, sent whole.
-            .find(|(_, l)| l.contains("socket:") && l.contains("HTTP/1.1 200"))
-            .map(|(i, _)| i)
-            .unwrap_or_else(|| panic!("{mode}: no report-status after main moved:\n{trace}"));
-        let ref_synced = match mode {
-            "group" => returned(&lines, moved, "syncfs", |_| true),
-            _ => returned(&lines, moved, "fsync", |l| l.contains("refs/heads")),
-        };
-        assert!(
-            ref_synced.is_some_and(|r| r < answered),
-            "{mode}: main was not synced before report-status:\n{trace}"
-        );
-        no_name_before_its_bytes_are_synced(mode, &lines, &trace);
+        synced_before_the_answer(mode, &lines, &trace, moved);
     }
+}
+
+/// After `main` moved (line `moved`): the ref is synced before the 200's bytes are written
+/// (a PUT's answer, or a push's report-status: one response with a length, sent whole), and
+/// no name came before its bytes were durable.
+fn synced_before_the_answer(mode: &str, lines: &[&str], trace: &str, moved: usize) {
+    let answered = lines
+        .iter()
+        .enumerate()
+        .skip(moved)
+        .find(|(_, l)| {
+            ["write(", "writev(", "sendto(", "sendmsg("]
+                .iter()
+                .any(|c| l.contains(c))
+                && (l.contains("TCP") || l.contains("socket:"))
+                && l.contains("HTTP/1.1 200")
+        })
+        .map(|(i, _)| i)
+        .unwrap_or_else(|| panic!("{mode}: no response after main moved:\n{trace}"));
+    let ref_synced = match mode {
+        "group" => returned(lines, moved, "syncfs", |_| true),
+        _ => returned(lines, moved, "fsync", |l| l.contains("refs/heads")),
+    };
+    assert!(
+        ref_synced.is_some_and(|r| r < answered),
+        "{mode}: the ref was not synced before the response was written:\n{trace}"
+    );
+    no_name_before_its_bytes_are_synced(mode, lines, trace);
 }
 
 /// No file is renamed to the name readers use (an object from its `tmp_obj_` file, `main`

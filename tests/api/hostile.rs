@@ -91,6 +91,21 @@ fn good_tree(dir: &Path, b: &Base) -> String {
 
 const DATE: &str = "1700000000";
 
+/// A merge of `b`'s head with a side commit whose tree is `side`: the merge's own tree is
+/// valid, what its second parent brings is not.
+fn merge_with_side(dir: &Path, b: &Base, side: &[(&str, &str, &str)]) -> String {
+    let side_tree = tree(dir, side);
+    let side = commit(dir, &side_tree, &[&b.head], DATE, "+0000", b"side\n");
+    commit(
+        dir,
+        &good_tree(dir, b),
+        &[&b.head, &side],
+        DATE,
+        "+0000",
+        b"merge\n",
+    )
+}
+
 type Build = fn(&Path, &Base) -> String;
 
 #[tokio::test]
@@ -163,22 +178,14 @@ async fn objects_git_fsck_refuses_and_commits_no_rule_saw_are_refused_by_a_push(
             "a merge whose second parent adds a file",
             |d, b| {
                 let extra = literally(d, "blob", b"hello\n");
-                let side_tree = tree(
+                merge_with_side(
                     d,
+                    b,
                     &[
                         ("100644", "configuration.yml", &b.configuration),
                         ("100644", "integrations.yml", &b.integrations),
                         ("100644", "notes.txt", &extra),
                     ],
-                );
-                let side = commit(d, &side_tree, &[&b.head], DATE, "+0000", b"side\n");
-                commit(
-                    d,
-                    &good_tree(d, b),
-                    &[&b.head, &side],
-                    DATE,
-                    "+0000",
-                    b"merge\n",
                 )
             },
             "comes in through a merge's second parent",
@@ -187,21 +194,13 @@ async fn objects_git_fsck_refuses_and_commits_no_rule_saw_are_refused_by_a_push(
             "a merge whose second parent brings broken YAML",
             |d, b| {
                 let broken = literally(d, "blob", b"aws: [unclosed\n");
-                let side_tree = tree(
+                merge_with_side(
                     d,
+                    b,
                     &[
                         ("100644", "configuration.yml", &b.configuration),
                         ("100644", "integrations.yml", &broken),
                     ],
-                );
-                let side = commit(d, &side_tree, &[&b.head], DATE, "+0000", b"side\n");
-                commit(
-                    d,
-                    &good_tree(d, b),
-                    &[&b.head, &side],
-                    DATE,
-                    "+0000",
-                    b"merge\n",
                 )
             },
             "comes in through a merge's second parent",
@@ -214,22 +213,14 @@ async fn objects_git_fsck_refuses_and_commits_no_rule_saw_are_refused_by_a_push(
                     "blob",
                     b"[submodule \"x\"]\n\tpath = x\n\turl = --upload-pack=touch /tmp/pwned\n",
                 );
-                let side_tree = tree(
+                merge_with_side(
                     d,
+                    b,
                     &[
                         ("100644", ".gitmodules", &modules),
                         ("100644", "configuration.yml", &b.configuration),
                         ("100644", "integrations.yml", &b.integrations),
                     ],
-                );
-                let side = commit(d, &side_tree, &[&b.head], DATE, "+0000", b"side\n");
-                commit(
-                    d,
-                    &good_tree(d, b),
-                    &[&b.head, &side],
-                    DATE,
-                    "+0000",
-                    b"merge\n",
                 )
             },
             "gitmodulesUrl",

@@ -163,7 +163,11 @@ fn pusher(
         let (mut n, mut refused) = (0, 0);
         while !stop.load(Ordering::Relaxed) {
             n += 1;
-            std::fs::write(dir.join("integrations.yml"), format!("pushed:\n  count: {n}\n")).unwrap();
+            std::fs::write(
+                dir.join("integrations.yml"),
+                format!("pushed:\n  count: {n}\n"),
+            )
+            .unwrap();
             let committed = git(&["-C", "c", "commit", "-qam", &format!("push {n}")]);
             assert!(committed.status.success(), "{committed:?}");
             let head = git(&["-C", "c", "rev-parse", "HEAD"]);
