@@ -24,7 +24,7 @@ pub use file::PlanFile;
 pub use idempotency::IdempotencyKey;
 pub use identity::Identity;
 pub use integration::IntegrationDoc;
-pub use object_id::{BlobId, CommitId, ObjectId};
+pub use object_id::{BlobId, CommitId, CommitName, ObjectId};
 pub use request_id::RequestId;
 pub use shard_url::ShardUrl;
 pub use tenant::TenantId;

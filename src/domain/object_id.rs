@@ -102,3 +102,55 @@ object_kind!(
     /// The id of a commit on a tenant's `main`.
     CommitId
 );
+
+/// A commit as a person names it: its whole id, or a prefix of 7 to 39 hex digits, as git
+/// and the console abbreviate it (the prefix must name one object of the repository).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitName {
+    Full(CommitId),
+    Prefix(String),
+}
+
+/// The shortest prefix taken: git's default abbreviation.
+pub const MIN_PREFIX: usize = 7;
+
+impl CommitName {
+    pub fn parse(raw: &str) -> Result<Self, ObjectIdError> {
+        if let Ok(id) = ObjectId::parse(raw) {
+            return Ok(CommitName::Full(CommitId(id)));
+        }
+        let hex = raw.bytes().all(|b| b.is_ascii_hexdigit());
+        if hex && (MIN_PREFIX..40).contains(&raw.len()) {
+            return Ok(CommitName::Prefix(raw.to_ascii_lowercase()));
+        }
+        Err(ObjectIdError)
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn a_commit_is_named_whole_or_by_seven_to_thirty_nine_hex_digits() {
+        let full = "0123456789abcdef0123456789abcdef01234567";
+        assert!(matches!(CommitName::parse(full), Ok(CommitName::Full(_))));
+        assert_eq!(
+            CommitName::parse("ABCDEF1"),
+            Ok(CommitName::Prefix("abcdef1".into()))
+        );
+        assert!(matches!(
+            CommitName::parse(&full[..39]),
+            Ok(CommitName::Prefix(_))
+        ));
+        for bad in [
+            "",
+            "abcdef",
+            "abcdefg",
+            "abc def1",
+            "0123456789abcdef0123456789abcdef012345678",
+        ] {
+            assert!(CommitName::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+}

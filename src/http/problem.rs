@@ -90,6 +90,9 @@ pub enum ApiError {
     InvalidBody(String),
     #[error("commit {0} is not in the tenant's history")]
     UnknownRef(CommitId),
+    /// A commit prefix that names no commit of the tenant's repository.
+    #[error("no commit of the tenant's history starts with {0}")]
+    UnknownPrefix(String),
     #[error("Idempotency-Key {0}")]
     InvalidIdempotencyKey(&'static str),
     #[error("a request with this Idempotency-Key is still in flight; retry when it has answered")]
@@ -221,7 +224,9 @@ impl ApiError {
             ),
             InvalidQuery(_) => (StatusCode::BAD_REQUEST, "invalid_query", "Invalid query"),
             InvalidBody(_) => (StatusCode::BAD_REQUEST, "invalid_body", "Invalid body"),
-            UnknownRef(_) => (StatusCode::NOT_FOUND, "unknown_ref", "Unknown ref"),
+            UnknownRef(_) | UnknownPrefix(_) => {
+                (StatusCode::NOT_FOUND, "unknown_ref", "Unknown ref")
+            }
             InvalidIdempotencyKey(_) => (
                 StatusCode::BAD_REQUEST,
                 "invalid_idempotency_key",

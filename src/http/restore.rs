@@ -8,7 +8,8 @@ use super::schema::{
 use super::write::{file_sha, preconditions, NewDoc, Part, Planned, Shape};
 use super::AppState;
 use crate::auth::Principal;
-use crate::domain::{ContentError, PlanFile};
+use crate::domain::{CommitName, ContentError, PlanFile};
+use crate::storage::PrefixMiss;
 use crate::validation::SchemaSet;
 use actix_web::{web, HttpRequest};
 
@@ -86,7 +87,7 @@ impl AppState {
     ) -> Reply {
         let intake = self.intake(&who, &req, payload, file).await?;
         let source_hosting = intake.tenant.source_hosting;
-        let ((commit, subject, sha), meta) = intake
+        let ((name, subject, sha), meta) = intake
             .parse(move |bytes| {
                 let body = super::write::parse_put_body(bytes)?;
                 let sha = file_sha(file, &body, source_hosting)?;
@@ -99,11 +100,27 @@ impl AppState {
         let (storage, owned) = (self.storage.clone(), who.tenant().clone());
         let schemas = self.validators.current();
         // Reading, parsing and checking up to a megabyte of YAML: off the worker.
-        let doc = blocking(
+        let (commit, doc) = blocking(
             move || {
                 let _turn = render;
+                // A prefix (as the console and git abbreviate) names one commit, or is refused.
+                let commit = match storage.resolve_commit(&owned, &name)? {
+                    Ok(commit) => commit,
+                    Err(PrefixMiss::Unknown) => {
+                        return Ok(Err(ApiError::UnknownPrefix(prefix_of(&name))))
+                    }
+                    Err(PrefixMiss::Ambiguous) => {
+                        return Ok(Err(ApiError::InvalidContent(ContentError::new(
+                            "/commit",
+                            format!(
+                                "{} names more than one object: give more digits",
+                                prefix_of(&name)
+                            ),
+                        ))))
+                    }
+                };
                 let bytes = storage.read_at(&owned, file, commit)?.bytes;
-                Ok(restored(file, &bytes, &schemas))
+                Ok(restored(file, &bytes, &schemas).map(|doc| (commit, doc)))
             },
             file,
         )
@@ -139,4 +156,12 @@ fn restored(file: PlanFile, bytes: &[u8], schemas: &SchemaSet) -> Result<NewDoc,
         ))
     })?;
     doc.validated(schemas, "", true)
+}
+
+/// The text a client sent for a commit.
+fn prefix_of(name: &CommitName) -> String {
+    match name {
+        CommitName::Full(id) => id.to_string(),
+        CommitName::Prefix(prefix) => prefix.clone(),
+    }
 }

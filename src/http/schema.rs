@@ -209,8 +209,9 @@ pub struct CommitsAnswer {
 #[derive(Debug, ToSchema)]
 #[allow(dead_code)]
 pub struct RestoreFile {
-    /// `main` or one of its ancestors: the file is written back as it was there.
-    #[schema(pattern = "^[0-9a-fA-F]{40}$")]
+    /// `main` or one of its ancestors, whole or as a unique prefix of at least 7 hex digits:
+    /// the file is written back as it was there.
+    #[schema(pattern = "^[0-9a-fA-F]{7,40}$")]
     pub commit: String,
     /// As in the file's PUT.
     #[schema(nullable, pattern = "^[0-9a-fA-F]{40}$")]

@@ -435,3 +435,10 @@ pub enum ReplayPlan {
     Steps(Vec<CommitId>),
     Reset(HeadState),
 }
+
+/// Why a commit prefix names no commit: none starts with it, or more than one object does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefixMiss {
+    Unknown,
+    Ambiguous,
+}

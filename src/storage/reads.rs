@@ -165,6 +165,21 @@ impl Storage {
         self.watch.known_head(tenant)
     }
 
+    /// The commit a client named: a whole id as it is, a prefix as the one object it names
+    /// (`Ok(None)`: it names none, or more than one, which `ambiguous` tells).
+    pub fn resolve_commit(
+        &self,
+        tenant: &TenantId,
+        name: &crate::domain::CommitName,
+    ) -> Result<Result<CommitId, crate::storage::PrefixMiss>, StorageError> {
+        match name {
+            crate::domain::CommitName::Full(id) => Ok(Ok(*id)),
+            crate::domain::CommitName::Prefix(prefix) => {
+                Ok(self.read_repo(tenant, Access::Read)?.resolve_prefix(prefix))
+            }
+        }
+    }
+
     /// The file as it was in `commit`; `UnknownRef` unless `commit` is in `main`'s history.
     pub fn read_at(
         &self,

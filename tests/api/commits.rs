@@ -164,6 +164,55 @@ async fn restore_writes_the_old_bytes_exactly_with_a_trailer() {
     app.fsck("globex");
 }
 
+/// A restore takes the short id the console and git show (a unique prefix of 7 or more hex
+/// digits): the trailer names the whole id. A prefix of no commit is 404, one shorter than 7
+/// digits 422, and neither writes anything.
+#[tokio::test]
+async fn restore_takes_a_unique_prefix_of_the_commit() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let res = app
+        .put_integration(&t, &json!({"content": "short: id\n"}))
+        .await;
+    assert_eq!(res.status(), 200);
+    let old: Value = res.json().await.unwrap();
+    let old_commit = old["commit_sha"].as_str().unwrap().to_owned();
+    let res = app
+        .put_integration(&t, &json!({"content": {"later": true}}))
+        .await;
+    assert_eq!(res.status(), 200);
+    let head = app.head("globex");
+    // An id of no object: change the last of its 7 digits until git knows none with it.
+    let unknown = (0..16)
+        .map(|d| format!("{}{:x}", &old_commit[..6], d))
+        .find(|p| {
+            app.git("globex", &["rev-parse", &format!("--disambiguate={p}")])
+                .is_empty()
+        })
+        .unwrap();
+    for (sent, want) in [
+        (unknown.as_str(), (404, "unknown_ref")),
+        (&old_commit[..6], (422, "invalid_content")),
+    ] {
+        let res = app.restore(&t, INT, &json!({"commit": sent})).await;
+        let (status, problem) = problem(res).await;
+        assert_eq!(
+            (status, problem["code"].as_str().unwrap()),
+            want,
+            "{sent}: {problem}"
+        );
+        assert_eq!(app.head("globex"), head, "{sent}: something was written");
+    }
+    let short = old_commit[..7].to_ascii_uppercase();
+    let res = app.restore(&t, INT, &json!({"commit": short})).await;
+    assert_eq!(res.status(), 200);
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(body["raw_content"], "short: id\n");
+    let tr = trailers(&app, "globex", "main");
+    assert!(tr.contains(&format!("Restored-From: {old_commit}")), "{tr}");
+    app.fsck("globex");
+}
+
 #[tokio::test]
 async fn restore_follows_the_preconditions_of_its_files_put() {
     let app = TestApp::spawn().await;

@@ -1,7 +1,7 @@
 //! A write, parsed, in one place: the body's JSON and its fields (`PutBody`), its options (dry run, `Idempotency-Key`), each file's new document and preconditions, its subject and restore source.
 use crate::domain::{
-    json_guard, yaml, CommitId, CommitMessage, ConfigurationDoc, ContentError, IdempotencyKey,
-    IntegrationDoc, ObjectId, PlanFile, Stored,
+    json_guard, yaml, CommitId, CommitMessage, CommitName, ConfigurationDoc, ContentError,
+    IdempotencyKey, IntegrationDoc, ObjectId, PlanFile, Stored,
 };
 use crate::http::problem::ApiError;
 use crate::storage::{Change, IdempotencyRecord, IfMatch, Preconditions, ShaCheck, Storage};
@@ -280,13 +280,16 @@ impl PutBody {
     }
 
     /// The `commit` field of a restore: 40 hex digits (422 at `/commit` otherwise).
-    pub fn commit(&self) -> Result<CommitId, ApiError> {
+    pub fn commit(&self) -> Result<CommitName, ApiError> {
         let bad = |m: String| ApiError::InvalidContent(ContentError::new("/commit", m));
         match self.0.get("commit") {
             None | Some(Value::Null) => Err(bad("is required".into())),
-            Some(Value::String(s)) => ObjectId::parse(s)
-                .map(CommitId)
-                .map_err(|e| bad(e.to_string())),
+            Some(Value::String(s)) => CommitName::parse(s).map_err(|_| {
+                bad(
+                    "must be a commit id: 40 hexadecimal digits, or a unique prefix of at least 7"
+                        .into(),
+                )
+            }),
             Some(other) => Err(bad(format!(
                 "must be a string, found {}",
                 yaml::kind(other)

@@ -8,6 +8,20 @@ use std::time::{Duration, UNIX_EPOCH};
 
 impl TenantRepo {
     /// The file as it was in `commit`, which must be `main` or one of its ancestors.
+    /// The commit whose id starts with `prefix`, if exactly one object's does.
+    pub(in crate::storage) fn resolve_prefix(
+        &self,
+        prefix: &str,
+    ) -> Result<CommitId, crate::storage::PrefixMiss> {
+        match self.repo.find_commit_by_prefix(prefix) {
+            Ok(commit) => Ok(CommitId(to_id(commit.id()))),
+            Err(e) if e.code() == git2::ErrorCode::Ambiguous => {
+                Err(crate::storage::PrefixMiss::Ambiguous)
+            }
+            Err(_) => Err(crate::storage::PrefixMiss::Unknown),
+        }
+    }
+
     pub(in crate::storage) fn read_at(
         &self,
         file: PlanFile,
