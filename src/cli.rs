@@ -434,7 +434,12 @@ fn serve(config: Config) -> Result<(), CliError> {
     crate::telemetry::init(&config.log);
     let app = Application::build(&config)?;
     let addr = app.addr().map_err(|e| CliError::Io(e.to_string()))?;
-    tracing::info!(%addr, data_dir = %config.storage.data_dir.display(), "planfiles listening");
+    // Where a person goes first: the console (a bind on every address is reached on loopback).
+    let console = format!(
+        "http://{}/ui/",
+        addr.to_string().replace("0.0.0.0", "127.0.0.1")
+    );
+    tracing::info!(%addr, %console, data_dir = %config.storage.data_dir.display(), "planfiles listening");
     actix_web::rt::System::new()
         .block_on(async move {
             let events = app.events();

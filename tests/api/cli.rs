@@ -905,3 +905,15 @@ fn a_data_dir_that_did_not_exist_is_made_and_said_so_once() {
         "{err}"
     );
 }
+
+/// The start's log line says where the console is, for a person who just ran the service.
+#[tokio::test]
+async fn the_start_says_where_the_console_is() {
+    let dir = crate::common::process::data_dir_with_fixture();
+    let server = crate::common::process::serve(dir.path(), &[]);
+    let log = server.log.lock().unwrap().join("\n");
+    let want = format!("\"console\":\"{}/ui/\"", server.url(""));
+    assert!(log.contains(&want), "{want} in {log}");
+    let res = reqwest::get(server.url("/ui/")).await.unwrap();
+    assert_eq!(res.status(), 200);
+}
