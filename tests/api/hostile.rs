@@ -242,6 +242,19 @@ async fn objects_git_fsck_refuses_and_commits_no_rule_saw_are_refused_by_a_push(
             "a control character that can hide",
         ),
         (
+            "an author's name with a terminal escape",
+            |d, b| {
+                let text = format!(
+                    "tree {}\nparent {}\nauthor ev\u{1b}[2Jil <a@x.example> {DATE} +0000\n\
+                     committer A <a@x.example> {DATE} +0000\n\nclean message\n",
+                    good_tree(d, b),
+                    b.head
+                );
+                literally(d, "commit", text.as_bytes())
+            },
+            "the author's name holds U+001B",
+        ),
+        (
             "the Forced trailer in capitals, without a space",
             |d, b| {
                 let m = b"Change\n\nFORCED:true\n";

@@ -160,14 +160,26 @@ impl TenantRepo {
         let mut bytes_checked = 0usize;
         for commit in line.iter().rev() {
             let id = CommitId(to_id(commit.id()));
-            if let Some(c) = crate::domain::commit_message::hidden(&String::from_utf8_lossy(
-                commit.message_bytes(),
-            )) {
-                return Ok(Err(format!(
-                    "commit {id}: the message holds U+{:04X}, a control character that can hide \
-                     or reorder what it says (an API write removes them); leave it out",
-                    u32::from(c)
-                )));
+            // The message and who wrote and committed it: what history, events, the console
+            // and `git log` show as sent.
+            let (author, committer) = (commit.author(), commit.committer());
+            let said = [
+                ("message", commit.message_bytes()),
+                ("author's name", author.name_bytes()),
+                ("author's email", author.email_bytes()),
+                ("committer's name", committer.name_bytes()),
+                ("committer's email", committer.email_bytes()),
+            ];
+            for (what, bytes) in said {
+                if let Some(c) =
+                    crate::domain::commit_message::hidden(&String::from_utf8_lossy(bytes))
+                {
+                    return Ok(Err(format!(
+                        "commit {id}: the {what} holds U+{:04X}, a control character that can \
+                         hide or reorder what it says (an API write removes them); leave it out",
+                        u32::from(c)
+                    )));
+                }
             }
             if let Some(trailer) = trailers::first_reserved(commit.message_bytes()) {
                 return Ok(Err(format!(
