@@ -351,13 +351,7 @@ async fn a_ref_lock_held_by_a_live_writer_is_left_alone() {
     let repo = repo(dir.path(), "acme");
     let server = serve(dir.path(), &[]);
     // A live peer: holds the tenant's write lock and an old-looking main.lock.
-    let peer = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(repo.join("planfiles-write.lock"))
-        .unwrap();
-    peer.lock().unwrap();
+    let peer = hold_write_lock(&repo);
     let lock = repo.join("refs/heads/main.lock");
     let f = std::fs::File::create(&lock).unwrap();
     f.set_modified(SystemTime::now() - Duration::from_secs(60))

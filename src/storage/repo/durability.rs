@@ -195,6 +195,23 @@ impl TenantRepo {
         removed.is_some()
     }
 
+    /// [`TenantRepo::lock_ref`], and once more after a lock found abandoned was removed
+    /// ([`TenantRepo::remove_abandoned_ref_lock`]); a live git command's lock stays `Locked`.
+    pub(super) fn lock_ref_clearing(
+        &self,
+        name: &str,
+        old: Option<Oid>,
+        new: Oid,
+        fsync: bool,
+    ) -> Result<super::refs::RefLock, RefMove> {
+        match self.lock_ref(name, old, new, fsync) {
+            Err(RefMove::Locked) if self.remove_abandoned_ref_lock(name) => {
+                self.lock_ref(name, old, new, fsync)
+            }
+            other => other,
+        }
+    }
+
     /// libgit2 does not always keep the errno of a failed write (a full disk reads as "no
     /// error"), so a failed write probes the volume: if a small file cannot be written and
     /// synced there, the disk is full.

@@ -158,6 +158,7 @@ impl TenantRepo {
         }
         let mut checked: HashSet<(PlanFile, Oid)> = HashSet::new();
         let mut bytes_checked = 0usize;
+        let odb = repo.odb().map_err(err("read a pushed tree"))?;
         for commit in line.iter().rev() {
             let id = CommitId(to_id(commit.id()));
             // The message and who wrote and committed it: what history, events, the console
@@ -188,7 +189,6 @@ impl TenantRepo {
                 )));
             }
             let tree = commit.tree().map_err(err("read a pushed tree"))?;
-            let odb = repo.odb().map_err(err("read a pushed tree"))?;
             let raw = odb.read(tree.id()).map_err(err("read a pushed tree"))?;
             if let Err(reason) = two_regular_files(&tree).and_then(|()| exact_modes(raw.data())) {
                 return Ok(Err(format!("commit {id}: {reason}")));
@@ -268,12 +268,8 @@ impl TenantRepo {
         let commit = self
             .stage_object(staged, ObjectType::Commit, text.as_bytes())
             .map_err(RefMove::Failed)?;
-        match self.lock_ref(NOTES_REF, parent, commit, fsync) {
-            Err(RefMove::Locked) if self.remove_abandoned_ref_lock(NOTES_REF) => {
-                self.lock_ref(NOTES_REF, parent, commit, fsync).map(Some)
-            }
-            other => other.map(Some),
-        }
+        self.lock_ref_clearing(NOTES_REF, parent, commit, fsync)
+            .map(Some)
     }
 
     /// Moves `main` from `old` to `new` as an API write moves it (the order of
@@ -320,20 +316,17 @@ impl TenantRepo {
             }
             Err(RefMove::Failed(e)) => Err(e),
         };
-        let notes = match self.stage_notes(&mut staged, &push, note, committer, fsync) {
-            Ok(None) => None,
-            other => match take(NOTES_REF, other.map(|l| l.expect("some")))? {
+        let notes = match self
+            .stage_notes(&mut staged, &push, note, committer, fsync)
+            .transpose()
+        {
+            None => None,
+            Some(lock) => match take(NOTES_REF, lock)? {
                 Ok(lock) => Some(lock),
                 Err(answer) => return Ok(answer),
             },
         };
-        let main = match self.lock_ref(MAIN, Some(old), new, fsync) {
-            Err(RefMove::Locked) if self.remove_abandoned_ref_lock(MAIN) => {
-                self.lock_ref(MAIN, Some(old), new, fsync)
-            }
-            other => other,
-        };
-        let main = match take(MAIN, main)? {
+        let main = match take(MAIN, self.lock_ref_clearing(MAIN, Some(old), new, fsync))? {
             Ok(lock) => lock,
             Err(answer) => return Ok(answer),
         };
