@@ -510,6 +510,15 @@ mod tests {
             (Op::Fsync, "main.lock", eio),
             (Op::Rename, "refs/heads/main", eio),
             (Op::SyncDir, "refs/heads", eio),
+            // The pack out of its quarantine, its index after it.
+            (Op::Rename, "objects/pack/pack-", eio),
+            (Op::Rename, ".idx", eio),
+            // The pusher's notes: its staged objects, its ref's lock, the ref's move.
+            (Op::Create, "tmp_obj_", libc::ENOSPC),
+            (Op::Rename, "objects/", eio),
+            (Op::Create, "refs/notes/planfiles.lock", libc::EMFILE),
+            (Op::Write, "refs/notes/planfiles.lock", eio),
+            (Op::Rename, "refs/notes/planfiles", eio),
         ] {
             let case = format!("{op:?} {on}");
             let (dir, storage, tenant) = crate::storage::test_storage();

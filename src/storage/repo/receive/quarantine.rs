@@ -1,4 +1,5 @@
 //! A push's objects kept apart until every check passed, as git's receive-pack keeps them (indexed and fsck'd by `git index-pack --strict`): a repository under `objects/planfiles-incoming-*` whose store borrows the tenant's (an alternate), its pack moved into `objects/pack` on success and the whole folder removed otherwise; and the connectivity check of what a push makes reachable.
+use crate::storage::disk::faults::{self, Op};
 use crate::storage::disk::{create_dir_synced, sync_dir};
 use crate::storage::StorageError;
 use git2::Oid;
@@ -61,7 +62,8 @@ impl Quarantine {
         for file in &files {
             let name = file.file_name().expect("a file in a folder");
             let target = to.join(name);
-            std::fs::rename(file, &target)
+            faults::check(Op::Rename, &target)
+                .and_then(|()| std::fs::rename(file, &target))
                 .map_err(|e| StorageError::io("move a pushed pack into place", &target, e))?;
         }
         if fsync && !files.is_empty() {
