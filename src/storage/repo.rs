@@ -9,6 +9,7 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
+mod advance;
 #[cfg(test)]
 mod batch_tests;
 mod commit;

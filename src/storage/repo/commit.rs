@@ -1,13 +1,13 @@
 //! The write path: a batch of a tenant's writes, each checked against the head the ones before it made and each its own commit, all made durable by one sync of their staged objects and ref locks, then named (objects, one compare-and-swap of `main`, the no-op records) and made durable by a second sync; dry runs.
+use super::advance::{Advance, After, MainMove};
 use super::objects::{Checked, Head};
 use super::refs::RefMove;
 use super::signatures::Committer;
 use super::staged::Staged;
-use super::{backoff, git_err, to_id, to_oid, TenantRepo, MAIN, WRITE_DEADLINE};
+use super::{backoff, git_err, to_id, to_oid, TenantRepo, WRITE_DEADLINE};
 use crate::domain::yaml::splice::Made;
 use crate::domain::{BlobId, CommitId};
 use crate::storage::disk::durable::SyncGroup;
-use crate::storage::disk::sync_dir;
 use crate::storage::repo::recent_keys::RecentKeys;
 use crate::storage::{
     Change, CommitOutcome, CommitRequest, Committed, FileOutcome, IfMatch, ShaCheck, StorageError,
@@ -95,14 +95,9 @@ impl TenantRepo {
     }
 
     /// One attempt at a batch from the head on disk now; `Retry::Moved` when `main` moved
-    /// (or its lock was held) at the compare-and-swap, so that the batch is checked again
-    /// against the new head.
-    ///
-    /// The order (docs/ARCHITECTURE.md, "Durability order"): every object is staged in a
-    /// temporary file and the refs' locks get their new values; one sync makes all of those
-    /// bytes durable; only then are the objects named and `main` moved (then the no-op
-    /// records, which may name `main`'s new head); a second sync makes the names durable
-    /// before any 200. No name ever points at bytes a power loss can still take.
+    /// at the compare-and-swap, so that the batch is checked again against the new head.
+    /// Every object is staged in a temporary file and the refs' locks get their new values;
+    /// then [`TenantRepo::advance`] moves `main` in the durability order.
     fn try_batch(
         &self,
         reqs: &[&CommitRequest],
@@ -209,75 +204,39 @@ impl TenantRepo {
         }
         // The refs' locks, their new values written: main's checked against the head the
         // batch was built on.
-        let main_lock = if moved {
-            match self.lock_ref(MAIN, Some(on_disk.commit), head.commit, fsync) {
-                Ok(lock) => Some(lock),
-                // Someone outside planfiles moved main or holds its lock (planfiles writers
-                // take turns on the write lock): check the batch again on the new head.
+        let main = if moved {
+            match self.lock_main(on_disk.commit, head.commit, fsync) {
+                Ok(lock) => Some(MainMove {
+                    old: on_disk.commit,
+                    new: head.commit,
+                    lock,
+                }),
+                // Someone outside planfiles moved main (planfiles writers take turns on the
+                // write lock): check the batch again on the new head.
                 Err(RefMove::Moved) => return Err(Retry::Moved),
-                Err(RefMove::Locked) if self.remove_abandoned_ref_lock(MAIN) => {
-                    return Err(Retry::Moved)
-                }
                 Err(RefMove::Locked) => return Err(Retry::Locked),
                 Err(RefMove::Failed(e)) => return Err(failed(e)),
             }
         } else {
             None
         };
-        let no_ops_lock = no_ops.lock(self, fsync).map_err(failed)?;
-        // 1. The bytes are durable: every staged object and both locks' values (group: one
-        // shared syncfs; fsync mode: each was synced as written, and the objects found there
-        // are synced now).
-        match sync {
-            Some(_) => self.group_sync_since(sync, objects_mark, path),
-            None => self.sync_objects(&staged.found, path),
-        }
-        .map_err(failed)?;
-        // 2. The names: the objects, then main, then the no-op records (which may name
-        // main's new head, so never before it).
-        staged.publish().map_err(failed)?;
-        let ref_mark = sync.map(SyncGroup::mark);
-        let mut folders = Vec::new();
-        if let Some(lock) = main_lock {
-            folders.push(lock.folder().to_owned());
-            lock.commit().map_err(failed)?;
-        }
-        let mut records_failed = None;
-        let records_moved = match no_ops_lock {
-            Some(lock) => {
-                let folder = lock.folder().to_owned();
-                match lock.commit() {
-                    Ok(()) => {
-                        folders.push(folder);
-                        true
-                    }
-                    Err(e) => {
-                        records_failed = Some(e);
-                        false
-                    }
+        let after = no_ops.lock(self, fsync).map_err(failed)?;
+        let advance = Advance {
+            staged,
+            mark: objects_mark,
+            before: None,
+            main,
+            after,
+        };
+        let undo_records = |e: &StorageError| self.undo_unsynced_records(&no_ops, sync, path, e);
+        match self.advance(advance, sync, path, undo_records) {
+            Ok(After::Moved(_)) => {}
+            Ok(After::Failed(e)) => {
+                for i in recorded {
+                    results[i] = Some(Err(self.explain_write_failure(e.again(), path)));
                 }
             }
-            None => false,
-        };
-        // 3. The names are durable before any 200. A write that fails changes nothing: when
-        // that sync fails, main and the records go back, unless they moved again.
-        let durable = match sync {
-            Some(_) => self.group_sync_since(sync, ref_mark, path),
-            None => folders.iter().try_for_each(|f| sync_dir(f)),
-        };
-        if let Err(e) = durable {
-            if moved {
-                self.undo_unsynced(MAIN, on_disk.commit, head.commit, sync, path, &e);
-            }
-            if records_moved {
-                self.undo_unsynced_records(&no_ops, sync, path, &e);
-            }
-            return Err(Retry::Failed(e));
-        }
-        if let Some(e) = records_failed {
-            for i in recorded {
-                results[i] = Some(Err(self.explain_write_failure(e.again(), path)));
-            }
+            Err(e) => return Err(failed(e)),
         }
         Ok(results)
     }

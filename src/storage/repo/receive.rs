@@ -3,6 +3,7 @@ pub mod scan;
 
 mod quarantine;
 
+use super::advance::{Advance, MainMove};
 use super::objects::commit_text;
 use super::refs::{RefLock, RefMove};
 use super::signatures::Committer;
@@ -11,7 +12,6 @@ use super::{git_err, signature, to_id, to_oid, TenantRepo, MAIN, WRITE_DEADLINE}
 use crate::domain::trailers;
 use crate::domain::{CommitId, Identity, PlanFile};
 use crate::storage::disk::durable::{SyncGroup, SyncMark};
-use crate::storage::disk::sync_dir;
 use crate::storage::{FastForward, PushCheck, StorageError};
 use git2::{ObjectType, Oid};
 use quarantine::{connected, Quarantine};
@@ -326,40 +326,28 @@ impl TenantRepo {
                 Err(answer) => return Ok(answer),
             },
         };
-        let main = match take(MAIN, self.lock_ref_clearing(MAIN, Some(old), new, fsync))? {
+        let main = match take(MAIN, self.lock_main(old, new, fsync))? {
             Ok(lock) => lock,
             Err(answer) => return Ok(answer),
         };
         // main will move: the pack comes out of its quarantine (git synced its bytes; the
-        // folder's sync is below in group mode, here in fsync mode).
+        // folder's sync is the advance's first, in group mode; here in fsync mode).
         let mut push = push;
         if let Some(quarantine) = push.quarantine.take() {
             quarantine.migrate(&self.path, fsync)?;
         }
-        // 1. The bytes are durable: the pack (synced by git as it was indexed; its folder
-        // since the push's mark), the note's objects and both locks' values.
-        match sync {
-            Some(_) => self.group_sync_since(sync, push.mark, PATH)?,
-            None => self.sync_objects(&staged.found, PATH)?,
-        }
-        // 2. The names: the note's objects, the notes, then main.
-        staged.publish()?;
-        let ref_mark = sync.map(SyncGroup::mark);
-        let mut folders = vec![main.folder().to_owned()];
-        if let Some(lock) = notes {
-            folders.push(lock.folder().to_owned());
-            lock.commit()?;
-        }
-        main.commit()?;
-        // 3. Durable before report-status says ok; a failed sync puts main back.
-        let durable = match sync {
-            Some(_) => self.group_sync_since(sync, ref_mark, PATH),
-            None => folders.iter().try_for_each(|f| sync_dir(f)),
+        let advance = Advance {
+            staged,
+            mark: push.mark,
+            before: notes,
+            main: Some(MainMove {
+                old,
+                new,
+                lock: main,
+            }),
+            after: None,
         };
-        if let Err(e) = durable {
-            self.undo_unsynced(MAIN, old, new, sync, PATH, &e);
-            return Err(e);
-        }
+        self.advance(advance, sync, PATH, |_| {})?;
         Ok(FastForward::Moved)
     }
 
