@@ -1,7 +1,7 @@
 //! The console at `/ui/` (its page, assets, caching and security headers), CORS for listed origins, and the browser test of the console in headless Chromium.
 mod common;
 
-use common::{token, TestApp, ALL, CORS_ORIGINS};
+use common::{token, TestApp, ALL};
 use std::collections::BTreeSet;
 
 const CSP: &str = "default-src 'self'; frame-ancestors 'none'";
@@ -195,8 +195,10 @@ async fn get_from(app: &TestApp, token: &str, origin: &str) -> reqwest::Response
 /// headers and read the answers' headers; an origin not listed gets no CORS header at all.
 #[actix_web::test]
 async fn a_listed_origin_may_call_the_api_and_another_gets_no_cors_headers() {
-    CORS_ORIGINS.with(|c| *c.borrow_mut() = vec![LISTED.into()]);
-    let app = TestApp::spawn().await;
+    let app = TestApp::with()
+        .cors_origins(vec![LISTED.into()])
+        .spawn()
+        .await;
     let all =
         "authorization,content-type,if-match,if-none-match,prefer,idempotency-key,x-request-id";
     let pre = app
@@ -349,7 +351,6 @@ async fn the_console_and_other_origins_in_a_real_browser() {
         return;
     }
     let (listed, unlisted) = (free_port(), free_port());
-    CORS_ORIGINS.with(|c| *c.borrow_mut() = vec![format!("http://127.0.0.1:{listed}")]);
     // A schema for a kind the test's files do not have until it adds one the schema refuses.
     let schemas = tempfile::tempdir().unwrap();
     std::fs::create_dir(schemas.path().join("integrations")).unwrap();
@@ -359,7 +360,11 @@ async fn the_console_and_other_origins_in_a_real_browser() {
             "properties": {"project": {"type": "string", "pattern": "^[a-z][a-z0-9-]{4,28}[a-z0-9]$"}}}"#,
     )
     .unwrap();
-    let app = TestApp::spawn_with_schemas(schemas.path(), "allow").await;
+    let app = TestApp::with()
+        .cors_origins(vec![format!("http://127.0.0.1:{listed}")])
+        .schemas(schemas.path(), "allow")
+        .spawn()
+        .await;
     let artefacts = format!("{}/target/console-artefacts", env!("CARGO_MANIFEST_DIR"));
     let data_dir = app.data_dir.path().to_str().unwrap().to_owned();
     let secret = [("PLANFILES_JWT_SECRET", common::SECRET)];

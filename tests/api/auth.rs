@@ -932,9 +932,7 @@ async fn correctly_signed_tokens_in_another_algorithm_are_refused() {
 /// missing permission.
 #[tokio::test]
 async fn every_authenticated_endpoint_sends_the_bearer_challenge() {
-    common::METRICS_REQUIRE_TOKEN.with(|c| c.set(true));
-    let app = TestApp::spawn().await;
-    common::METRICS_REQUIRE_TOKEN.with(|c| c.set(false));
+    let app = TestApp::with().metrics_require_token().spawn().await;
     let head = app.head("acme");
     let expired = hs256(json!({"exp": now() - 3600}));
     let wrong_key = sign_hmac("HS256", b"another-secret-0123456789", &claims(json!({})));

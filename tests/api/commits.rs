@@ -830,8 +830,7 @@ async fn spawn_losing_the_race(file: &'static str, content: &'static str) -> Tes
         let commit = git_in(repo, &["commit-tree", &tree, "-p", "main", "-m", "outside"]);
         git_in(repo, &["update-ref", "refs/heads/main", &commit]);
     }));
-    common::WRITE_HOOK.with(|h| *h.borrow_mut() = Some(hook));
-    TestApp::spawn().await
+    TestApp::with().write_hook(hook).spawn().await
 }
 
 #[tokio::test]

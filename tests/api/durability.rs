@@ -351,7 +351,7 @@ async fn a_ref_lock_held_by_a_live_writer_is_left_alone() {
     let repo = repo(dir.path(), "acme");
     let server = serve(dir.path(), &[]);
     // A live peer: holds the tenant's write lock and an old-looking main.lock.
-    let peer = hold_write_lock(&repo);
+    let peer = common::hold_write_lock(&repo);
     let lock = repo.join("refs/heads/main.lock");
     let f = std::fs::File::create(&lock).unwrap();
     f.set_modified(SystemTime::now() - Duration::from_secs(60))
@@ -403,18 +403,6 @@ fn acme_token(secs: u64, permissions: &[&str]) -> String {
     )
 }
 
-/// The tenant's write lock, held as another process's writer holds it, until dropped.
-fn hold_write_lock(repo: &Path) -> std::fs::File {
-    let peer = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(repo.join("planfiles-write.lock"))
-        .unwrap();
-    peer.lock().unwrap();
-    peer
-}
-
 /// A write that waits for its turn (here behind another process's write lock) past its
 /// token's end is refused with 401 and writes nothing, as a request sent with that token then
 /// would be; one whose token is still accepted when its turn comes is written.
@@ -426,7 +414,7 @@ async fn a_write_whose_token_expires_while_it_waits_is_refused() {
     for (lifetime, want) in [(2, 401), (60, 200)] {
         let head = git_in(&acme, &["rev-parse", "main"]);
         // Another process's writer holds the tenant's write lock for 4 s.
-        let peer = hold_write_lock(&acme);
+        let peer = common::hold_write_lock(&acme);
         let token = short(lifetime);
         let put = tokio::spawn({
             let (url, token) = (server.url("/plans/integration-file"), token.clone());
@@ -504,7 +492,7 @@ async fn a_push_whose_token_expires_while_it_waits_is_refused() {
         let out = git("", &["-C", "c", "commit", "-qam", "pushed"]);
         assert!(out.status.success(), "{out:?}");
         // Another process's writer holds the tenant's write lock for 4 s.
-        let peer = hold_write_lock(&acme);
+        let peer = common::hold_write_lock(&acme);
         let token = short(lifetime);
         let push = std::thread::spawn({
             let git_dir = work.path().join("c");

@@ -2,7 +2,7 @@
 //! long-polls, for writes by this server, another process and plain git.
 use crate::common;
 
-use common::{git_in, git_stdin, process, token, TestApp, ALL, EVENTS};
+use common::{git_in, git_stdin, process, token, TestApp, ALL};
 use futures_util::StreamExt;
 use planfiles::config::EventsConfig;
 use serde_json::{json, Value};
@@ -151,8 +151,8 @@ async fn put_int(app: &TestApp, token: &str, n: usize) -> Value {
     res.json().await.unwrap()
 }
 
-fn with_events(config: EventsConfig, watch_refs: bool) {
-    EVENTS.with(|e| *e.borrow_mut() = Some((config, watch_refs)));
+async fn with_events(config: EventsConfig, watch_refs: bool) -> TestApp {
+    TestApp::with().events(config, watch_refs).spawn().await
 }
 
 /// A client that disconnects and resumes with `Last-Event-ID` while another client keeps
@@ -356,14 +356,14 @@ async fn another_process_writes_arrive_on_streams_and_long_polls() {
 #[tokio::test]
 async fn plain_git_commits_arrive_and_a_moved_main_resets() {
     for watch_refs in [true, false] {
-        with_events(
+        let app = with_events(
             EventsConfig {
                 poll_interval_ms: 100,
                 ..Default::default()
             },
             watch_refs,
-        );
-        let app = TestApp::spawn().await;
+        )
+        .await;
         let t = token("acme", ALL);
         let repo = app.repo("acme");
         let before = app.head("acme");
@@ -550,7 +550,7 @@ async fn permissions_tickets_and_bad_requests() {
 /// heartbeat (the write that finds the connection gone).
 #[tokio::test]
 async fn the_stream_limits_answer_503() {
-    with_events(
+    let app = with_events(
         EventsConfig {
             max_streams: 3,
             max_streams_per_tenant: 2,
@@ -558,8 +558,8 @@ async fn the_stream_limits_answer_503() {
             ..Default::default()
         },
         true,
-    );
-    let app = TestApp::spawn().await;
+    )
+    .await;
     let acme = token("acme", ALL);
     let a1 = Sse::open(&app, &acme, "", None).await;
     let _a2 = Sse::open(&app, &acme, "", None).await;

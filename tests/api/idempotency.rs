@@ -317,8 +317,7 @@ async fn a_key_in_flight_in_this_process_is_409() {
         gate.0.send(()).unwrap();
         gate.1.recv().unwrap();
     }));
-    common::WRITE_HOOK.with(|h| *h.borrow_mut() = Some(hook));
-    let app = std::sync::Arc::new(TestApp::spawn().await);
+    let app = std::sync::Arc::new(TestApp::with().write_hook(hook).spawn().await);
     let t = token("acme", ALL);
     let head = app.head("acme");
     let body = json!({"content": {"held": 1}});

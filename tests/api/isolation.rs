@@ -58,22 +58,7 @@ async fn made_up_methods_paths_and_headers_add_no_metric_series() {
 
 /// A server whose limits are set by the test.
 async fn spawn_with(limits: planfiles::http::Limits) -> TestApp {
-    common::LIMITS.with(|l| *l.borrow_mut() = Some(limits));
-    let app = TestApp::spawn().await;
-    common::LIMITS.with(|l| *l.borrow_mut() = None);
-    app
-}
-
-/// Holds a tenant's write lock as another planfiles process would, so that its writes wait.
-fn hold_write_lock(app: &TestApp, tenant: &str) -> std::fs::File {
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(app.repo(tenant).join("planfiles-write.lock"))
-        .unwrap();
-    lock.lock().unwrap();
-    lock
+    TestApp::with().limits(limits).spawn().await
 }
 
 /// A tenant whose writes pile up gets 503 `busy` with `Retry-After` for what does not fit in its
@@ -86,7 +71,7 @@ async fn a_hot_tenants_writes_queue_per_tenant_and_overflow_is_busy() {
         ..Default::default()
     })
     .await;
-    let lock = hold_write_lock(&app, "globex");
+    let lock = common::hold_write_lock(&app.repo("globex"));
     let hot = common::token("globex", common::ALL);
     let started = std::time::Instant::now();
     let answers: Vec<(u16, Option<String>, std::time::Duration)> =
@@ -140,7 +125,7 @@ async fn retrying_at_once_into_a_full_queue_is_paced() {
         ..Default::default()
     })
     .await;
-    let lock = hold_write_lock(&app, "globex");
+    let lock = common::hold_write_lock(&app.repo("globex"));
     let hot = common::token("globex", common::ALL);
     // One write takes the queue's only place and waits on the lock.
     let first_body = serde_json::json!({"content": {"first": 1}});

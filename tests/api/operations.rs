@@ -105,9 +105,7 @@ async fn metrics_count_requests_commits_conflicts_and_forced_writes() {
 
 #[tokio::test]
 async fn metrics_can_require_a_token() {
-    common::METRICS_REQUIRE_TOKEN.with(|c| c.set(true));
-    let app = TestApp::spawn().await;
-    common::METRICS_REQUIRE_TOKEN.with(|c| c.set(false));
+    let app = TestApp::with().metrics_require_token().spawn().await;
     let (status, _) = problem(app.client.get(app.url("/metrics")).send().await.unwrap()).await;
     assert_eq!(status, 401);
     let res = app

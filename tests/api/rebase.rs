@@ -15,8 +15,7 @@ async fn spawn_losing_the_race(file: &'static str, content: &'static str) -> Tes
             common::commit_outside(repo, file, content);
         }
     }));
-    common::WRITE_HOOK.with(|h| *h.borrow_mut() = Some(hook));
-    TestApp::spawn().await
+    TestApp::with().write_hook(hook).spawn().await
 }
 
 /// An outside commit to the other file: the write rebases onto it and keeps both changes.

@@ -1,7 +1,6 @@
 //! Signed commits: every kind of commit the service makes verifies with stock git and the keys the service publishes; plain git's commits, another key's and altered ones read `verified: false`; retired keys keep verifying while listed; the key file is private.
 use crate::common::{
     commit_outside, git_in, git_stdin, run_with_stdin, ssh_keygen_present, token, TestApp, ALL,
-    SIGNING,
 };
 use planfiles::config::SigningConfig;
 use serde_json::{json, Value};
@@ -387,21 +386,16 @@ async fn a_retired_key_verifies_while_it_is_listed() {
         &data.path().join("tenants"),
     );
     let keys = tempfile::tempdir().unwrap();
-    let spawn = |key: &str, previous: Vec<String>| {
-        SIGNING.with(|s| {
-            *s.borrow_mut() = Some(SigningConfig {
-                key_file: Some(keys.path().join(key)),
-                previous_public_keys: previous,
-                ..SigningConfig::default()
-            })
-        });
+    let signing = |key: &str, previous: Vec<String>| SigningConfig {
+        key_file: Some(keys.path().join(key)),
+        previous_public_keys: previous,
+        ..SigningConfig::default()
     };
-    let auth = planfiles::config::AuthConfig {
-        secret: crate::common::SECRET.into(),
-        ..Default::default()
-    };
-    spawn("old", vec![]);
-    let app = TestApp::spawn_on(data, auth.clone()).await;
+    let app = TestApp::with()
+        .data_dir(data)
+        .signing(signing("old", vec![]))
+        .spawn()
+        .await;
     let old_commit = put_integration(&app, "globex", json!({"aws": []})).await;
     let old_key = app.signing_keys(None).await.json::<Value>().await.unwrap()["keys"][0]
         ["public_key"]
@@ -411,8 +405,11 @@ async fn a_retired_key_verifies_while_it_is_listed() {
     let data = app.stop().await;
 
     // A new key, the old one listed: both commits verify, in the service and with git.
-    spawn("new", vec![old_key.clone()]);
-    let app = TestApp::spawn_on(data, auth.clone()).await;
+    let app = TestApp::with()
+        .data_dir(data)
+        .signing(signing("new", vec![old_key.clone()]))
+        .spawn()
+        .await;
     let new_commit = put_integration(&app, "globex", json!({"aws": [], "x": 1})).await;
     let keys_now: Value = app.signing_keys(None).await.json().await.unwrap();
     assert_eq!(keys_now["keys"].as_array().unwrap().len(), 2);
@@ -429,8 +426,11 @@ async fn a_retired_key_verifies_while_it_is_listed() {
     let data = app.stop().await;
 
     // The old key no longer listed: its commits read unverified, the new key's still verify.
-    spawn("new", vec![]);
-    let app = TestApp::spawn_on(data, auth).await;
+    let app = TestApp::with()
+        .data_dir(data)
+        .signing(signing("new", vec![]))
+        .spawn()
+        .await;
     let history = verdicts(&app, "globex", "integration-file").await;
     assert!(history.contains(&(old_commit, false)), "{history:?}");
     assert!(history.contains(&(new_commit, true)), "{history:?}");

@@ -386,20 +386,14 @@ async fn refused_destinations_are_422_or_recorded_and_never_contacted() {
     // attempt, before a byte is sent.
     let dir = app.stop().await;
     let before = rx.deliveries("/hook/r").len();
-    WEBHOOKS.with(|c| {
-        *c.borrow_mut() = Some(planfiles::config::WebhooksConfig {
+    let app = TestApp::with()
+        .data_dir(dir)
+        .webhooks(planfiles::config::WebhooksConfig {
             retry_schedule_secs: vec![1],
             ..Default::default()
         })
-    });
-    let app = TestApp::spawn_on(
-        dir,
-        planfiles::config::AuthConfig {
-            secret: SECRET.into(),
-            ..Default::default()
-        },
-    )
-    .await;
+        .spawn()
+        .await;
     let id = redirected["id"].as_str().unwrap();
     let started = std::time::Instant::now();
     let log = loop {

@@ -20,47 +20,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub const SECRET: &str = "test-secret-0123456789abcdef";
 pub const ALL: &[&str] = &["jit.integrations.write", "jit.preferences.write"];
 
-thread_local! {
-    /// Set by a test before `spawn` to start the server with `metrics.require_token`.
-    pub static METRICS_REQUIRE_TOKEN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-fn self_metrics_token() -> bool {
-    METRICS_REQUIRE_TOKEN.with(|c| c.get())
-}
-
-thread_local! {
-    /// Set by a test before `spawn` to start the server with other limits.
-    pub static LIMITS: std::cell::RefCell<Option<planfiles::http::Limits>> = const { std::cell::RefCell::new(None) };
-}
-
-thread_local! {
-    /// Set by a test before `spawn` to give the server's storage a write hook.
-    pub static WRITE_HOOK: std::cell::RefCell<Option<storage::WriteHook>> = const { std::cell::RefCell::new(None) };
-}
-
-thread_local! {
-    /// Set by a test before `spawn` to start the server with these `[events]` settings and
-    /// `storage.watch_refs` (the bool).
-    pub static EVENTS: std::cell::RefCell<Option<(planfiles::config::EventsConfig, bool)>> = const { std::cell::RefCell::new(None) };
-}
-
-thread_local! {
-    /// Set by a test before `spawn` to start the server with these `[signing]` settings.
-    pub static SIGNING: std::cell::RefCell<Option<planfiles::config::SigningConfig>> = const { std::cell::RefCell::new(None) };
-}
-
-thread_local! {
-    /// Set by a test before `spawn` to start the server with these `[validation]` settings
-    /// (by default the tests run with no schemas).
-    pub static VALIDATION: std::cell::RefCell<Option<planfiles::config::ValidationConfig>> = const { std::cell::RefCell::new(None) };
-}
-
-thread_local! {
-    /// Set by a test before `spawn` to start the server with these `[webhooks]` settings.
-    pub static WEBHOOKS: std::cell::RefCell<Option<planfiles::config::WebhooksConfig>> = const { std::cell::RefCell::new(None) };
-}
-
 /// `[webhooks]` for a receiver on this machine: http and loopback allowed, retries after 1 s
 /// and 1 s, attempts cut after 2 s.
 pub fn local_webhooks() -> planfiles::config::WebhooksConfig {
@@ -93,11 +52,6 @@ pub fn integration_event_ids(repo: &Path, tenant: &str, from: &str) -> Vec<Strin
 /// The token that manages webhooks.
 pub fn webhooks_token(tenant: &str) -> String {
     token(tenant, &["planfiles.webhooks.write"])
-}
-
-thread_local! {
-    /// Set by a test before `spawn` to start the server with `server.cors_allowed_origins`.
-    pub static CORS_ORIGINS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Gives a shard's data dir the secrets every shard shares (docs/SCALING.md): the data dir
@@ -206,61 +160,119 @@ pub fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-impl TestApp {
-    /// The server over a fresh copy of the fixture, with default settings.
-    pub async fn spawn() -> Self {
-        Self::spawn_with(AuthConfig {
-            secret: SECRET.into(),
-            ..AuthConfig::default()
-        })
-        .await
+/// How a test's server is set up, as production reads it from its config file: each
+/// setting a test needs, then [`Spawn::spawn`] (zero2prod's `spawn_app`, with a builder).
+#[derive(Default)]
+pub struct Spawn {
+    data_dir: Option<tempfile::TempDir>,
+    auth: Option<AuthConfig>,
+    repack_threshold: usize,
+    metrics_require_token: bool,
+    limits: Option<planfiles::http::Limits>,
+    write_hook: Option<storage::WriteHook>,
+    events: Option<(planfiles::config::EventsConfig, bool)>,
+    signing: Option<planfiles::config::SigningConfig>,
+    validation: Option<planfiles::config::ValidationConfig>,
+    webhooks: Option<planfiles::config::WebhooksConfig>,
+    cors_origins: Vec<String>,
+}
+
+impl Spawn {
+    /// Over this data dir (default: a fresh copy of the fixture's tenants).
+    pub fn data_dir(mut self, dir: tempfile::TempDir) -> Self {
+        self.data_dir = Some(dir);
+        self
     }
 
-    pub async fn spawn_with(auth: AuthConfig) -> Self {
-        let data_dir = tempfile::tempdir().unwrap();
-        copy_tree(
-            &fixture_dir().join("tenants"),
-            &data_dir.path().join("tenants"),
-        );
-        Self::spawn_on(data_dir, auth).await
+    /// With these `[auth]` settings (default: HS256 with [`SECRET`]).
+    pub fn auth(mut self, auth: AuthConfig) -> Self {
+        self.auth = Some(auth);
+        self
     }
 
-    pub async fn spawn_on(data_dir: tempfile::TempDir, auth: AuthConfig) -> Self {
-        Self::spawn_full(data_dir, auth, 0).await
+    /// Repacking a tenant in the background once it has about `threshold` loose objects.
+    pub fn repack(mut self, threshold: usize) -> Self {
+        self.repack_threshold = threshold;
+        self
     }
 
-    /// The server over a fresh copy of the fixture, repacking a tenant in the background
-    /// once it has about `threshold` loose objects.
-    pub async fn spawn_with_repack(threshold: usize) -> Self {
-        let data_dir = tempfile::tempdir().unwrap();
-        copy_tree(
-            &fixture_dir().join("tenants"),
-            &data_dir.path().join("tenants"),
-        );
-        let auth = AuthConfig {
-            secret: SECRET.into(),
-            ..AuthConfig::default()
-        };
-        Self::spawn_full(data_dir, auth, threshold).await
+    /// With `metrics.require_token`.
+    pub fn metrics_require_token(mut self) -> Self {
+        self.metrics_require_token = true;
+        self
     }
 
-    /// Builds what production builds (`Application::build`), from a config for this test:
-    /// the data dir given, no seeding, two workers, the limits, events, metrics and write
-    /// hook a test set in the thread-locals above.
-    async fn spawn_full(data_dir: tempfile::TempDir, auth: AuthConfig, threshold: usize) -> Self {
+    /// With these limits (body, budgets, the write queue).
+    pub fn limits(mut self, limits: planfiles::http::Limits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
+    /// With a hook storage runs before it moves a ref.
+    pub fn write_hook(mut self, hook: storage::WriteHook) -> Self {
+        self.write_hook = Some(hook);
+        self
+    }
+
+    /// With these `[events]` settings, and `storage.watch_refs` on or off.
+    pub fn events(mut self, events: planfiles::config::EventsConfig, watch_refs: bool) -> Self {
+        self.events = Some((events, watch_refs));
+        self
+    }
+
+    /// With these `[signing]` settings.
+    pub fn signing(mut self, signing: planfiles::config::SigningConfig) -> Self {
+        self.signing = Some(signing);
+        self
+    }
+
+    /// With the schemas of `dir` (`unknown` for `validation.unknown_integrations`); by
+    /// default the tests run with none.
+    pub fn schemas(mut self, dir: &Path, unknown: &str) -> Self {
+        self.validation = Some(planfiles::config::ValidationConfig {
+            schemas_dir: dir.to_owned(),
+            unknown_integrations: serde_json::from_value(json!(unknown)).unwrap(),
+            schemas_dir_set: true,
+        });
+        self
+    }
+
+    /// With these `[webhooks]` settings.
+    pub fn webhooks(mut self, webhooks: planfiles::config::WebhooksConfig) -> Self {
+        self.webhooks = Some(webhooks);
+        self
+    }
+
+    /// With `server.cors_allowed_origins`.
+    pub fn cors_origins(mut self, origins: Vec<String>) -> Self {
+        self.cors_origins = origins;
+        self
+    }
+
+    /// Builds what production builds (`Application::build`) from a config of these settings:
+    /// no seeding, two workers, and runs it on port 0.
+    pub async fn spawn(self) -> TestApp {
         storage::init_git();
+        let data_dir = self.data_dir.unwrap_or_else(|| {
+            let dir = tempfile::tempdir().unwrap();
+            copy_tree(&fixture_dir().join("tenants"), &dir.path().join("tenants"));
+            dir
+        });
         let mut config = Config::default();
         config.server.bind = "127.0.0.1:0".into();
         config.server.workers = 2;
         config.server.shutdown_timeout_secs = 5;
         config.storage.data_dir = data_dir.path().to_owned();
         config.storage.seed_from = None;
-        config.storage.repack_loose_objects = threshold;
+        config.storage.repack_loose_objects = self.repack_threshold;
         config.commit.committer_email = "planfiles@test".into();
-        config.auth = auth;
-        config.metrics.require_token = self_metrics_token();
-        config.server.cors_allowed_origins = CORS_ORIGINS.with(|c| c.borrow_mut().split_off(0));
-        if let Some(limits) = LIMITS.with(|l| l.borrow().clone()) {
+        config.auth = self.auth.unwrap_or_else(|| AuthConfig {
+            secret: SECRET.into(),
+            ..AuthConfig::default()
+        });
+        config.metrics.require_token = self.metrics_require_token;
+        config.server.cors_allowed_origins = self.cors_origins;
+        if let Some(limits) = self.limits {
             let server = &mut config.server;
             server.body_limit = limits.body_limit;
             server.body_timeout_secs = limits.body_pace.total.as_secs();
@@ -270,7 +282,7 @@ impl TestApp {
             server.write_queue_depth = limits.write_queue_depth;
             server.queue_timeout_secs = limits.queue_timeout.as_secs();
         }
-        if let Some((events, watch_refs)) = EVENTS.with(|e| e.borrow_mut().take()) {
+        if let Some((events, watch_refs)) = self.events {
             config.events = events;
             config.storage.watch_refs = if watch_refs {
                 WatchRefs::On
@@ -278,18 +290,17 @@ impl TestApp {
                 WatchRefs::Off
             };
         }
-        if let Some(signing) = SIGNING.with(|s| s.borrow_mut().take()) {
+        if let Some(signing) = self.signing {
             config.signing = signing;
         }
-        config.validation = VALIDATION.with(|v| v.borrow_mut().take()).unwrap_or(
-            planfiles::config::ValidationConfig {
-                schemas_dir: PathBuf::new(),
-                ..Default::default()
-            },
-        );
-        config.webhooks = WEBHOOKS.with(|w| w.borrow_mut().take()).unwrap_or_default();
-        let hook = WRITE_HOOK.with(|h| h.borrow_mut().take());
-        let app = Application::build_with(&config, hook).unwrap();
+        config.validation =
+            self.validation
+                .unwrap_or_else(|| planfiles::config::ValidationConfig {
+                    schemas_dir: PathBuf::new(),
+                    ..Default::default()
+                });
+        config.webhooks = self.webhooks.unwrap_or_default();
+        let app = Application::build_with(&config, self.write_hook).unwrap();
         let events = app.events();
         let addr = format!("http://{}", app.addr().unwrap());
         let (tx, rx) = std::sync::mpsc::channel();
@@ -301,7 +312,7 @@ impl TestApp {
             })
         });
         let handle = rx.recv().unwrap();
-        Self {
+        TestApp {
             addr,
             data_dir,
             // Idle connections are dropped before the server's keep-alive (5 s) closes them:
@@ -316,6 +327,32 @@ impl TestApp {
             thread: Some(thread),
             events,
         }
+    }
+}
+
+impl TestApp {
+    /// A server to set up: `TestApp::with().limits(..).spawn().await`.
+    pub fn with() -> Spawn {
+        Spawn::default()
+    }
+
+    /// The server over a fresh copy of the fixture, with default settings.
+    pub async fn spawn() -> Self {
+        Self::with().spawn().await
+    }
+
+    pub async fn spawn_with(auth: AuthConfig) -> Self {
+        Self::with().auth(auth).spawn().await
+    }
+
+    pub async fn spawn_on(data_dir: tempfile::TempDir, auth: AuthConfig) -> Self {
+        Self::with().data_dir(data_dir).auth(auth).spawn().await
+    }
+
+    /// The server over a fresh copy of the fixture, repacking a tenant in the background
+    /// once it has about `threshold` loose objects.
+    pub async fn spawn_with_repack(threshold: usize) -> Self {
+        Self::with().repack(threshold).spawn().await
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -534,20 +571,12 @@ impl TestApp {
     /// Starts the app with the schemas of `dir` (`unknown` for
     /// `validation.unknown_integrations`); other tests run with none.
     pub async fn spawn_with_schemas(dir: &Path, unknown: &str) -> Self {
-        VALIDATION.with(|v| {
-            *v.borrow_mut() = Some(planfiles::config::ValidationConfig {
-                schemas_dir: dir.to_owned(),
-                unknown_integrations: serde_json::from_value(json!(unknown)).unwrap(),
-                schemas_dir_set: true,
-            })
-        });
-        Self::spawn().await
+        Self::with().schemas(dir, unknown).spawn().await
     }
 
     /// Starts the app with these `[webhooks]` settings.
     pub async fn spawn_with_webhooks(webhooks: planfiles::config::WebhooksConfig) -> Self {
-        WEBHOOKS.with(|w| *w.borrow_mut() = Some(webhooks));
-        Self::spawn().await
+        Self::with().webhooks(webhooks).spawn().await
     }
 
     /// `POST /plans/webhooks`.
@@ -965,4 +994,17 @@ pub fn skip_unless_ci(test: &str, why: &str) {
         "{test} cannot run in CI: {why}"
     );
     eprintln!("SKIPPED {test}: {why}");
+}
+
+/// Holds the write lock of the repository at `repo` as another planfiles process would (its
+/// OS file lock), so that the tenant's writes wait until it is dropped.
+pub fn hold_write_lock(repo: &Path) -> std::fs::File {
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(repo.join("planfiles-write.lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    lock
 }
