@@ -1,5 +1,8 @@
 //! `Events`: what streams and long-polls share: the change feed, the stream limits, browser tickets and the shutdown signal.
+mod payload;
 mod tickets;
+
+pub use payload::{Author, FileEvent, FileStatus, HeadEvent};
 
 pub use tickets::{Grant, Tickets, TICKET_TTL};
 

@@ -34,7 +34,6 @@ pub use budget::BodyBudget;
 pub use cache::ResponseCache;
 pub use openapi::document as openapi_document;
 pub use problem::{problem_type, ApiError};
-pub use write::{parse_put_body, PutBody};
 
 use crate::auth::{Principal, Verifier};
 use crate::metrics::Metrics;
@@ -60,7 +59,7 @@ pub struct AppState {
     /// Background repacks after writes.
     pub upkeep: crate::upkeep::Upkeep,
     /// Each tenant's writes, in turn.
-    pub writers: crate::writer::Writers,
+    pub writers: crate::plans::writer::Writers,
     /// Serialized GET bodies at a known head commit.
     pub responses: ResponseCache,
     /// Bounds the bytes of request bodies read and processed at once (memory), per tenant too.
@@ -166,7 +165,7 @@ impl AppState {
         let events =
             crate::events::Events::new(storage.clone(), metrics.clone(), Default::default());
         Self {
-            writers: crate::writer::Writers::new(
+            writers: crate::plans::writer::Writers::new(
                 storage.clone(),
                 upkeep.clone(),
                 metrics.write_batches.clone(),

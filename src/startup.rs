@@ -108,7 +108,9 @@ impl Application {
         metrics
             .schemas_loaded
             .set(validators.current().count() as i64);
-        let storage = storage.judge_with(std::sync::Arc::new(validators.clone()));
+        let storage = storage.judge_with(std::sync::Arc::new(crate::plans::StoredJudge(
+            validators.clone(),
+        )));
         let state = AppState::new(
             storage,
             Verifier::from_config(&config.auth)?,

@@ -9,7 +9,6 @@ pub use reload::Reloaded;
 pub use reload::Validators;
 
 use crate::domain::yaml::Mapping;
-use crate::domain::{ConfigurationDoc, IntegrationDoc, PlanFile, Stored};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -289,20 +288,6 @@ impl SchemaSet {
             );
         }
         found
-    }
-
-    /// Whether stored bytes are a valid `file`: its YAML rules, then this set.
-    pub fn stored_is_valid(&self, file: PlanFile, bytes: &[u8]) -> bool {
-        match file {
-            PlanFile::Integration => match IntegrationDoc::from_stored(bytes) {
-                Stored::Valid(doc) => self.check_integration(doc.content()).is_empty(),
-                Stored::Invalid { .. } => false,
-            },
-            PlanFile::Configuration => match ConfigurationDoc::from_stored(bytes) {
-                Stored::Valid(doc) => self.check_configuration(doc.content()).is_empty(),
-                Stored::Invalid { .. } => false,
-            },
-        }
     }
 
     /// The combined schema of the integration file (every kind under its key), as JSON.

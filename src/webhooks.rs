@@ -82,7 +82,7 @@ impl Webhooks {
         config: WebhooksConfig,
     ) -> Result<Self, BuildError> {
         let sender = Sender::new(
-            config.destinations(),
+            Destinations::from_config(&config),
             Duration::from_secs(config.connect_timeout_secs),
             Duration::from_secs(config.attempt_timeout_secs),
         )?;

@@ -3,7 +3,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    if let Ok(mut body) = planfiles::http::parse_put_body(data) {
+    if let Ok(mut body) = planfiles::plans::parse_put_body(data) {
         let _ = body.file_sha();
         if let Ok(content) = body.take("content") {
             let _ = planfiles::domain::IntegrationDoc::from_request(content);

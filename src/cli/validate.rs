@@ -1,7 +1,8 @@
 //! `planfiles validate`: a plan file checked offline as the service checks it (the built-in rules, then the schemas), for pre-commit hooks and CI jobs.
 use super::CliError;
 use crate::config::Config;
-use crate::domain::{ConfigurationDoc, IntegrationDoc};
+use crate::domain::PlanFile;
+use crate::plans::rules::{self, Refusal};
 use crate::validation::{SchemaSet, Violations};
 use std::path::PathBuf;
 
@@ -130,26 +131,17 @@ fn judge(bytes: &[u8], integration: bool, set: &SchemaSet) -> Verdict {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return Verdict::Unreadable(vec!["the file is not UTF-8 text".into()]);
     };
+    let file = if integration {
+        PlanFile::Integration
+    } else {
+        PlanFile::Configuration
+    };
     // The rules of a write of this text (a PUT of YAML text, a push), not only those a
     // stored file is read with: what passes here is what the service takes.
-    let value = serde_json::Value::String(text.to_owned());
-    let found = if integration {
-        IntegrationDoc::from_request(value).map(|doc| set.check_integration(doc.content()))
-    } else {
-        ConfigurationDoc::from_request(value).map(|doc| set.check_configuration(doc.content()))
-    };
-    match found {
-        Err(e) => {
-            let pointer = e
-                .pointer
-                .strip_prefix("/content")
-                .or(e.pointer.strip_prefix("/payload"))
-                .filter(|p| !p.is_empty())
-                .unwrap_or("/");
-            Verdict::Unreadable(vec![format!("{pointer}: {}", e.message)])
-        }
-        Ok(found) if found.is_empty() => Verdict::Valid,
-        Ok(found) => Verdict::Breaks(found.located_in(text)),
+    match rules::text(file, text, set) {
+        Ok(_) => Verdict::Valid,
+        Err(Refusal::Unreadable(why)) => Verdict::Unreadable(vec![why]),
+        Err(Refusal::Breaks(found)) => Verdict::Breaks(found),
     }
 }
 

@@ -81,7 +81,7 @@ pub fn run(config: &Config, action: WebhookAction) -> Result<(), CliError> {
                     ));
                 }
             }
-            let rules = config.webhooks.destinations();
+            let rules = crate::webhooks::Destinations::from_config(&config.webhooks);
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

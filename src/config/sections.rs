@@ -690,13 +690,4 @@ impl WebhooksConfig {
         }
         None
     }
-
-    /// The destination rules.
-    pub fn destinations(&self) -> crate::webhooks::Destinations {
-        crate::webhooks::Destinations {
-            allow_http: self.allow_http,
-            allow_private_networks: self.allow_private_networks,
-            allowed_hosts: self.allowed_hosts.clone(),
-        }
-    }
 }

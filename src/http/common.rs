@@ -35,7 +35,7 @@ const PARSE_INLINE_BYTES: usize = 64 * 1024;
 /// Parses a body of `size` bytes: inline when small, else on the blocking pool, so that one
 /// large body (up to a whole megabyte of JSON and YAML) never stalls its worker's other
 /// connections.
-pub(super) async fn cpu<T: Send + 'static>(
+pub(in crate::http) async fn cpu<T: Send + 'static>(
     size: usize,
     work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
@@ -102,7 +102,7 @@ impl AppState {
         if who.can_write(file) && self.writers.queue_full(who.tenant()) {
             tokio::time::sleep(SHED_HOLD).await;
             return Err(ApiError::from_write(
-                crate::writer::WriteError::QueueFull {
+                crate::plans::writer::WriteError::QueueFull {
                     tenant: who.tenant().clone(),
                     waiting: 0,
                 },

@@ -9,10 +9,11 @@ use super::schema::{
     ConfigurationFile, IntegrationFile, PutConfigurationFile, PutIntegrationFile, WriteHeaders,
     WriteProblems, WriteQuery,
 };
-use super::write::{self, Shape};
+use super::write::Shape;
 use super::{views, AppState};
 use crate::auth::Principal;
 use crate::domain::PlanFile;
+use crate::plans::write;
 use crate::storage::ReadOutcome;
 use actix_web::{web, HttpRequest};
 

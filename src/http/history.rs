@@ -88,7 +88,7 @@ async fn history(
                 let mut read = Ok(());
                 let verdict = validators.passes(file, e.blob, |set| {
                     match storage.history_blob(&tenant, file, e.blob) {
-                        Ok(bytes) => Some(set.stored_is_valid(file, &bytes)),
+                        Ok(bytes) => Some(crate::plans::rules::passes(file, &bytes, set)),
                         Err(err) => {
                             read = Err(err);
                             None

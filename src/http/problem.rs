@@ -1,10 +1,11 @@
 //! `ApiError`: every error the HTTP API answers, mapped once to RFC 9457 problem+json.
 use crate::auth::AuthError;
 use crate::domain::{BlobId, CommitId, ContentError, PlanFile};
-use crate::storage::StorageError;
 use actix_web::http::{header, StatusCode};
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
+
+mod mapping;
 
 /// An error (RFC 9457 problem details), finished with the request id by the middleware.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -455,78 +456,5 @@ impl ResponseError for ApiError {
         let mut response = res.finish();
         response.extensions_mut().insert(problem);
         response
-    }
-}
-
-impl ApiError {
-    /// 503 `busy` with `Retry-After: retry_after`.
-    pub fn busy(reason: impl Into<String>, retry_after: u64) -> Self {
-        ApiError::Busy {
-            reason: reason.into(),
-            retry_after: retry_after.max(1),
-        }
-    }
-
-    /// Maps a failed write of `file`: a full queue or a turn not had in time is 503 `busy`.
-    pub fn from_write(e: crate::writer::WriteError, file: PlanFile) -> Self {
-        use crate::writer::WriteError;
-        match e {
-            WriteError::Storage(e) => Self::from_storage(e, file),
-            WriteError::QueueFull { .. } => {
-                ApiError::busy(format!("too many writes of {} are waiting", file.path()), 1)
-            }
-            WriteError::TimedOut { waited, .. } => ApiError::busy(
-                format!(
-                    "the write of {} did not get its turn within {} s",
-                    file.path(),
-                    waited.as_secs()
-                ),
-                waited.as_secs().clamp(1, 5),
-            ),
-            WriteError::KeyInFlight { .. } => ApiError::IdempotencyKeyInFlight,
-            e @ WriteError::Task { .. } => ApiError::Internal(e.to_string()),
-        }
-    }
-
-    /// Maps a storage error for a request about `file`. Internal details stay in the error
-    /// (logged), not in the response.
-    pub fn from_storage(e: StorageError, file: PlanFile) -> Self {
-        if e.is_out_of_descriptors() {
-            return ApiError::busy("the service is out of file descriptors for now", 1);
-        }
-        match e {
-            StorageError::TenantNotFound(t) => ApiError::TenantNotFound(t.to_string()),
-            StorageError::ShaMismatch { current, .. } => ApiError::ShaMismatch {
-                file: file.path(),
-                current,
-            },
-            StorageError::PreconditionFailed { current, .. } => ApiError::PreconditionFailed {
-                file: file.path(),
-                current,
-            },
-            StorageError::UnknownRef { commit, .. } => ApiError::UnknownRef(commit),
-            StorageError::KeyReused { commit, .. } => ApiError::IdempotencyKeyReused(commit),
-            // The only last moment the API sets is the token's end.
-            StorageError::Expired { .. } => ApiError::Unauthorized(AuthError::Invalid(
-                "the token expired while the write waited its turn; nothing was written".into(),
-            )),
-            StorageError::Contended { .. } => {
-                ApiError::busy(format!("too many concurrent writes to {}", file.path()), 1)
-            }
-            StorageError::RefLocked { lock, .. } => ApiError::busy(
-                format!("{lock} is locked by another process (a git command): retry"),
-                1,
-            ),
-            StorageError::StorageFull { .. } => ApiError::StorageFull(file.path()),
-            StorageError::TenantMoving { tenant } => ApiError::TenantMoving(tenant.to_string()),
-            // The detail names no shard: shard addresses are the operator's business.
-            StorageError::TenantMoved { tenant, .. } => ApiError::TenantMoved(tenant.to_string()),
-            e @ StorageError::MoveConflict { .. } => ApiError::MoveConflict(e.to_string()),
-            StorageError::Import { reason, .. } => ApiError::ImportFailed(reason),
-            StorageError::WebhookNotFound { id, .. } => ApiError::WebhookNotFound(id.to_string()),
-            StorageError::WebhookLimit { limit, .. } => ApiError::WebhookLimit(limit),
-            StorageError::WebhookKeyReused { id, .. } => ApiError::WebhookKeyReused(id.to_string()),
-            other => ApiError::Internal(other.to_string()),
-        }
     }
 }

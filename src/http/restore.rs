@@ -5,12 +5,12 @@ use super::problem::{ApiError, Problem};
 use super::schema::{
     ConfigurationFile, IntegrationFile, RestoreFile, WriteHeaders, WriteProblems, WriteQuery,
 };
-use super::write::{file_sha, preconditions, NewDoc, Part, Planned, Shape};
+use super::write::Shape;
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{CommitName, ContentError, PlanFile};
+use crate::plans::{rules, write};
 use crate::storage::PrefixMiss;
-use crate::validation::SchemaSet;
 use actix_web::{web, HttpRequest};
 
 /// `POST /plans/integration-file/restore`.
@@ -87,13 +87,10 @@ impl AppState {
     ) -> Reply {
         let intake = self.intake(&who, &req, payload, file).await?;
         let source_hosting = intake.tenant.source_hosting;
-        let ((name, subject, sha), meta) = intake
-            .parse(move |bytes| {
-                let body = super::write::parse_put_body(bytes)?;
-                let sha = file_sha(file, &body, source_hosting)?;
-                Ok((body.commit()?, body.message()?, sha))
-            })
+        let (restore, meta) = intake
+            .parse(move |bytes| write::restore_body(file, bytes, source_hosting))
             .await?;
+        let name = restore.commit.clone();
         // Whether `commit` is in main's history is a walk of it: a render turn of the
         // tenant's.
         let render = self.render_turn(who.tenant()).await?;
@@ -120,42 +117,19 @@ impl AppState {
                     }
                 };
                 let bytes = storage.read_at(&owned, file, commit)?.bytes;
-                Ok(restored(file, &bytes, &schemas).map(|doc| (commit, doc)))
+                Ok(rules::restorable(file, &bytes, &schemas)
+                    .map(|doc| (commit, doc))
+                    .map_err(ApiError::from))
             },
             file,
         )
         .await?
         .map_err(|e| self.counted(e))?;
         // Preconditions come last (contract order): an unknown commit is 404 before a 428.
-        let preconditions = preconditions(file, sha, body::if_match(&req))?;
-        let planned = Planned {
-            parts: vec![Part {
-                doc,
-                json: false,
-                preconditions,
-            }],
-            subject,
-            restored_from: Some(commit),
-        };
+        let planned = write::restore(file, doc, commit, restore, body::if_match(&req))?;
         self.run_write(&who, &req, planned, meta, Shape::Single)
             .await
     }
-}
-
-/// The version to write back: valid for its kind (422 `invalid_content` at `/commit`
-/// otherwise) and by today's schemas (violations point into the file, with lines in its
-/// text).
-fn restored(file: PlanFile, bytes: &[u8], schemas: &SchemaSet) -> Result<NewDoc, ApiError> {
-    let doc = NewDoc::from_stored(file, bytes).map_err(|errors| {
-        ApiError::InvalidContent(ContentError::new(
-            "/commit",
-            format!(
-                "the file in that commit is not valid, so it is not restored: {}",
-                errors.join("; ")
-            ),
-        ))
-    })?;
-    doc.validated(schemas, "", true)
 }
 
 /// The text a client sent for a commit.

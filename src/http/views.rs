@@ -3,6 +3,7 @@ use super::schema::{ConfigurationFile, FileProblem, FileStatus, IntegrationFile}
 use crate::domain::json_patch::Op;
 use crate::domain::yaml::Mapping;
 use crate::domain::{BlobId, CommitId, ConfigurationDoc, IntegrationDoc, PlanFile, Stored};
+use crate::plans::rules::{self, NewDoc, Verdict};
 use crate::validation::SchemaSet;
 use actix_web::http::{header, StatusCode};
 use actix_web::web::Bytes;
@@ -21,24 +22,45 @@ impl FileView {
     /// The view of stored bytes, valid or not: a file that parses but breaks `schemas` is
     /// `invalid` with its content as parsed and each violation at its line.
     pub fn stored(file: PlanFile, bytes: &[u8], sha: BlobId, schemas: &SchemaSet) -> Self {
-        match file {
-            PlanFile::Integration => {
-                let stored = IntegrationDoc::from_stored(bytes);
-                let broken = match &stored {
-                    Stored::Valid(doc) => judged(schemas.check_integration(doc.content()), bytes),
-                    Stored::Invalid { .. } => None,
+        let (doc, broken) = match rules::stored(file, bytes, schemas) {
+            Verdict::Valid(doc) => (doc, None),
+            Verdict::Breaks(doc, found) => (
+                doc,
+                Some(found.list.into_iter().map(FileProblem::Rule).collect()),
+            ),
+            Verdict::Unreadable { content, errors } => {
+                let errors = unreadable(errors);
+                return match file {
+                    PlanFile::Integration => integration(
+                        Stored::Invalid {
+                            content,
+                            errors: vec![],
+                        },
+                        errors,
+                        bytes,
+                        sha,
+                    ),
+                    PlanFile::Configuration => configuration(
+                        Stored::Invalid {
+                            content,
+                            errors: vec![],
+                        },
+                        errors,
+                        sha,
+                    ),
                 };
-                integration(stored, broken, bytes, sha)
             }
-            PlanFile::Configuration => {
-                let stored = ConfigurationDoc::from_stored(bytes);
-                let broken = match &stored {
-                    Stored::Valid(doc) => judged(schemas.check_configuration(doc.content()), bytes),
-                    Stored::Invalid { .. } => None,
-                };
-                configuration(stored, broken, sha)
-            }
+        };
+        match doc {
+            NewDoc::Integration(d) => integration(Stored::Valid(d), broken, bytes, sha),
+            NewDoc::Configuration(d) => configuration(Stored::Valid(d), broken, sha),
         }
+    }
+
+    /// The view of stored bytes held to their kind's rules only (a replay shows the version
+    /// it committed, not judged again by today's schemas).
+    pub fn unjudged(file: PlanFile, bytes: &[u8], sha: BlobId) -> Self {
+        Self::stored(file, bytes, sha, &SchemaSet::empty())
     }
 
     /// The view of a valid integration document.
@@ -91,23 +113,6 @@ pub fn stored_body(
     .to_bytes()
 }
 
-/// The violations of a stored file that parses, each at its line in the stored text; `None`
-/// when it passes.
-fn judged(found: crate::validation::Violations, bytes: &[u8]) -> Option<Vec<FileProblem>> {
-    if found.is_empty() {
-        return None;
-    }
-    let text = std::str::from_utf8(bytes).unwrap_or_default();
-    Some(
-        found
-            .located_in(text)
-            .list
-            .into_iter()
-            .map(FileProblem::Rule)
-            .collect(),
-    )
-}
-
 fn unreadable(errors: Vec<String>) -> Option<Vec<FileProblem>> {
     Some(errors.into_iter().map(FileProblem::Unreadable).collect())
 }
@@ -136,13 +141,13 @@ fn integration(
                 patch: None,
             }
         }
-        Stored::Invalid { content, errors } => IntegrationFile {
+        Stored::Invalid { content, .. } => IntegrationFile {
             content,
             raw_content: String::from_utf8_lossy(raw).into_owned(),
             file_sha: sha,
             status: FileStatus::Invalid,
             vendor_response: Mapping::new(),
-            validation_errors: unreadable(errors),
+            validation_errors: broken,
             commit_sha: None,
             patch: None,
         },
@@ -163,11 +168,11 @@ fn configuration(
             commit_sha: None,
             patch: None,
         },
-        Stored::Invalid { content, errors } => ConfigurationFile {
+        Stored::Invalid { content, .. } => ConfigurationFile {
             content,
             sha,
             status: Some(FileStatus::Invalid),
-            validation_errors: unreadable(errors),
+            validation_errors: broken,
             commit_sha: None,
             patch: None,
         },
@@ -176,16 +181,7 @@ fn configuration(
 
 /// The `content` a GET shows for stored bytes (`{}` for a file that is not a mapping).
 pub(super) fn stored_content(file: PlanFile, bytes: &[u8]) -> Value {
-    Value::Object(match file {
-        PlanFile::Integration => match IntegrationDoc::from_stored(bytes) {
-            Stored::Valid(d) => d.into_parts().0,
-            Stored::Invalid { content, .. } => content,
-        },
-        PlanFile::Configuration => match ConfigurationDoc::from_stored(bytes) {
-            Stored::Valid(d) => d.into_content(),
-            Stored::Invalid { content, .. } => content,
-        },
-    })
+    Value::Object(rules::stored_content(file, bytes))
 }
 
 /// The `ETag` of a file: its blob id, quoted.

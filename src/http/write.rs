@@ -1,10 +1,8 @@
 //! The write pipeline every write goes through (both PUTs, `POST /plans/commits`, the restores): one intake in the contract's order, a plan parsed from the body, one run in the tenant's turn, one answer.
 mod answer;
-mod plan;
+mod options;
 
-pub use plan::{parse_put_body, PutBody};
-
-pub(super) use plan::{file_sha, new_doc, preconditions, put, NewDoc, Part, Planned, Shape};
+pub(super) use answer::Shape;
 
 use super::budget::BodyTurn;
 use super::common::{blocking, cpu, require, Reply};
@@ -12,10 +10,11 @@ use super::problem::ApiError;
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{PlanFile, RequestId};
+use crate::plans::writer::Committed;
+use crate::plans::{Part, Planned};
 use crate::storage::{CommitRequest, IdempotencyRecord, StorageError, TenantInfo};
-use crate::writer::Committed;
 use actix_web::{web, HttpMessage, HttpRequest};
-use plan::WriteOptions;
+use options::WriteOptions;
 
 /// A write's request, read but not parsed yet: its tenant, body and options. Holds the body's
 /// share of the budget until [`Intake::parse`].
@@ -36,9 +35,9 @@ pub(super) struct Meta {
 impl Intake {
     /// Parses the body with `parse` (on the blocking pool when it is large), then gives the
     /// body's share of the budget back, before the write waits for its turn.
-    pub async fn parse<T: Send + 'static>(
+    pub async fn parse<T: Send + 'static, E: Into<ApiError>>(
         self,
-        parse: impl FnOnce(&[u8]) -> Result<T, ApiError> + Send + 'static,
+        parse: impl FnOnce(&[u8]) -> Result<T, E> + Send + 'static,
     ) -> Result<(T, Meta), ApiError> {
         let Intake {
             bytes,
@@ -47,7 +46,7 @@ impl Intake {
             turn,
             ..
         } = self;
-        let parsed = cpu(bytes.len(), move || parse(&bytes)).await?;
+        let parsed = cpu(bytes.len(), move || parse(&bytes).map_err(Into::into)).await?;
         drop(turn);
         Ok((
             parsed,

@@ -1,4 +1,4 @@
-//! `Writers`: each tenant's writes wait in a bounded queue, as futures, and are committed in batches by one blocking task per tenant at a time.
+//! `Writers`: each tenant's writes (API writes and pushes) wait in a bounded queue, as futures, and are committed in batches by one blocking task per tenant at a time.
 //!
 //! A write joins its tenant's queue: when the queue is full it is refused at once, and when
 //! it is still queued after the wait it is refused then (both 503 `busy`). The first write
@@ -8,11 +8,15 @@
 //! move of `main` and one sync of the ref; then the next batch, until the queue is empty. So
 //! a hot tenant holds one blocking thread, whatever number of writers it has, and its
 //! writes share the syncs instead of waiting for each other's. Writers of the tenant in
-//! other processes take turns on the repository's file lock (storage).
-use crate::domain::TenantId;
+//! other processes take turns on the repository's file lock (storage). A push's move of
+//! `main` waits in the same queue and runs alone in its turn, so a push and the API writes
+//! of its tenant share one depth, one wait and one blocking thread.
+use crate::domain::{CommitId, Identity, RequestId, TenantId};
 use crate::gates::{Gates, Lease};
 pub use crate::storage::Committed;
-use crate::storage::{CommitRequest, InFlight, ShaCheck, Storage, StorageError};
+use crate::storage::{
+    CommitRequest, FastForward, InFlight, ShaCheck, StagedPush, Storage, StorageError,
+};
 use crate::upkeep::Upkeep;
 use foldhash::fast::RandomState;
 use std::collections::{HashMap, VecDeque};
@@ -74,9 +78,39 @@ struct Queue {
 /// marker.
 struct Pending {
     id: u64,
-    req: CommitRequest,
-    reply: oneshot::Sender<Result<Committed, StorageError>>,
+    job: Job,
     _held: (Lease, Option<InFlight>),
+}
+
+/// What a queued write does: an API write (committed in a batch with its neighbours), or a
+/// push's move of `main` (alone).
+enum Job {
+    Commit {
+        req: CommitRequest,
+        reply: oneshot::Sender<Result<Committed, StorageError>>,
+    },
+    Push {
+        push: PushMove,
+        reply: oneshot::Sender<Result<FastForward, StorageError>>,
+    },
+}
+
+impl Job {
+    fn is_push(&self) -> bool {
+        matches!(self, Job::Push { .. })
+    }
+}
+
+/// A push's checked pack, and `main`'s move from `old` to `new` it asks for.
+#[derive(Debug)]
+pub struct PushMove {
+    pub old: CommitId,
+    pub new: CommitId,
+    pub staged: StagedPush,
+    pub pusher: Identity,
+    pub request_id: RequestId,
+    /// The token's last moment, checked again under the write lock.
+    pub not_after: std::time::SystemTime,
 }
 
 impl Writers {
@@ -171,6 +205,34 @@ impl Writers {
                 change.preconditions.ancestry = Some(found);
             }
         }
+        self.queued(tenant, lease, marker, |reply| Job::Commit { req, reply })
+            .await
+    }
+
+    /// Moves `main` for a checked push in the tenant's turn, as [`Writers::commit`] queues a
+    /// write: refused when the queue is full (`QueueFull`) or the turn does not come in time
+    /// (`TimedOut`).
+    pub async fn push(&self, tenant: &TenantId, push: PushMove) -> Result<FastForward, WriteError> {
+        let lease = self.users.lease(tenant);
+        if lease.users > self.depth {
+            return Err(WriteError::QueueFull {
+                tenant: tenant.clone(),
+                waiting: lease.users - 1,
+            });
+        }
+        self.queued(tenant, lease, None, |reply| Job::Push { push, reply })
+            .await
+    }
+
+    /// Queues `job` (made with its reply channel), starts the tenant's runner if it is idle,
+    /// and waits for the answer at most the queue's wait while it is still queued.
+    async fn queued<T>(
+        &self,
+        tenant: &TenantId,
+        lease: Lease,
+        marker: Option<InFlight>,
+        job: impl FnOnce(oneshot::Sender<Result<T, StorageError>>) -> Job,
+    ) -> Result<T, WriteError> {
         let (reply, answer) = oneshot::channel();
         let id = rand::random();
         let start = {
@@ -178,8 +240,7 @@ impl Writers {
             let queue = queues.entry(tenant.clone()).or_default();
             queue.pending.push_back(Pending {
                 id,
-                req,
-                reply,
+                job: job(reply),
                 _held: (lease, marker),
             });
             !std::mem::replace(&mut queue.running, true)
@@ -223,7 +284,7 @@ impl Writers {
     }
 
     /// The tenant's runner: batches of what is queued until nothing is; then it ends (the
-    /// next write starts another).
+    /// next write starts another). A push at the front runs alone; a batch stops before one.
     fn run(&self, tenant: &TenantId, runtime: &tokio::runtime::Handle) {
         loop {
             let mut batch: Vec<Pending> = {
@@ -233,45 +294,96 @@ impl Writers {
                     queues.remove(tenant);
                     return;
                 }
-                let n = queue.pending.len().min(MAX_BATCH);
+                let n = if queue.pending[0].job.is_push() {
+                    1
+                } else {
+                    queue
+                        .pending
+                        .iter()
+                        .take(MAX_BATCH)
+                        .take_while(|p| !p.job.is_push())
+                        .count()
+                };
                 queue.pending.drain(..n).collect()
             };
-            self.batches.observe(batch.len() as f64);
-            let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let reqs: Vec<&CommitRequest> = batch.iter().map(|p| &p.req).collect();
-                self.storage.commit_batch(tenant, &reqs)
-            }));
-            let Ok(results) = results else {
-                // A fault: this batch's writers are told (their answers are dropped: 500),
-                // and the queue goes on.
-                tracing::error!(%tenant, writes = batch.len(), "a batch of writes panicked");
-                continue;
+            let changed = if batch[0].job.is_push() {
+                self.run_push(tenant, batch.pop().expect("one push"))
+            } else {
+                self.run_batch(tenant, batch)
             };
-            let mut changed = false;
-            let mut again = Vec::new();
-            for (pending, result) in batch.drain(..).zip(results) {
-                match result {
-                    Some(result) => {
-                        changed |= !pending.req.dry_run
-                            && matches!(&result, Ok(Committed::Written(o)) if o.changed());
-                        let _ = pending.reply.send(result);
-                    }
-                    None => again.push(pending),
-                }
-            }
-            if !again.is_empty() {
-                // Not tried: at the front of the queue, in their order, for the next batch.
-                let mut queues = self.queues.lock().expect("not poisoned");
-                let queue = queues.get_mut(tenant).expect("a running queue is kept");
-                for pending in again.into_iter().rev() {
-                    queue.pending.push_front(pending);
-                }
-            }
             // A dry run wrote nothing, so it never starts a repack.
             if changed && self.upkeep.due(tenant) {
                 let (upkeep, owned) = (self.upkeep.clone(), tenant.clone());
                 runtime.spawn(async move { upkeep.spawn(owned) });
             }
         }
+    }
+
+    /// A batch of API writes; whether one changed `main`.
+    fn run_batch(&self, tenant: &TenantId, mut batch: Vec<Pending>) -> bool {
+        self.batches.observe(batch.len() as f64);
+        let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let reqs: Vec<&CommitRequest> = batch
+                .iter()
+                .map(|p| match &p.job {
+                    Job::Commit { req, .. } => req,
+                    Job::Push { .. } => unreachable!("a batch stops before a push"),
+                })
+                .collect();
+            self.storage.commit_batch(tenant, &reqs)
+        }));
+        let Ok(results) = results else {
+            // A fault: this batch's writers are told (their answers are dropped: 500),
+            // and the queue goes on.
+            tracing::error!(%tenant, writes = batch.len(), "a batch of writes panicked");
+            return false;
+        };
+        let mut changed = false;
+        let mut again = Vec::new();
+        for (pending, result) in batch.drain(..).zip(results) {
+            let Pending { id, job, _held } = pending;
+            match (job, result) {
+                (Job::Commit { req, reply }, Some(result)) => {
+                    changed |=
+                        !req.dry_run && matches!(&result, Ok(Committed::Written(o)) if o.changed());
+                    let _ = reply.send(result);
+                }
+                (job, _) => again.push(Pending { id, job, _held }),
+            }
+        }
+        if !again.is_empty() {
+            // Not tried: at the front of the queue, in their order, for the next batch.
+            let mut queues = self.queues.lock().expect("not poisoned");
+            let queue = queues.get_mut(tenant).expect("a running queue is kept");
+            for pending in again.into_iter().rev() {
+                queue.pending.push_front(pending);
+            }
+        }
+        changed
+    }
+
+    /// A push's move of `main`; whether it moved.
+    fn run_push(&self, tenant: &TenantId, pending: Pending) -> bool {
+        let Job::Push { push, reply } = pending.job else {
+            unreachable!("run_push takes a push")
+        };
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.storage.fast_forward(
+                tenant,
+                push.old,
+                push.new,
+                push.staged,
+                &push.pusher,
+                &push.request_id,
+                push.not_after,
+            )
+        }));
+        let Ok(result) = result else {
+            tracing::error!(%tenant, "a push's move of main panicked");
+            return false;
+        };
+        let moved = matches!(result, Ok(FastForward::Moved));
+        let _ = reply.send(result);
+        moved
     }
 }

@@ -1,5 +1,7 @@
 //! A tenant's webhook subscriptions, kept in its repository folder beside git's files (`webhooks/`: never in an object or a ref, so no clone carries a secret) and moved with it: the subscriptions file, their delivery cursors (one table) and each one's deliveries log.
+mod bundle;
 mod cursor;
+mod file;
 mod log;
 
 use super::disk;
@@ -11,7 +13,12 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub(in crate::storage) use bundle::install;
+pub use bundle::{BundledCursor, WebhookBundle, MOVED_ATTEMPTS};
 pub use cursor::{CursorPosition, DeliveryCursor};
+use file::{
+    adopt_legacy_cursors, dir, lock, not_found, read_all, served_here, table, unix_ms, write_all,
+};
 pub use log::{Attempt, AttemptStatus};
 
 /// The folder in a repository.
@@ -79,84 +86,12 @@ pub struct WebhookKey {
 /// How long a creation's `Idempotency-Key` is remembered.
 const KEY_KEPT: Duration = Duration::from_secs(86_400);
 
-/// A tenant's subscriptions and cursors as a move carries them to the target (secrets
-/// included: it travels only between shards, with the import's token). Its `Debug` shows
-/// no secret.
-#[derive(Clone, Serialize, Deserialize)]
-pub struct WebhookBundle {
-    /// The subscriptions file as it is; empty: none.
-    pub subscriptions: String,
-    /// Each subscription's cursor.
-    pub cursors: Vec<BundledCursor>,
-}
-
-impl std::fmt::Debug for WebhookBundle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebhookBundle")
-            .field(
-                "subscriptions",
-                &format_args!("{} bytes", self.subscriptions.len()),
-            )
-            .field("cursors", &self.cursors)
-            .finish()
-    }
-}
-
-/// A cursor in a [`WebhookBundle`], with the subscription's latest attempts.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct BundledCursor {
-    pub id: String,
-    pub through: String,
-    #[serde(default)]
-    pub partial: Option<String>,
-    /// Its latest attempts (at most [`MOVED_ATTEMPTS`]), oldest first: its deliveries log on
-    /// the target starts with them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub recent: Vec<Attempt>,
-}
-
-/// How many of a subscription's latest attempts a move carries (each at most about 800 bytes
-/// of JSON: its detail is cut at 200 characters).
-pub const MOVED_ATTEMPTS: usize = 20;
-
 /// When the subscriptions file last changed (a reader reloads it when this differs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WebhooksStamp {
     modified: SystemTime,
     len: u64,
     inode: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-struct StoredFile {
-    version: u32,
-    subscriptions: Vec<StoredWebhook>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct StoredWebhook {
-    id: String,
-    url: String,
-    events: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    description: Option<String>,
-    secret: String,
-    state: WebhookState,
-    created: u64,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    resumed_ms: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    key: Option<WebhookKey>,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-fn unix_ms(at: SystemTime) -> u64 {
-    at.duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64
 }
 
 impl Storage {
@@ -428,242 +363,6 @@ impl Storage {
         log::recent(&dir(&path), id, limit)
             .map_err(|e| StorageError::io("read a webhook's deliveries", &path, e))
     }
-
-    /// What a move carries of the tenant's subscriptions (none is said too: a tenant coming
-    /// back to a shard it left must not find the old ones there). Read under the
-    /// subscriptions' lock after the move began, each cursor claimed (waiting up to 30 s for
-    /// an attempt under way): no change and no delivery lands here after it.
-    pub fn export_webhooks(&self, tenant: &TenantId) -> Result<WebhookBundle, StorageError> {
-        let path = self.locate(tenant, Access::Manage)?;
-        let _lock = lock(&path)?;
-        let file = dir(&path).join(FILE);
-        let subscriptions = match std::fs::read_to_string(&file) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(WebhookBundle {
-                    subscriptions: String::new(),
-                    cursors: Vec::new(),
-                })
-            }
-            Err(e) => return Err(StorageError::io("read webhook subscriptions", &file, e)),
-        };
-        let mut cursors = Vec::new();
-        let mut claimed = Vec::new();
-        adopt_legacy_cursors(tenant, &path)?;
-        let file = table(&path);
-        for hook in parse_all(tenant, &subscriptions)? {
-            let err = |e| StorageError::io("read a webhook's cursor", &file, e);
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            let at = loop {
-                match DeliveryCursor::claim(&file, &hook.id).map_err(err)? {
-                    Some(c) => {
-                        let at = c.position();
-                        claimed.push(c);
-                        break at;
-                    }
-                    None if std::time::Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(20))
-                    }
-                    // Held past an attempt's longest: read as it stands (at worst an event
-                    // is delivered twice, never skipped).
-                    None => break cursor::read(&file, &hook.id).map_err(err)?,
-                }
-            };
-            // The log as it stands (attempts of the last second not appended yet stay behind).
-            let mut recent = log::recent(&dir(&path), &hook.id, MOVED_ATTEMPTS)
-                .unwrap_or_else(|e| {
-                    tracing::warn!(%tenant, webhook = %hook.id, error = %e, "a move leaves a webhook's deliveries log behind");
-                    Vec::new()
-                });
-            recent.reverse();
-            cursors.push(BundledCursor {
-                id: hook.id.to_string(),
-                through: at.through.to_string(),
-                partial: at.partial.map(|c| c.to_string()),
-                recent,
-            });
-        }
-        Ok(WebhookBundle {
-            subscriptions,
-            cursors,
-        })
-    }
-}
-
-/// Puts a move's bundle in place of the `webhooks/` folder of the repository at `repo` (an
-/// import, before the tenant is writable there): what was there before (a tenant coming
-/// back) goes, logs included. Synced.
-pub(in crate::storage) fn install(
-    tenant: &TenantId,
-    repo: &Path,
-    bundle: &WebhookBundle,
-) -> Result<(), StorageError> {
-    let dir = dir(repo);
-    match std::fs::remove_dir_all(&dir) {
-        Ok(()) => disk::sync_dir(repo)?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(StorageError::io("remove the old webhooks", &dir, e)),
-    }
-    if bundle.subscriptions.is_empty() {
-        return Ok(());
-    }
-    let hooks = parse_all(tenant, &bundle.subscriptions)?;
-    disk::create_dir_all_synced(&dir)?;
-    let mut cursors = Vec::with_capacity(hooks.len());
-    for hook in &hooks {
-        let bundled = bundle.cursors.iter().find(|c| c.id == hook.id.as_str());
-        let recent = bundled.map_or(&[][..], |c| &c.recent[..]);
-        let recent = &recent[..recent.len().min(MOVED_ATTEMPTS)];
-        if let Err(e) = log::append(&dir, &hook.id, recent) {
-            tracing::warn!(%tenant, webhook = %hook.id, error = %e, "could not write a moved webhook's deliveries log");
-        }
-        let at = bundled
-            .and_then(|c| CursorPosition::parse(&c.through, c.partial.as_deref()))
-            .ok_or_else(|| StorageError::Import {
-                tenant: tenant.clone(),
-                reason: format!("the webhook {} came without a valid cursor", hook.id),
-            })?;
-        cursors.push((hook.id.clone(), at));
-    }
-    cursor::create(&table(repo), &cursors)
-        .map_err(|e| StorageError::io("write the webhooks' cursors", &dir, e))?;
-    write_all(repo, &hooks)
-}
-
-fn dir(repo: &Path) -> PathBuf {
-    repo.join(DIR)
-}
-
-/// The cursors of the tenant's subscriptions, one table.
-fn table(repo: &Path) -> PathBuf {
-    dir(repo).join(CURSORS)
-}
-
-/// Makes the cursor table from the cursor files of an earlier version (`<id>.cursor`), once,
-/// under the subscriptions' lock: written aside and renamed, then the old files removed.
-fn adopt_legacy_cursors(tenant: &TenantId, repo: &Path) -> Result<(), StorageError> {
-    let dir = dir(repo);
-    if table(repo).exists() || !dir.join(FILE).exists() {
-        return Ok(());
-    }
-    let err = |e| StorageError::io("adopt the webhooks' cursor files", &dir, e);
-    let live: Vec<WebhookId> = read_all(tenant, repo)?.into_iter().map(|h| h.id).collect();
-    let found = cursor::legacy(&dir, &live).map_err(err)?;
-    cursor::create(&table(repo), &found).map_err(err)?;
-    for (id, _) in &found {
-        disk::remove_synced(
-            &dir.join(format!("{id}.cursor")),
-            "remove an old webhook cursor",
-        )?;
-    }
-    Ok(())
-}
-
-fn not_found(tenant: &TenantId, id: &WebhookId) -> StorageError {
-    StorageError::WebhookNotFound {
-        tenant: tenant.clone(),
-        id: id.clone(),
-    }
-}
-
-/// The tenant takes writes here (read again under the lock a move's export takes).
-fn served_here(tenant: &TenantId, repo: &Path) -> Result<(), StorageError> {
-    match placement::read(repo)? {
-        None => Ok(()),
-        Some(p) => Err(placement::refusal(tenant, &p)),
-    }
-}
-
-/// The subscriptions' lock, held until the file is dropped.
-fn lock(repo: &Path) -> Result<File, StorageError> {
-    use std::os::fd::AsRawFd as _;
-    let dir = dir(repo);
-    disk::create_dir_synced(&dir)
-        .map_err(|e| StorageError::io("create the webhooks folder", &dir, e))?;
-    let path = dir.join(LOCK);
-    let file =
-        disk::open_or_create(&path).map_err(|e| StorageError::io("open a lock", &path, e))?;
-    // SAFETY: the descriptor is open for the call. A blocking lock: every holder keeps it
-    // for one small file's read and rewrite.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(StorageError::io(
-            "lock webhook subscriptions",
-            &path,
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(file)
-}
-
-fn read_all(tenant: &TenantId, repo: &Path) -> Result<Vec<Webhook>, StorageError> {
-    let file = dir(repo).join(FILE);
-    match std::fs::read_to_string(&file) {
-        Ok(text) => parse_all(tenant, &text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(StorageError::io("read webhook subscriptions", &file, e)),
-    }
-}
-
-fn parse_all(tenant: &TenantId, text: &str) -> Result<Vec<Webhook>, StorageError> {
-    let bad = |what: String| StorageError::Io {
-        op: "read webhook subscriptions",
-        path: format!("{tenant}.git/{DIR}/{FILE}").into(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, what),
-    };
-    let stored: StoredFile = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
-    stored
-        .subscriptions
-        .into_iter()
-        .map(|s| {
-            Ok(Webhook {
-                id: WebhookId::parse(&s.id).ok_or_else(|| bad(format!("id {:?}", s.id)))?,
-                url: WebhookUrl::parse(&s.url).map_err(|e| bad(e.to_string()))?,
-                events: s
-                    .events
-                    .iter()
-                    .map(|e| EventType::parse(e).ok_or_else(|| bad(format!("event {e:?}"))))
-                    .collect::<Result<_, _>>()?,
-                description: s.description,
-                secret: WebhookSecret::parse(&s.secret)
-                    .ok_or_else(|| bad(format!("the secret of {}", s.id)))?,
-                state: s.state,
-                created: UNIX_EPOCH + Duration::from_secs(s.created),
-                resumed_ms: s.resumed_ms,
-                key: s.key,
-            })
-        })
-        .collect()
-}
-
-fn write_all(repo: &Path, all: &[Webhook]) -> Result<(), StorageError> {
-    if all.is_empty() {
-        // No file: the dispatcher's scan passes the tenant by.
-        return disk::remove_synced(&dir(repo).join(FILE), "remove webhook subscriptions");
-    }
-    let stored = StoredFile {
-        version: 1,
-        subscriptions: all
-            .iter()
-            .map(|h| StoredWebhook {
-                id: h.id.to_string(),
-                url: h.url.to_string(),
-                events: h.events.iter().map(|e| e.as_str().to_owned()).collect(),
-                description: h.description.clone(),
-                secret: h.secret.expose().to_owned(),
-                state: h.state,
-                resumed_ms: h.resumed_ms,
-                key: h.key.clone(),
-                created: h
-                    .created
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .as_secs(),
-            })
-            .collect(),
-    };
-    let text = zeroize::Zeroizing::new(serde_json::to_vec_pretty(&stored).expect("plain data"));
-    // tempfile makes its files 0600: the secrets are readable by the service's user only.
-    disk::replace_synced(&dir(repo).join(FILE), &text, "write webhook subscriptions")
 }
 
 #[cfg(test)]

@@ -101,6 +101,15 @@ impl Validators {
         Some(valid)
     }
 
+    /// The remembered verdict on `blob` as `file` by the set in use, if it was judged.
+    pub fn known(
+        &self,
+        file: crate::domain::PlanFile,
+        blob: crate::domain::BlobId,
+    ) -> Option<bool> {
+        self.verdicts.get(self.generation(), file, blob)
+    }
+
     /// Reads and compiles the folder again (file I/O: not on an async worker). On an error
     /// the set in use stays, and the error is returned for the log and the metric.
     pub fn reload(&self) -> Result<Reloaded, SchemaError> {
@@ -124,22 +133,5 @@ impl Validators {
         *current = Arc::new(set);
         self.generation.fetch_add(1, Ordering::AcqRel);
         Ok(Reloaded::Changed(id))
-    }
-}
-
-/// Change events say whether each version is valid by today's set (remembered per blob).
-impl crate::storage::Judge for Validators {
-    fn known(&self, file: crate::domain::PlanFile, blob: crate::domain::BlobId) -> Option<bool> {
-        self.verdicts.get(self.generation(), file, blob)
-    }
-
-    fn judge(
-        &self,
-        file: crate::domain::PlanFile,
-        blob: crate::domain::BlobId,
-        bytes: &[u8],
-    ) -> bool {
-        self.passes(file, blob, |set| Some(set.stored_is_valid(file, bytes)))
-            .unwrap_or(false)
     }
 }

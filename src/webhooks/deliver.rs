@@ -1,7 +1,7 @@
 //! One delivery attempt as the Standard Webhooks specification says: the message (`type`, `timestamp`, `data`), its `webhook-id`/`webhook-timestamp`/`webhook-signature` headers (HMAC-SHA256 of `id.timestamp.body`), and the POST (no redirect, no proxy, bounded time and reply).
 use super::destination::{Destinations, Refused};
 use crate::domain::{EventType, TenantId, WebhookSecret, WebhookUrl};
-use crate::http::schema::FileEvent;
+use crate::events::FileEvent;
 use crate::storage::{AttemptStatus, FileChange, HeadState};
 use base64::Engine as _;
 use futures_util::StreamExt as _;

@@ -30,6 +30,15 @@ pub enum CheckError {
 }
 
 impl Destinations {
+    /// The rules `[webhooks]` sets.
+    pub fn from_config(config: &crate::config::WebhooksConfig) -> Self {
+        Destinations {
+            allow_http: config.allow_http,
+            allow_private_networks: config.allow_private_networks,
+            allowed_hosts: config.allowed_hosts.clone(),
+        }
+    }
+
     /// The rules a URL can be held to without resolving it: its scheme, its host against
     /// `allowed_hosts`, and an address written in it.
     pub fn check_url(&self, url: &WebhookUrl) -> Result<(), Refused> {

@@ -89,6 +89,29 @@ fn the_code_map_names_every_source_file_and_nothing_that_does_not_exist() {
     );
 }
 
+/// Every module of the API's test binary (`tests/api/main.rs`) is in ARCHITECTURE.md's test
+/// table, so that a behaviour's proof can be found from the map.
+#[test]
+fn every_api_test_module_is_in_the_test_table() {
+    let doc = std::fs::read_to_string(root().join("docs/ARCHITECTURE.md")).unwrap();
+    let table = &doc[doc.find("\n## Tests").unwrap()..doc.find("\n### Fuzzing").unwrap()];
+    let named: BTreeSet<&str> = code_spans(table).into_iter().collect();
+    let main = std::fs::read_to_string(root().join("tests/api/main.rs")).unwrap();
+    let missing: Vec<&str> = main
+        .lines()
+        .filter_map(|l| l.strip_prefix("mod ")?.strip_suffix(';'))
+        .filter(|m| *m != "common")
+        .filter(|m| {
+            !named.contains(format!("tests/api/{m}.rs").as_str())
+                && !named.contains(format!("{m}.rs").as_str())
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "tests/api modules that docs/ARCHITECTURE.md's test table does not name: {missing:?}"
+    );
+}
+
 /// `Type::function` and `module::function` names in ARCHITECTURE.md exist in `src/`.
 #[test]
 fn the_functions_the_architecture_names_exist() {

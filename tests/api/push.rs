@@ -464,3 +464,79 @@ async fn a_push_lands_with_a_relative_data_dir() {
         pushed
     );
 }
+
+/// A push waits in its tenant's writer queue as an API write does: with the queue full (one
+/// API write waiting behind another process's write lock, depth 1) a push is refused at once
+/// as busy and changes nothing; once the queue drains the same push, rebased, lands after the
+/// API write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_takes_its_turn_in_the_tenants_writer_queue() {
+    let app = TestApp::with()
+        .limits(planfiles::http::Limits {
+            write_queue_depth: 1,
+            queue_timeout: std::time::Duration::from_secs(10),
+            ..Default::default()
+        })
+        .spawn()
+        .await;
+    let t = token("globex", WRITE_BOTH);
+    let (_work, dir) = clone(&app, "globex", &t);
+    let head = app.head("globex");
+    let lock = common::hold_write_lock(&app.repo("globex"));
+    let queued = {
+        let (url, t) = (app.url("/plans/integration-file"), token("globex", ALL));
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .put(url)
+                .bearer_auth(t)
+                .json(&json!({"content": {"github": {"org": "queued"}}}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        })
+    };
+    // The API write is in the queue (waiting on the lock) before the push comes.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let pushed = commit(
+        &dir,
+        "configuration.yml",
+        "folders:\n  - path: pushed\n",
+        "push",
+    );
+    let started = std::time::Instant::now();
+    let (t2, dir2) = (t.clone(), dir.clone());
+    let (ok_push, said) = tokio::task::spawn_blocking(move || push(&dir2, &t2, &["main"]))
+        .await
+        .unwrap();
+    assert!(!ok_push, "a push into a full queue is refused: {said}");
+    assert!(said.contains("busy"), "git says why: {said}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "refused at once, not after the lock: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(app.head("globex"), head, "nothing moved");
+    drop(lock);
+    assert_eq!(queued.await.unwrap(), 200);
+    let (t2, dir2) = (t.clone(), dir.clone());
+    let (ok_push, said) = tokio::task::spawn_blocking(move || {
+        ok(git(
+            &dir2,
+            &t2,
+            &["pull", "-q", "--rebase", "origin", "main"],
+        ));
+        push(&dir2, &t2, &["main"])
+    })
+    .await
+    .unwrap();
+    assert!(ok_push, "{said}");
+    let repo = app.repo("globex");
+    let main = git_in(&repo, &["rev-parse", "main"]);
+    assert_ne!(main.trim(), pushed, "rebased onto the API write");
+    assert_eq!(
+        git_in(&repo, &["show", "main:configuration.yml"]),
+        "folders:\n  - path: pushed"
+    );
+    assert!(git_in(&repo, &["show", "main:integrations.yml"]).contains("queued"));
+}

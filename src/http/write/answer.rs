@@ -1,14 +1,13 @@
 //! A write's answer: the new state of each file (with the dry run's patch), as its PUT or as `POST /plans/commits` answers it, or the replay of an earlier answer; each built as a typed value and serialized once.
-use super::plan::{NewDoc, Shape};
 use crate::domain::{json_patch, BlobId, CommitId, PlanFile};
 use crate::http::common::json_bytes;
 use crate::http::middleware::WrittenCommit;
 use crate::http::problem::ApiError;
 use crate::http::schema::CommitsAnswer;
 use crate::http::views::{self, FileView};
+use crate::plans::writer::WriteError;
+use crate::plans::NewDoc;
 use crate::storage::{CommitOutcome, StorageError};
-use crate::validation::SchemaSet;
-use crate::writer::WriteError;
 use actix_web::http::header::{HeaderName, HeaderValue};
 use actix_web::HttpResponse;
 
@@ -124,7 +123,7 @@ pub(in crate::http) fn replay(
         .map(|(file, bytes, blob)| {
             // As the first answer had it: the write passed the schemas of its time, so it is
             // not judged again by today's.
-            let view = FileView::stored(file, &bytes, blob, &SchemaSet::empty());
+            let view = FileView::unjudged(file, &bytes, blob);
             let view = match shape {
                 Shape::Single => view.commit(Some(commit)),
                 Shape::Both => view,
@@ -156,4 +155,11 @@ pub(in crate::http) fn write_error(e: WriteError, shape: Shape, first: PlanFile)
         (Shape::Both, Some(file)) => ApiError::from_write(e, file).in_part(file),
         _ => ApiError::from_write(e, first),
     }
+}
+
+/// How a write answers: as its file's PUT, or as `POST /plans/commits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::http) enum Shape {
+    Single,
+    Both,
 }

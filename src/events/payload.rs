@@ -1,0 +1,95 @@
+//! What an event says, as the change streams and webhooks send it: `HeadEvent` and `FileEvent` (with `Author` and `FileStatus`, which the API's bodies share), one serialization for both.
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// Whether a stored file could be read as a valid document.
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FileStatus {
+    Valid,
+    Invalid,
+}
+
+/// Who made a commit.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Author {
+    pub name: String,
+    pub email: String,
+}
+
+/// The first event of a stream (`event: head`), and `event: reset`: `main` now.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HeadEvent {
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: String,
+    /// Null when the token may not read the integration file.
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
+    pub integration_file_sha: Option<String>,
+    /// Null when the token may not read the configuration file.
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
+    pub configuration_file_sha: Option<String>,
+}
+
+/// One file changed by one commit (`event: integration-file` or `configuration-file`, `id:`
+/// the commit): the file's history entry, plus `file` and the commit's `Request-Id` trailer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FileEvent {
+    /// `integration-file` or `configuration-file`.
+    pub file: &'static str,
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub commit_sha: String,
+    /// The file's blob id after the commit.
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub file_sha: String,
+    pub author: Author,
+    /// The author date, RFC 3339.
+    pub date: String,
+    /// The whole commit message, trailers included.
+    pub message: String,
+    /// True when the commit carries the `Forced: true` trailer.
+    pub forced: bool,
+    /// True when the commit is signed by the service's key (as in the history).
+    pub verified: bool,
+    /// The `Request-Id` trailer; null when the commit has none (plain git).
+    pub request_id: Option<String>,
+    /// Whether the file as of this commit is valid (its YAML rules and today's schemas), as
+    /// in the history.
+    pub status: FileStatus,
+    /// Who pushed the commit, when it came by `git push` (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pushed_by: Option<Author>,
+}
+
+impl FileEvent {
+    /// The event of one file changed by one commit (streams and webhooks say the same).
+    pub fn from_change(change: &crate::storage::FileChange) -> Self {
+        let e = &change.entry;
+        Self {
+            file: match change.file {
+                crate::domain::PlanFile::Integration => "integration-file",
+                crate::domain::PlanFile::Configuration => "configuration-file",
+            },
+            commit_sha: e.commit.to_string(),
+            file_sha: e.blob.to_string(),
+            author: Author {
+                name: e.author_name.clone(),
+                email: e.author_email.clone(),
+            },
+            date: crate::domain::timestamp::rfc3339(e.time),
+            message: e.message.clone(),
+            forced: e.forced,
+            verified: e.verified,
+            request_id: change.request_id.as_ref().map(|r| r.as_str().to_owned()),
+            pushed_by: change.pushed_by.as_ref().map(|p| Author {
+                name: p.name().to_owned(),
+                email: p.email().to_owned(),
+            }),
+            // `None` only from storage without a judge, which the service never builds.
+            status: if change.valid == Some(false) {
+                FileStatus::Invalid
+            } else {
+                FileStatus::Valid
+            },
+        }
+    }
+}
