@@ -487,7 +487,8 @@ pub struct WebhookList {
 }
 
 /// `GET /plans/webhooks/{id}/deliveries`: attempts, newest first. Each has `webhook_id` (the
-/// same for every attempt of one event), `type`, `commit_sha`, `attempt` (1 for the first),
+/// event's message id, sent as the `webhook-id` header and the same for every attempt of one
+/// event, so a receiver can drop a repeat; the subscription's id is the path's), `type`, `commit_sha`, `attempt` (1 for the first),
 /// `status` (the receiver's HTTP status, or `timeout`, `refused`, `error`), `duration_ms`,
 /// `at` (RFC 3339) and, when it failed, `detail` (the start of the answer, or the reason).
 #[derive(Debug, Serialize, ToSchema)]

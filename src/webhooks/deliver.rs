@@ -266,19 +266,36 @@ fn from_error(e: &reqwest::Error, started: Instant) -> Outcome {
         source = s.source();
     }
     let word = if e.is_timeout() { "timeout" } else { "error" };
-    // The URL is left out (it may carry a token of the receiver's in its query).
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
+    failed(word, Some(cause(e)), started)
+}
+
+/// Why an attempt got no answer, in one sentence for the deliveries log: what failed
+/// (connecting, the time, the answer) and the root cause the system or TLS gave, without
+/// the HTTP client's chain of wrappers or the URL (it may carry the receiver's token).
+fn cause(e: &reqwest::Error) -> String {
+    let mut root: Option<&(dyn std::error::Error + 'static)> = None;
+    let mut next = std::error::Error::source(e);
+    while let Some(s) = next {
+        root = Some(s);
+        next = s.source();
     }
-    let text = match e.url() {
-        Some(url) => text.replace(url.as_str(), "<url>"),
-        None => text,
+    let what = if e.is_timeout() {
+        "no answer within the attempt's time"
+    } else if e.is_connect() {
+        "could not connect to the receiver"
+    } else if e.is_body() || e.is_decode() {
+        "the receiver's answer broke off"
+    } else {
+        "the request failed"
     };
-    failed(word, Some(text), started)
+    match (root, e.url()) {
+        (None, _) => what.to_owned(),
+        (Some(root), Some(url)) => format!(
+            "{what}: {}",
+            root.to_string().replace(url.as_str(), "<url>")
+        ),
+        (Some(root), None) => format!("{what}: {root}"),
+    }
 }
 
 fn failed(word: &str, detail_text: Option<String>, started: Instant) -> Outcome {
@@ -301,6 +318,34 @@ fn detail(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A receiver that refuses the connection is said in one plain sentence: what failed and
+    /// the system's reason, not the HTTP client's chain of wrappers, and not the URL.
+    #[tokio::test]
+    async fn a_failed_attempt_says_why_in_one_sentence() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let e = reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}/hook?token=abc"))
+            .send()
+            .await
+            .unwrap_err();
+        let said = cause(&e);
+        assert!(
+            said.starts_with("could not connect to the receiver: ")
+                && said.to_lowercase().contains("connection refused"),
+            "{said}"
+        );
+        for noise in [
+            "error sending request",
+            "client error",
+            "token=abc",
+            "127.0.0.1",
+        ] {
+            assert!(!said.contains(noise), "{said}");
+        }
+    }
 
     #[test]
     fn the_signature_is_the_standard_webhooks_one() {
