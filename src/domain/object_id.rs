@@ -111,6 +111,15 @@ pub enum CommitName {
     Prefix(String),
 }
 
+impl std::fmt::Display for CommitName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CommitName::Full(id) => write!(f, "{id}"),
+            CommitName::Prefix(prefix) => f.write_str(prefix),
+        }
+    }
+}
+
 /// The shortest prefix taken: git's default abbreviation.
 pub const MIN_PREFIX: usize = 7;
 

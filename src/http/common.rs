@@ -28,6 +28,29 @@ pub(super) async fn blocking<T: Send + 'static>(
     }
 }
 
+/// The commit a client named (a whole id, or a prefix of 7 or more hex digits), resolved in
+/// `storage` (on the blocking pool): a prefix of no object is 404 `unknown_ref`; one of
+/// several is `ambiguous`'s error (400 in a query, 422 in a body).
+pub(super) fn resolve(
+    storage: &crate::storage::Storage,
+    tenant: &crate::domain::TenantId,
+    name: &crate::domain::CommitName,
+    ambiguous: impl FnOnce(String) -> ApiError,
+) -> Result<Result<crate::domain::CommitId, ApiError>, StorageError> {
+    Ok(match storage.resolve_commit(tenant, name)? {
+        Ok(commit) => Ok(commit),
+        Err(crate::storage::PrefixMiss::Unknown) => Err(ApiError::UnknownPrefix(name.to_string())),
+        Err(crate::storage::PrefixMiss::Ambiguous) => Err(ambiguous(format!(
+            "{name} names more than one object: give more digits"
+        ))),
+    })
+}
+
+/// In a query: 400 `invalid_query`.
+pub(super) fn ambiguous_in_query(why: String) -> ApiError {
+    ApiError::InvalidQuery(why)
+}
+
 /// Bodies up to this size are parsed on the worker: it takes microseconds, less than the
 /// hop to the blocking pool.
 const PARSE_INLINE_BYTES: usize = 64 * 1024;

@@ -1,5 +1,5 @@
 //! `GET /plans/<file>/diff`: what changed in a file between two commits of `main`'s history, as an RFC 6902 patch keyed by `account_id` / `path` and as a unified diff.
-use super::common::{blocking, json, require, Reply};
+use super::common::{ambiguous_in_query, blocking, json, require, resolve, Reply};
 use super::problem::Problem;
 use super::schema::CommonProblems;
 use super::schema::{DiffSide, FileDiff};
@@ -77,12 +77,22 @@ impl AppState {
         let answer = blocking(
             move || {
                 let _turn = turn;
+                let named = |name| resolve(&storage, &tenant, name, ambiguous_in_query);
+                let from = match named(&from)? {
+                    Ok(from) => from,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let to = match to.as_ref().map(named).transpose()? {
+                    Some(Err(e)) => return Ok(Err(e)),
+                    Some(Ok(to)) => Some(to),
+                    None => None,
+                };
                 let diff = storage.diff(&tenant, file, from, to)?;
                 let patch = json_patch::diff(
                     &views::stored_content(file, &diff.from.bytes),
                     &views::stored_content(file, &diff.to.bytes),
                 );
-                Ok(FileDiff {
+                Ok(Ok(FileDiff {
                     from: DiffSide {
                         commit_sha: diff.from.commit,
                         file_sha: diff.from.blob,
@@ -93,11 +103,11 @@ impl AppState {
                     },
                     patch,
                     text: diff.text,
-                })
+                }))
             },
             file,
         )
-        .await?;
+        .await??;
         Ok(json(&answer))
     }
 }

@@ -1,7 +1,7 @@
 //! The four plans endpoints: GET and PUT of each file.
 use super::body;
 use super::cache::Rendered;
-use super::common::{blocking, require, Reply};
+use super::common::{ambiguous_in_query, blocking, require, resolve, Reply};
 use super::problem::{ApiError, Problem};
 use super::query::ReadQuery;
 use super::schema::CommonProblems;
@@ -173,13 +173,17 @@ impl AppState {
             let (body, blob) = blocking(
                 move || {
                     let _turn = turn;
+                    let at = match resolve(&storage, &tenant, &at, ambiguous_in_query)? {
+                        Ok(at) => at,
+                        Err(e) => return Ok(Err(e)),
+                    };
                     let snap = storage.read_at(&tenant, file, at)?;
                     let body = views::stored_body(file, &snap.bytes, snap.blob, Some(at), &schemas);
-                    Ok((body, snap.blob))
+                    Ok(Ok((body, snap.blob)))
                 },
                 file,
             )
-            .await?;
+            .await??;
             return Ok(views::respond(body, views::etag(blob)));
         }
         let cached = self.responses.get(tenant, file);
@@ -247,14 +251,17 @@ impl AppState {
         let snap = blocking(
             move || {
                 let _turn = turn;
-                match at {
-                    Some(at) => storage.read_at(&tenant, file, at),
-                    None => storage.read(&tenant, file),
-                }
+                Ok(match at {
+                    Some(at) => match resolve(&storage, &tenant, &at, ambiguous_in_query)? {
+                        Ok(at) => Ok(storage.read_at(&tenant, file, at)?),
+                        Err(e) => Err(e),
+                    },
+                    None => Ok(storage.read(&tenant, file)?),
+                })
             },
             file,
         )
-        .await?;
+        .await??;
         Ok(views::respond_text(snap.bytes, views::etag(snap.blob)))
     }
 

@@ -1,6 +1,6 @@
 //! Query strings, parsed into what the handlers need: `ref`, `limit` and `cursor`.
 use super::problem::ApiError;
-use crate::domain::{CommitId, Cursor, ObjectId};
+use crate::domain::{CommitName, Cursor};
 use actix_web::web;
 
 /// Default and largest page size of the history endpoints.
@@ -10,7 +10,7 @@ pub const MAX_LIMIT: usize = 500;
 /// The query of a GET on a file: an optional commit to read the file at.
 #[derive(Debug, Default)]
 pub struct ReadQuery {
-    pub at: Option<CommitId>,
+    pub at: Option<CommitName>,
 }
 
 /// The query of a history request.
@@ -44,10 +44,14 @@ pub(super) fn single<'a>(
     Ok(first)
 }
 
-fn commit(name: &str, raw: &str) -> Result<CommitId, ApiError> {
-    ObjectId::parse(raw)
-        .map(CommitId)
-        .map_err(|e| ApiError::InvalidQuery(format!("{name} {e}")))
+/// A commit a query names: 40 hex digits, or a unique prefix of at least 7 (as git and the
+/// console abbreviate), resolved by the handler.
+fn commit(name: &str, raw: &str) -> Result<CommitName, ApiError> {
+    CommitName::parse(raw).map_err(|_| {
+        ApiError::InvalidQuery(format!(
+            "{name} must be a commit id: 40 hexadecimal digits, or a unique prefix of at least 7"
+        ))
+    })
 }
 
 impl ReadQuery {
@@ -107,8 +111,8 @@ pub fn dry_run(query: &str) -> Result<bool, ApiError> {
     }
 }
 
-/// The query of a diff: `from` (required) and `to` (default: `main`), commit ids.
-pub fn diff_query(query: &str) -> Result<(CommitId, Option<CommitId>), ApiError> {
+/// The query of a diff: `from` (required) and `to` (default: `main`), commits.
+pub fn diff_query(query: &str) -> Result<(CommitName, Option<CommitName>), ApiError> {
     let pairs = pairs(query)?;
     let from = single(&pairs, "from")?
         .ok_or_else(|| ApiError::InvalidQuery("from is required".into()))
@@ -124,15 +128,19 @@ mod tests {
     const C: &str = "0123456789abcdef0123456789abcdef01234567";
 
     #[test]
-    fn ref_is_a_full_commit_id() {
+    fn ref_is_a_commit_id_or_a_prefix_of_7_or_more() {
         assert!(ReadQuery::parse("").unwrap().at.is_none());
         assert_eq!(
             ReadQuery::parse(&format!("ref={C}"))
                 .unwrap()
                 .at
                 .unwrap()
-                .as_str(),
+                .to_string(),
             C
+        );
+        assert_eq!(
+            ReadQuery::parse("ref=0123456").unwrap().at,
+            Some(CommitName::Prefix("0123456".into()))
         );
         assert!(ReadQuery::parse("x=1").unwrap().at.is_none());
         for bad in ["ref=main", "ref=0123", &format!("ref={C}&ref={C}"), "ref"] {

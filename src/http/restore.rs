@@ -1,6 +1,6 @@
 //! `POST /plans/<file>/restore`: a file written back as it was in a commit of `main`'s history, under its PUT's preconditions.
 use super::body;
-use super::common::{blocking, Reply};
+use super::common::{blocking, resolve, Reply};
 use super::problem::{ApiError, Problem};
 use super::schema::{
     ConfigurationFile, IntegrationFile, RestoreFile, WriteHeaders, WriteProblems, WriteQuery,
@@ -8,9 +8,8 @@ use super::schema::{
 use super::write::Shape;
 use super::AppState;
 use crate::auth::Principal;
-use crate::domain::{CommitName, ContentError, PlanFile};
+use crate::domain::{ContentError, PlanFile};
 use crate::plans::{rules, write};
-use crate::storage::PrefixMiss;
 use actix_web::{web, HttpRequest};
 
 /// `POST /plans/integration-file/restore`.
@@ -101,20 +100,10 @@ impl AppState {
             move || {
                 let _turn = render;
                 // A prefix (as the console and git abbreviate) names one commit, or is refused.
-                let commit = match storage.resolve_commit(&owned, &name)? {
+                let in_body = |why| ApiError::InvalidContent(ContentError::new("/commit", why));
+                let commit = match resolve(&storage, &owned, &name, in_body)? {
                     Ok(commit) => commit,
-                    Err(PrefixMiss::Unknown) => {
-                        return Ok(Err(ApiError::UnknownPrefix(prefix_of(&name))))
-                    }
-                    Err(PrefixMiss::Ambiguous) => {
-                        return Ok(Err(ApiError::InvalidContent(ContentError::new(
-                            "/commit",
-                            format!(
-                                "{} names more than one object: give more digits",
-                                prefix_of(&name)
-                            ),
-                        ))))
-                    }
+                    Err(e) => return Ok(Err(e)),
                 };
                 let bytes = storage.read_at(&owned, file, commit)?.bytes;
                 Ok(rules::restorable(file, &bytes, &schemas)
@@ -129,13 +118,5 @@ impl AppState {
         let planned = write::restore(file, doc, commit, restore, body::if_match(&req))?;
         self.run_write(&who, &req, planned, meta, Shape::Single)
             .await
-    }
-}
-
-/// The text a client sent for a commit.
-fn prefix_of(name: &CommitName) -> String {
-    match name {
-        CommitName::Full(id) => id.to_string(),
-        CommitName::Prefix(prefix) => prefix.clone(),
     }
 }

@@ -213,6 +213,64 @@ async fn restore_takes_a_unique_prefix_of_the_commit() {
     app.fsck("globex");
 }
 
+/// `?ref=` and a diff's `from` and `to` take the same short ids as a restore: the same body
+/// as the whole id; a prefix of no commit is 404 `unknown_ref`, a bad one 400.
+#[tokio::test]
+async fn reads_and_diffs_take_a_unique_prefix_of_the_commit() {
+    let app = TestApp::spawn().await;
+    let t = token("globex", ALL);
+    let res = app.put_integration(&t, &json!({"content": "a: 1\n"})).await;
+    assert_eq!(res.status(), 200);
+    let first: Value = res.json().await.unwrap();
+    let first = first["commit_sha"].as_str().unwrap().to_owned();
+    let res = app.put_integration(&t, &json!({"content": "a: 2\n"})).await;
+    let second: Value = res.json().await.unwrap();
+    let second = second["commit_sha"].as_str().unwrap().to_owned();
+    let whole: Value = app
+        .get_at(&t, "integration-file", &first)
+        .await
+        .json()
+        .await
+        .unwrap();
+    let res = app.get_at(&t, "integration-file", &first[..8]).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.json::<Value>().await.unwrap(), whole);
+    let by_id: Value = app
+        .diff(&t, "integration-file", &format!("from={first}&to={second}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let res = app
+        .diff(
+            &t,
+            "integration-file",
+            &format!("from={}&to={}", &first[..7], &second[..9]),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.json::<Value>().await.unwrap(), by_id);
+    let unknown = (0..16)
+        .map(|d| format!("{}{:x}", &first[..6], d))
+        .find(|p| {
+            app.git("globex", &["rev-parse", &format!("--disambiguate={p}")])
+                .is_empty()
+        })
+        .unwrap();
+    for (query, want) in [
+        (format!("from={unknown}"), (404, "unknown_ref")),
+        (format!("from={}", &first[..6]), (400, "invalid_query")),
+    ] {
+        let (status, body) = problem(app.diff(&t, "integration-file", &query).await).await;
+        assert_eq!((status, body["code"].as_str().unwrap()), want, "{query}");
+    }
+    let (status, body) = problem(app.get_at(&t, "integration-file", &unknown).await).await;
+    assert_eq!(
+        (status, body["code"].as_str().unwrap()),
+        (404, "unknown_ref")
+    );
+}
+
 #[tokio::test]
 async fn restore_follows_the_preconditions_of_its_files_put() {
     let app = TestApp::spawn().await;

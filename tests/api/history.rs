@@ -229,12 +229,17 @@ async fn refs_outside_the_tenants_history_are_refused() {
         (tree, 404, "unknown_ref"),
         ("main".to_owned(), 400, "invalid_query"),
         ("HEAD~1".to_owned(), 400, "invalid_query"),
-        (app.head("acme")[..12].to_owned(), 400, "invalid_query"),
+        (app.head("acme")[..6].to_owned(), 400, "invalid_query"),
     ];
     for (r, status, code) in cases {
         let (s, body) = problem(app.get_at(&t, "integration-file", &r).await).await;
         assert_eq!((s, body["code"].as_str().unwrap()), (status, code), "{r}");
     }
+    // A prefix of 7 or more hex digits names the commit, as git and the console abbreviate.
+    let res = app
+        .get_at(&t, "integration-file", &app.head("acme")[..12])
+        .await;
+    assert_eq!(res.status(), 200);
     // A dangling commit (never on main) is not history either.
     let dangling = git_in(
         &app.repo("acme"),
