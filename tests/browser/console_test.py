@@ -692,6 +692,15 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     page.wait_for_selector("#editor", state="hidden")
     wait_js(page, "document.getElementById('flash').textContent.startsWith('Saved')")
     check(other.stored_text("/plans/configuration-file").startswith("# reviewed by the console test\n"), "saving made the commit")
+    step("compare: a commit of comments only is not '0 changes'")
+    comment_commit = other.ok("GET", "/plans/configuration-file/history?limit=1")["entries"][0]["commit_sha"]
+    page.click(f'table.history tr[data-commit="{comment_commit}"] button:has-text("Compare with previous")')
+    page.wait_for_selector("#compare-body .compare-sides")
+    sides = page.inner_text("#compare-body .compare-sides")
+    check("0 changes" not in sides and "Only the text changes" in page.inner_text("#compare-body"),
+          f"the compare says only the text changes, as the preview does ({sides!r})")
+    check("+# reviewed by the console test" in page.inner_text("#compare-body pre.diff"), "…beside the text diff")
+    check(page.inner_text("#compare-body .changes-empty") == "No change to the content.", "the change list says the content stays")
     page.click("#edit-open")
     page.wait_for_selector("#editor:not([hidden])")
     page.click("#editor-preview")

@@ -2,7 +2,7 @@
 import { h, fill, $, focusOn } from "./dom.js";
 import { short, when, subject } from "./format.js";
 import { readable } from "./patch.js";
-import { problem, diffPair, commitRef } from "./views.js";
+import { problem, diffPair, commitRef, onlyText } from "./views.js";
 
 function option(e, selected) {
   const t = when(e.date);
@@ -33,10 +33,13 @@ export async function compare(app, st, from, to) {
     if (app.current !== st.file) return;
     const items = readable(diff.patch, before.content);
     st.compared = { from, to, head: diff.to.commit_sha };
+    // A change of comments or layout alone is a change too: no "0 changes" beside its text diff.
+    const count = items.length ? `: ${items.length} change${items.length === 1 ? "" : "s"} to the content.` : ".";
     fill(body,
       h("div", { id: "compare-stale", class: "note", role: "status", hidden: true }),
       h("p", { class: "compare-sides" }, "From commit ", commitRef(diff.from.commit_sha), " to commit ",
-        commitRef(diff.to.commit_sha), to ? "" : " (the current version)", `: ${items.length} change${items.length === 1 ? "" : "s"}.`),
+        commitRef(diff.to.commit_sha), to ? "" : " (the current version)", count),
+      !items.length && diff.text ? onlyText() : null,
       diffPair(items, diff.text));
   } catch (err) {
     fill(body, problem(err, "The versions could not be compared."));

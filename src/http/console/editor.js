@@ -5,7 +5,7 @@
 import { h, fill, $, focusOn } from "./dom.js";
 import { short } from "./format.js";
 import { readable } from "./patch.js";
-import { problem, commitRef, diffPair, code } from "./views.js";
+import { problem, commitRef, diffPair, code, onlyText } from "./views.js";
 import { shaOf, textOf } from "./fileview.js";
 import { unifiedDiff } from "./textdiff.js";
 import * as draft from "./draft.js";
@@ -105,7 +105,7 @@ export function preview(app, st) {
     const textDiff = unifiedDiff(ed.baseText, text);
     let summary;
     if (sameBlob) summary = h("p", { class: "muted changes-empty" }, "No changes: saving would make no commit.");
-    else if (!items.length) summary = h("p", { class: "note" }, "Only the text changes (comments or layout): the content stays the same, and saving makes a commit.");
+    else if (!items.length) summary = onlyText(", and saving makes a commit");
     fill($("editor-result"), h("div", { class: "preview" },
       h("h3", { id: "preview-h", tabindex: "-1" }, "Preview: what saving would change"),
       summary,

@@ -2,7 +2,7 @@
 import { h, fill, $, focusOn } from "./dom.js";
 import { short, when, subject } from "./format.js";
 import { readable } from "./patch.js";
-import { problem, commitRef, diffPair } from "./views.js";
+import { problem, commitRef, diffPair, onlyText } from "./views.js";
 import { shaOf, textOf } from "./fileview.js";
 import { unifiedDiff } from "./textdiff.js";
 
@@ -38,7 +38,7 @@ export async function start(app, st, entry) {
     const textDiff = unifiedDiff(textOf(st.file, st.data).text, old.text);
     let summary;
     if (same) summary = h("p", { class: "muted changes-empty" }, "No changes: the file is already this version.");
-    else if (!items.length) summary = h("p", { class: "note" }, "Only the text changes (comments or layout): the content stays the same, and restoring makes a commit.");
+    else if (!items.length) summary = onlyText(", and restoring makes a commit");
     const msg = h("input", { id: "restore-message", type: "text", maxlength: "200", autocomplete: "off" });
     fill(body, intro,
       h("h3", { id: "restore-preview-h" }, "Preview: what restoring would change"),

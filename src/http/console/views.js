@@ -72,8 +72,14 @@ export function code(text, label, marks = []) {
 /** The keyed change list and the unified text side by side. */
 export function diffPair(items, text) {
   return h("div", { class: "diff-pair" },
-    h("div", {}, h("h3", {}, "Changes"), changes(items)),
+    h("div", {}, h("h3", {}, "Changes"), changes(items, text ? "No change to the content." : "No changes.")),
     h("div", {}, h("h3", {}, "Text diff"), unified(text)));
+}
+
+/** What a preview, a restore or a compare says when only the text changes: `then` ends the
+ * sentence (", and saving makes a commit"). */
+export function onlyText(then = "") {
+  return h("p", { class: "note only-text" }, `Only the text changes (comments or layout): the content stays the same${then}.`);
 }
 
 export function commitRef(sha) {
