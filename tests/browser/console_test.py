@@ -425,6 +425,9 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     page.wait_for_selector("#signin:not([hidden])")
     check(page.is_hidden("#app"), "the files are hidden before signing in")
     check(page.evaluate("document.activeElement.id") == "token", "the token field has the focus")
+    help_text = page.inner_text("#signin")
+    check("planfiles token --tenant" in help_text and "--permission jit.integrations.read" in help_text,
+          "the sign-in page says where a token comes from (planfiles token, and its permissions)")
     shot(page, art, "1-signed-out")
     page.fill("#token", "not-a-token")
     page.click("#signin-form button[type=submit]")
