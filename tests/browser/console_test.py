@@ -287,6 +287,15 @@ def overflow(page):
 }""")
 
 
+def check_brand_in_view(page, where):
+    """The brand (planfiles console) is wholly on the screen, as a newcomer sees it."""
+    box = page.locator(".brand").bounding_box()
+    view = page.viewport_size
+    check(box is not None and box["y"] >= 0 and box["y"] + box["height"] <= view["height"]
+          and box["x"] >= 0 and box["x"] + box["width"] <= view["width"],
+          f"the brand is in view {where} ({box} in {view['width']}x{view['height']})")
+
+
 def sign_in(page, token):
     page.fill("#token", token)
     page.click("#signin-form button[type=submit]")
@@ -836,8 +845,11 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
 
     step("a phone, 390 px wide")
     page.set_viewport_size({"width": 390, "height": 844})
+    check_brand_in_view(page, "on the sign-in page")
+    shot(page, art, "11-phone-signin")
     sign_in(page, writer)
     page.wait_for_selector("#current-body pre.code")
+    check_brand_in_view(page, "once signed in")
     wide = overflow(page)
     check(wide["scroll"] <= 390, f"the page does not scroll sideways (scrollWidth {wide['scroll']} px)")
     check(not wide["out"], f"no element reaches past the screen's edge ({wide['out']})")
@@ -861,6 +873,7 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     check(wide["scroll"] <= 390 and not wide["out"], f"…and the page still does not scroll sideways ({wide})")
     shot(page, art, "12-phone-compare")
     sign_out(page)
+    check_brand_in_view(page, "after signing out of a page scrolled down")
     page.set_viewport_size({"width": 1300, "height": 1000})
 
     step("keyboard alone")

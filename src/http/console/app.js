@@ -1,6 +1,6 @@
 // The console's entry point: signing in and out, the session's lifetime, which file is shown,
 // and the wiring of the page's controls to the sections (data loading is in sync.js).
-import { $, h, fill, focusOn } from "./dom.js";
+import { $, h, fill, focusOn, focusAtTop } from "./dom.js";
 import { Api } from "./api.js";
 import { Session, stored, store, forget, FILES } from "./session.js";
 import { Live } from "./live.js";
@@ -83,7 +83,7 @@ const app = {
     this.live.start();
     // Read after the stream's first `head` (then no change can fall in between); without a stream, soon anyway.
     this.timers.push(setTimeout(() => this.loadOnce(), 2500));
-    focusOn($("main"));
+    focusAtTop($("main"));
   },
 
   warnExpiry() {
@@ -252,7 +252,7 @@ function showSignIn(message, kind) {
   msg.setAttribute("role", kind === "error" ? "alert" : "status");
   $("signin").hidden = false;
   $("app").hidden = true;
-  focusOn($("token"));
+  focusAtTop($("token"));
 }
 
 function wire() {

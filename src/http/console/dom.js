@@ -34,6 +34,13 @@ export function fill(el, ...children) {
 
 export const $ = (id) => document.getElementById(id);
 
+/** Moves focus to `el` with the page at its top: the brand and the header in view (on a
+ * phone the signed-in header is a quarter of the screen, and scrolling to `el` hid it). */
+export function focusAtTop(el) {
+  el.focus({ preventScroll: true });
+  window.scrollTo(0, 0);
+}
+
 /** Moves focus to `el` (a heading with tabindex=-1 or a control) and brings it into view. */
 export function focusOn(el) {
   if (!el) return;
