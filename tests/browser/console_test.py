@@ -819,10 +819,28 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     check("expired" in msg.inner_text(), "after its expiry the console asks for a token again")
     check("problem" in (msg.get_attribute("class") or ""), "…in the error style")
     check(page.evaluate("sessionStorage.getItem('planfiles.token')") is None, "the expired token is forgotten")
-    sign_in(page, writer)
+    # The history is held back: the draft comes back before it has loaded, and its note may
+    # claim nothing the page does not know yet (it said "an older commit" of the current one).
+    held = []
+    history_urls = re.compile(r"/plans/[a-z-]+/history")
+    page.route(history_urls, lambda route: held.append(route))
+    page.fill("#token", writer)
+    page.click("#signin-form button[type=submit]")
     wait_js(page, "t => document.getElementById('editor-text')?.value === t", arg=draft_text)
     check(page.input_value("#editor-message") == "Kept across sign-ins", "signing in again brings the editor back with the unsaved text")
     check("brought back" in page.inner_text("#flash"), "…and says so")
+    base = other.ok("GET", "/plans/integration-file/history?limit=1")["entries"][0]["commit_sha"]
+    note = page.inner_text("#editor-note")
+    check(held and page.locator("table.history tbody tr[data-commit]").count() == 0 and "older" not in note
+          and f"the version of commit {base[:10]}" in note,
+          f"before the history has loaded, the draft's note names the commit it started from, and no 'older' ({note!r})")
+    for route in held:
+        route.continue_()
+    page.unroute(history_urls)
+    page.wait_for_selector("table.history tbody tr[data-commit]")
+    note = page.inner_text("#editor-note")
+    check("older" not in note and f"the version of commit {base[:10]}" in note and page.locator("#editor-note .stale").count() == 0,
+          f"…and once it has, the same (the file has not changed since: {note!r})")
     page.click("#editor-cancel")
     check(page.evaluate(f"sessionStorage.getItem('planfiles.draft.{tenant}.integration-file')") is None, "cancel drops the draft")
     sign_out(page)

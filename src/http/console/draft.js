@@ -4,7 +4,7 @@
 const PREFIX = "planfiles.draft.";
 const key = (tenant, file) => `${PREFIX}${tenant}.${file}`;
 
-/** Keeps `draft` ({baseSha, text, message}) for the tenant's file. */
+/** Keeps `draft` ({baseSha, baseCommit, baseText, text, message}) for the tenant's file. */
 export function keep(tenant, file, draft) {
   try {
     sessionStorage.setItem(key(tenant, file), JSON.stringify(draft));

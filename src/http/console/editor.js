@@ -22,6 +22,8 @@ export function open(app, st, kept) {
   const baseText = textOf(st.file, d).text;
   st.edit = {
     baseSha,
+    // The commit of that version, when the loaded history (or the kept draft) knows it.
+    baseCommit: (kept ? kept.baseCommit : null) || commitOf(st, baseSha),
     baseText: kept && kept.baseSha !== shaOf(st.file, d) ? kept.baseText ?? baseText : baseText,
     baseContent: d.content,
     text: kept ? kept.text : baseText,
@@ -44,7 +46,9 @@ export function close(app, st) {
 /** Keeps the editor's text and message for a sign-in to come. */
 export function remember(app, st) {
   const ed = st.edit;
-  if (ed) draft.keep(app.session.tenant, st.file, { baseSha: ed.baseSha, baseText: ed.baseText, text: ed.text, message: ed.message });
+  if (!ed) return;
+  const baseCommit = commitOf(st, ed.baseSha) || ed.baseCommit;
+  draft.keep(app.session.tenant, st.file, { baseSha: ed.baseSha, baseCommit, baseText: ed.baseText, text: ed.text, message: ed.message });
 }
 
 /** The draft of `st`'s file kept in this tab, if any. */
@@ -62,14 +66,16 @@ export function render(app, st) {
   fill($("editor-result"));
 }
 
-/** The note above the editor, with a warning once the file has changed under it. */
+/** The note above the editor, with a warning once the file has changed under it. It says
+ * only what is known: the version's commit once the history (or the kept draft) names it,
+ * else its blob id (a brought-back draft is shown before the history has loaded). */
 export function note(st) {
   const ed = st && st.edit;
   if (!ed) return;
   const current = st.data && shaOf(st.file, st.data);
-  const from = commitOf(st, ed.baseSha);
-  fill($("editor-note"), NOTE, " You started from the version of ",
-    from ? ["commit ", commitRef(from)] : "an older commit", ".",
+  const from = commitOf(st, ed.baseSha) || ed.baseCommit;
+  fill($("editor-note"), NOTE, " You started from the version ",
+    from ? ["of commit ", commitRef(from)] : ["with blob id ", commitRef(ed.baseSha)], ".",
     current && current !== ed.baseSha
       ? h("strong", { class: "stale" }, " The file has changed since: saving will be refused; start again from the current version.")
       : null);

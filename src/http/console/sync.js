@@ -108,6 +108,7 @@ export const sync = {
     if (this.current === f) {
       this.renderHistory();
       this.renderFile();
+      editor.note(st);
     }
   },
 
