@@ -1,4 +1,4 @@
-//! The console at `/ui/`: its page and assets, embedded in the binary, served with their caching (`ETag`, immutable hashed names) and the page's security headers.
+//! The console at `/ui/` (and `/`'s way there for browsers): its page and assets, embedded in the binary, served with their caching (`ETag`, immutable hashed names) and the page's security headers.
 use super::common::Reply;
 use super::problem::ApiError;
 use actix_web::http::header::{self, HeaderValue};
@@ -162,6 +162,19 @@ fn fresh(req: &HttpRequest, etag: &HeaderValue) -> bool {
         })
 }
 
+/// `/`: a browser (an `Accept` that prefers HTML) is sent to the console with a 303; any
+/// other client gets the 404 of every unknown path, as before the console pointed there.
+pub(super) async fn root(req: HttpRequest) -> Reply {
+    if !super::views::prefers(&req, "text/html") {
+        return Err(ApiError::NotFound(req.path().to_owned()));
+    }
+    Ok(page_headers(
+        HttpResponse::SeeOther()
+            .insert_header((header::LOCATION, "/ui/"))
+            .finish(),
+    ))
+}
+
 pub(super) async fn to_index() -> HttpResponse {
     page_headers(
         HttpResponse::PermanentRedirect()
@@ -301,6 +314,32 @@ mod tests {
                 gunzip(gz),
                 std::fs::read(folder.join(name)).unwrap(),
                 "{name}"
+            );
+        }
+    }
+
+    #[actix_web::test]
+    async fn the_root_sends_browsers_to_the_console_and_others_get_a_404() {
+        let get = |accept: Option<&str>| {
+            let mut req = actix_web::test::TestRequest::get().uri("/");
+            if let Some(accept) = accept {
+                req = req.insert_header((header::ACCEPT, accept));
+            }
+            req.to_http_request()
+        };
+        let chromium = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8";
+        let res = root(get(Some(chromium))).await.unwrap();
+        assert_eq!(res.status(), 303);
+        let headers = res.headers();
+        assert_eq!(headers.get(header::LOCATION).unwrap(), "/ui/");
+        assert_eq!(
+            headers.get(header::CONTENT_SECURITY_POLICY).unwrap(),
+            CONTENT_SECURITY_POLICY
+        );
+        for accept in [None, Some("*/*"), Some("application/json")] {
+            assert!(
+                matches!(root(get(accept)).await, Err(ApiError::NotFound(_))),
+                "{accept:?}"
             );
         }
     }

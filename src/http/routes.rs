@@ -16,7 +16,7 @@ pub struct Route {
     pub allow: &'static str,
     /// A route per method in `allow`, in that order.
     pub handlers: fn() -> Vec<actix_web::Route>,
-    /// In the OpenAPI document: every path but the console's.
+    /// In the OpenAPI document: every path but the console's (`/` is its way in).
     pub documented: bool,
 }
 
@@ -231,6 +231,13 @@ pub const ROUTES: &[Route] = &[
         allow: "GET",
         handlers: || vec![web::get().to(openapi::openapi)],
         documented: true,
+    },
+    Route {
+        path: "/",
+        name: None,
+        allow: "GET",
+        handlers: || vec![web::get().to(console::root)],
+        documented: false,
     },
     Route {
         path: "/ui",

@@ -20,6 +20,7 @@ Needs `pip install playwright` and /usr/bin/chromium (`apt-get install chromium`
 downloads a browser. Exits 0 when every check passed, 1 with the failing check otherwise.
 """
 import argparse
+import http.client
 import json
 import os
 import re
@@ -123,6 +124,13 @@ class Client:
     def put_configuration(self, payload):
         sha = self.ok("GET", "/plans/configuration-file")["sha"]
         return self.ok("PUT", "/plans/configuration-file", {"payload": payload, "file_sha": sha})
+
+
+def raw_get(base, path, accept=None):
+    """A GET as it is answered (no redirect followed), with `Accept` when given."""
+    conn = http.client.HTTPConnection(urllib.parse.urlsplit(base).netloc, timeout=15)
+    conn.request("GET", path, headers={"Accept": accept} if accept else {})
+    return conn.getresponse()
 
 
 class Binary:
@@ -428,6 +436,16 @@ def run(args):
 
 def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, added, tokens, writer, reader):
     art = args.artefacts
+
+    step("/ leads a browser to the console, and API clients to the 404 of an unknown path")
+    for accept, status in [("text/html,application/xhtml+xml,*/*;q=0.8", 303), ("application/json", 404), (None, 404)]:
+        res = raw_get(base, "/", accept)
+        where = res.getheader("location")
+        check(res.status == status and (where == "/ui/" if status == 303 else "not_found" in res.read().decode()),
+              f"GET / with Accept {accept}: {res.status} {where or res.getheader('content-type')}")
+    page.goto(f"{base}/")
+    page.wait_for_selector("#signin:not([hidden])")
+    check(urllib.parse.urlsplit(page.url).path == "/ui/", f"a browser that opens / lands on the console ({page.url})")
 
     step("signed out")
     page.goto(f"{base}/ui/?limit={PAGE_SIZE}")
