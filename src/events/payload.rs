@@ -17,6 +17,16 @@ pub struct Author {
     pub email: String,
 }
 
+impl Author {
+    /// The name and email of `who` (a pusher).
+    pub fn of(who: &crate::domain::Identity) -> Self {
+        Self {
+            name: who.name().to_owned(),
+            email: who.email().to_owned(),
+        }
+    }
+}
+
 /// The first event of a stream (`event: head`), and `event: reset`: `main` now.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct HeadEvent {
@@ -80,10 +90,7 @@ impl FileEvent {
             forced: e.forced,
             verified: e.verified,
             request_id: change.request_id.as_ref().map(|r| r.as_str().to_owned()),
-            pushed_by: change.pushed_by.as_ref().map(|p| Author {
-                name: p.name().to_owned(),
-                email: p.email().to_owned(),
-            }),
+            pushed_by: e.pushed_by.as_ref().map(Author::of),
             // `None` only from storage without a judge, which the service never builds.
             status: if change.valid == Some(false) {
                 FileStatus::Invalid

@@ -130,6 +130,7 @@ fn view(page: storage::HistoryPage, valid: Vec<bool>) -> HistoryPage {
                 message: e.message,
                 forced: e.forced,
                 verified: e.verified,
+                pushed_by: e.pushed_by.as_ref().map(Author::of),
             })
             .collect(),
         next_cursor: page.next.map(|c| c.to_string()),

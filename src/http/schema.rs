@@ -286,6 +286,10 @@ pub struct HistoryEntry {
     pub verified: bool,
     /// Whether the file as of this commit is valid: its YAML rules and today's schemas.
     pub status: FileStatus,
+    /// Who pushed the commit, when it came by `git push` (absent otherwise): its author is
+    /// the one git recorded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pushed_by: Option<Author>,
 }
 
 /// The keys that sign the service's commits (`GET /plans/signing-keys`).

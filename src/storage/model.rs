@@ -128,6 +128,9 @@ pub struct HistoryEntry {
     /// True when the commit is signed by the service's key, or one of its retired keys
     /// still listed; false for plain git's commits, other keys and bad signatures.
     pub verified: bool,
+    /// Who pushed the commit, when it came by `git push` (its note on
+    /// `refs/notes/planfiles`).
+    pub pushed_by: Option<Identity>,
 }
 
 /// A page of history, and where the next page starts.
@@ -371,8 +374,6 @@ pub struct FileChange {
     /// Whether the file as of this commit is valid, by the storage's [`Judge`] (`None`
     /// without one).
     pub valid: Option<bool>,
-    /// Who pushed the commit, when it came by `git push` (its note).
-    pub pushed_by: Option<Identity>,
 }
 
 /// What a push's storage side asks of each file a pushed commit changes (the rules it does

@@ -54,6 +54,7 @@ impl Storage {
     ) -> Result<Replay, StorageError> {
         let mut replay = repo.replay(from, to, max_commits)?;
         if let Replay::Changes { changes, .. } = &mut replay {
+            repo.mark_pushed(changes.iter_mut().map(|c| &mut c.entry));
             for change in changes {
                 repo.mark_verified(std::slice::from_mut(&mut change.entry), &self.signing);
                 if let Some(judge) = &self.judge {
@@ -225,6 +226,7 @@ impl Storage {
         let repo = self.read_repo(tenant, Access::Read)?;
         let mut page = repo.history(file, limit, from)?;
         repo.mark_verified(&mut page.0, &self.signing);
+        repo.mark_pushed(&mut page.0);
         Ok(HistoryPage {
             entries: page.0,
             next: page.1.map(|commit| self.dir_key.mint(tenant, commit)),

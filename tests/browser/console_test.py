@@ -182,6 +182,29 @@ def plain_git_commit(repo, message, append):
     return commit, text
 
 
+def git_push(base, tenant, token, message, append):
+    """Clones the tenant over HTTP, commits integrations.yml + `append` as Git Author, and
+    pushes with `token` (whose identity the service records as the pusher)."""
+    env = dict(os.environ, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL="/dev/null", GIT_TERMINAL_PROMPT="0")
+    auth = ["-c", f"http.extraHeader=Authorization: Bearer {token}"]
+
+    def git(*args):
+        res = subprocess.run(["git", *args], capture_output=True, text=True, env=env, timeout=60)
+        if res.returncode != 0:
+            raise Failure(f"git {args[2] if args[0] == '-c' else args[0]} failed: {res.stderr.strip()}")
+        return res.stdout.strip()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = os.path.join(tmp, "work")
+        git(*auth, "clone", "-q", f"{base}/git/{tenant}.git", work)
+        with open(os.path.join(work, "integrations.yml"), "a") as f:
+            f.write(append)
+        git("-C", work, "-c", "user.name=Git Author", "-c", "user.email=author@console.test",
+            "commit", "-qam", message)
+        git("-C", work, *auth, "push", "-q", "origin", "main")
+        return git("-C", work, "rev-parse", "HEAD")
+
+
 # ---------------------------------------------------------------- the browser
 
 class Watch:
@@ -568,6 +591,25 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
     wait_js(page, "() => document.querySelector('#current-body pre.code').textContent.includes('# plain git commit')", timeout=10000)
     check(code_text(page) == text, "the file view shows the plain git text")
     watch.assert_clean("live")
+
+    step("live: a git push shows who pushed, beside the commit's author")
+    pusher = binary.token(tenant, "planfiles.repos.read", "jit.integrations.write", name="Pusher Person", email="pusher@console.test")
+    tokens.append(pusher)
+    commit = git_push(base, tenant, pusher, "Pushed from a clone", "# pushed\n")
+    page.wait_for_selector(f'table.history tr[data-commit="{commit}"]', timeout=10000)
+    author = page.inner_text(f'table.history tr[data-commit="{commit}"] td[data-label="Author"]')
+    check("Git Author" in author and "pushed by Pusher Person" in author, f"the pushed commit's row names its author and its pusher ({author!r})")
+    page.reload()
+    page.wait_for_selector(f'table.history tr[data-commit="{commit}"]')
+    author = page.inner_text(f'table.history tr[data-commit="{commit}"] td[data-label="Author"]')
+    check("Git Author" in author and "pushed by Pusher Person" in author, f"…and so does the history read again after a reload ({author!r})")
+    check("pushed by" not in page.inner_text(f'table.history tr[data-commit="{ans["commit_sha"]}"]'),
+          "the row of an API write names no pusher")
+    wait_js(page, "document.getElementById('live').textContent === 'connected'", timeout=10000)
+    while page.locator("#history-older").count():  # the steps below use the whole history, as before the reload
+        rows = len(history_commits(page))
+        page.click("#history-older")
+        wait_js(page, f"document.querySelectorAll('table.history tbody tr[data-commit]').length > {rows}")
 
     step("validators: a stored file that breaks a schema shows each violation at its line")
     commit, broken = plain_git_commit(repo, "A project id the schema refuses", "gcp:\n  project: Not A Project\n")

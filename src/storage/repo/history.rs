@@ -190,6 +190,8 @@ pub(super) fn entry(commit: &git2::Commit<'_>, blob: Oid) -> HistoryEntry {
         message,
         // Set by the reader that knows the keys (`TenantRepo::mark_verified`).
         verified: false,
+        // Set by the reader, from the notes (`TenantRepo::mark_pushed`).
+        pushed_by: None,
     }
 }
 

@@ -351,6 +351,20 @@ impl TenantRepo {
         Ok(FastForward::Moved)
     }
 
+    /// Sets each entry's `pushed_by` from the notes; a tenant that never took a push (no
+    /// notes ref) costs one ref lookup.
+    pub(in crate::storage) fn mark_pushed<'a>(
+        &self,
+        entries: impl IntoIterator<Item = &'a mut crate::storage::HistoryEntry>,
+    ) {
+        if self.repo.refname_to_id(NOTES_REF).is_err() {
+            return;
+        }
+        for entry in entries {
+            entry.pushed_by = self.pushed_by(super::to_oid(&entry.commit.0));
+        }
+    }
+
     /// The pusher named by the note on `commit`, if a push left one.
     pub(in crate::storage) fn pushed_by(&self, commit: Oid) -> Option<Identity> {
         let note = self.repo.find_note(Some(NOTES_REF), commit).ok()?;

@@ -63,7 +63,6 @@ impl TenantRepo {
                         request_id: request_id(&entry.message),
                         entry,
                         valid: None,
-                        pushed_by: self.pushed_by(oid),
                     });
                 }
             }
