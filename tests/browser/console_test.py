@@ -611,6 +611,20 @@ def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, a
         page.click("#history-older")
         wait_js(page, f"document.querySelectorAll('table.history tbody tr[data-commit]').length > {rows}")
 
+    step("1280 px wide: each date and request id on one line, and the history as wide as the screen")
+    page.set_viewport_size({"width": 1280, "height": 1000})
+    pieces = page.evaluate("""() => [...document.querySelectorAll('header time, table.history time, table.history code.rid')]
+        .map(e => ({ text: e.textContent, id: e.tagName === "CODE", rects: e.getClientRects().length,
+                     high: e.getBoundingClientRect().height, font: parseFloat(getComputedStyle(e).fontSize) }))""")
+    wrapped = [p["text"] for p in pieces if p["rects"] != 1 or p["high"] > 1.8 * p["font"]]
+    rids = sum(1 for p in pieces if p["id"])
+    check(len(pieces) >= 10 and rids >= 3 and not wrapped,
+          f"{len(pieces)} dates and request ids ({rids} ids), none over two lines ({wrapped})")
+    sideways = page.locator(".table-wrap").evaluate("e => [e.scrollWidth, e.clientWidth]")
+    check(sideways[0] <= sideways[1], f"the history needs no sideways scroll ({sideways[0]} px in {sideways[1]})")
+    shot(page, art, "13-history-1280")
+    page.set_viewport_size({"width": 1300, "height": 1000})
+
     step("validators: a stored file that breaks a schema shows each violation at its line")
     commit, broken = plain_git_commit(repo, "A project id the schema refuses", "gcp:\n  project: Not A Project\n")
     started = time.monotonic()

@@ -25,10 +25,12 @@ export function renderHistory(el, st, ctx, actions) {
         isNew ? [" ", h("span", { class: "badge badge-new" }, "new")] : null),
       h("td", { dataset: { label: "Author" } }, h("span", { title: e.author.email }, e.author.name),
         e.pushed_by ? h("span", { class: "pushed muted" }, "pushed by ", h("span", { title: e.pushed_by.email }, e.pushed_by.name)) : null),
+      // The request id under the subject, on a line of its own: a column of its own made the
+      // table wider than a 1280 px screen once ids and dates stopped wrapping.
       h("td", { class: "msg", dataset: { label: "Message" } }, subject(e.message),
-        restored ? h("span", { class: "muted" }, " (restored from ", commitRef(restored), ")") : null),
+        restored ? h("span", { class: "muted" }, " (restored from ", commitRef(restored), ")") : null,
+        requestId(e) ? h("span", { class: "rid-line muted" }, "request id ", h("code", { class: "rid", title: requestId(e) }, requestId(e))) : null),
       h("td", { dataset: { label: "Forced" } }, e.forced ? h("span", { class: "badge badge-forced" }, "forced") : h("span", { class: "muted" }, "no")),
-      h("td", { dataset: { label: "Request id" } }, requestId(e) ? h("code", { class: "rid" }, requestId(e)) : h("span", { class: "muted" }, "—")),
       h("td", { dataset: { label: "Commit" } }, commitRef(e.commit_sha), " ", signed(e)),
       h("td", { class: "row-actions" },
         h("button", {
@@ -55,8 +57,8 @@ export function renderHistory(el, st, ctx, actions) {
       h("table", { class: "history" },
         h("caption", { class: "visually-hidden" }, "Commits that changed the file, newest first"),
         h("thead", {}, h("tr", {},
-          ["When", "Author", "Message", "Forced", "Request id", "Commit", "Actions"].map((c) => h("th", { scope: "col" }, c)))),
-        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: "7", class: "muted" }, st.loadingHistory ? "Loading…" : "No history."))))),
+          ["When", "Author", "Message", "Forced", "Commit", "Actions"].map((c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: "6", class: "muted" }, st.loadingHistory ? "Loading…" : "No history."))))),
     h("div", { class: "actions" },
       st.cursor ? h("button", {
         type: "button", id: "history-older", class: "secondary", "aria-busy": st.loadingHistory ? "true" : null,
