@@ -5,7 +5,8 @@
 
 Starts target/release/planfiles on a fresh copy of the demo tenants (port 18555), signs in
 with a token for acme in headless Chromium (/usr/bin/chromium, Playwright for Python), opens
-a compare of the last two versions when there are two, and saves the page. Needs what tests/browser needs.
+a compare of the last two versions when there are two, and saves the page, 1280 px wide.
+PLANFILES_BIN names another binary (a debug build's). Needs what tests/browser needs.
 """
 import os
 import subprocess
@@ -15,7 +16,7 @@ import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "planfiles")
+BIN = os.environ.get("PLANFILES_BIN") or os.path.join(ROOT, "target", "release", "planfiles")
 ADDR = "127.0.0.1:18555"
 
 
@@ -36,7 +37,7 @@ def main():
                                    cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout.strip()
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
-                page = browser.new_page(viewport={"width": 1300, "height": 900})
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
                 page.goto(f"http://{ADDR}/ui/")
                 page.fill("#token", token)
                 page.get_by_role("button", name="Sign in").click()
