@@ -460,6 +460,12 @@ def run(args):
 def steps(page, context, watch, args, base, tenant, binary, other, repo, seed, added, tokens, writer, reader):
     art = args.artefacts
 
+    step("the README's screenshot is of a 1280 px screen (scripts/console-screenshot.py)")
+    with open(os.path.join(REPO, "docs", "console.png"), "rb") as f:
+        head = f.read(24)
+    width = int.from_bytes(head[16:20], "big")
+    check(head[:8] == b"\x89PNG\r\n\x1a\n" and width == 1280, f"docs/console.png is a PNG 1280 px wide ({width} px)")
+
     step("/ leads a browser to the console, and API clients to the 404 of an unknown path")
     for accept, status in [("text/html,application/xhtml+xml,*/*;q=0.8", 303), ("application/json", 404), (None, 404)]:
         res = raw_get(base, "/", accept)
