@@ -1,4 +1,5 @@
 //! The command line: `serve` (default), `token`, `maintain`, `tenant create|set|list|move|import`, `validate`, `webhook`, `signing` (clap; the shard commands are in `cli/shards.rs`).
+mod client;
 mod shards;
 mod validate;
 mod webhook;
@@ -92,6 +93,8 @@ pub enum Command {
         #[command(subcommand)]
         action: SigningAction,
     },
+    #[command(flatten)]
+    Client(client::ClientCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -163,6 +166,9 @@ pub enum CliError {
     /// Some tenants were done, others failed (each failure was printed).
     #[error("{0}")]
     Partial(String),
+    /// A client command: its own exit codes (0-5).
+    #[error(transparent)]
+    Client(#[from] crate::client::ClientError),
 }
 
 impl CliError {
@@ -177,6 +183,7 @@ impl CliError {
             | CliError::Startup(StartupError::Schemas { .. })
             | CliError::Startup(StartupError::SchemasMissing { .. })
             | CliError::Config(_) => 2,
+            CliError::Client(e) => e.exit_code(),
             _ => 1,
         }
     }
@@ -232,6 +239,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Maintain { tenant } => maintain(&config, tenant.as_deref()),
         Command::Validate(args) => validate::run(&config, args),
         Command::Webhook { action } => webhook::run(&config, action),
+        Command::Client(command) => Ok(client::run(command)?),
         Command::Signing {
             action: SigningAction::AllowedSigners,
         } => {

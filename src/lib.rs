@@ -1,6 +1,7 @@
 //! planfiles: per-tenant plan files kept in bare git repositories, served over HTTP.
 pub mod auth;
 pub mod cli;
+pub mod client;
 pub mod cluster;
 pub mod config;
 pub mod descriptors;

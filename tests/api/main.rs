@@ -6,6 +6,7 @@ mod abuse;
 mod auth;
 mod bad_input;
 mod cli;
+mod client;
 mod commits;
 mod commits_race;
 mod concurrency;

@@ -126,6 +126,19 @@ async fn a_valid_push_lands_on_main_with_its_author_and_its_pusher() {
         page["entries"][0]["author"]["email"],
         "author@client.example"
     );
+    // ... and who pushed them, which an API write's entry does not carry.
+    assert_eq!(
+        page["entries"][0]["pushed_by"],
+        json!({"name": "Test Er", "email": "tester@example.com"})
+    );
+    let api: Value = app
+        .history(&token("acme", ALL), "integration-file", "limit=2")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(api["entries"][0]["commit_sha"], first.as_str());
+    assert!(api["entries"][1].get("pushed_by").is_none(), "{api}");
 }
 
 #[tokio::test]

@@ -11,6 +11,8 @@ pub struct Relay {
     pub port: u16,
     hold: Arc<Mutex<Duration>>,
     stop: Arc<AtomicBool>,
+    /// The client side of each connection relayed, to cut.
+    live: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Relay {
@@ -22,6 +24,8 @@ impl Relay {
         let stop = Arc::new(AtomicBool::new(false));
         let upstream = upstream.to_owned();
         let (h, s) = (hold.clone(), stop.clone());
+        let live = Arc::new(Mutex::new(Vec::new()));
+        let l = live.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if s.load(Ordering::Relaxed) {
@@ -33,6 +37,9 @@ impl Relay {
                 };
                 let _ = client.set_nodelay(true);
                 let _ = server.set_nodelay(true);
+                if let Ok(c) = client.try_clone() {
+                    l.lock().unwrap().push(c);
+                }
                 pipe(
                     client.try_clone().unwrap(),
                     server.try_clone().unwrap(),
@@ -41,12 +48,27 @@ impl Relay {
                 pipe(server, client, Some(h.clone()));
             }
         });
-        Relay { port, hold, stop }
+        Relay {
+            port,
+            hold,
+            stop,
+            live,
+        }
     }
 
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Cuts every connection relayed so far, wherever its bytes are (a dropped link); the
+    /// number cut.
+    pub fn cut_all(&self) -> usize {
+        let live = std::mem::take(&mut *self.live.lock().unwrap());
+        for c in &live {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+        live.len()
     }
 
     /// From now on, every byte of an answer reaches the client `delay` after the peer sent
