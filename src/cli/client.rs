@@ -78,10 +78,12 @@ pub enum ClientCommand {
     /// Print a file's stored YAML text (a client of a running service).
     #[command(after_help = help!("planfiles get integration", "planfiles get configuration --at 3f2a9c1 -o json"))]
     Get {
+        /// integration or configuration.
         file: FileArg,
         /// A commit of the history (a unique prefix of 7 or more hex digits will do).
         #[arg(long, value_name = "COMMIT")]
         at: Option<String>,
+        /// text for a person, or json (the API's JSON).
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
         #[command(flatten)]
@@ -90,7 +92,9 @@ pub enum ClientCommand {
     /// Replace a file with the text of PATH (or stdin for -), guarded by the blob id read.
     #[command(after_help = help!("planfiles put integration integrations.yml --if-match 8f3baf2455e9843290646b56b2504e847191e891", "cat configuration.yml | planfiles put configuration - --force -m 'Set by the pipeline'"))]
     Put {
+        /// integration or configuration.
         file: FileArg,
+        /// The file with the new text, or - for stdin.
         path: String,
         /// The blob id the text was read at (planfiles get -o json shows it): 409/412 if it moved.
         #[arg(
@@ -105,6 +109,7 @@ pub enum ClientCommand {
         force: bool,
         #[command(flatten)]
         write: Write,
+        /// text for a person, or json (the API's JSON).
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
         #[command(flatten)]
@@ -114,6 +119,7 @@ pub enum ClientCommand {
     /// conflict merges your text with the new version; your text is never lost.
     #[command(after_help = help!("EDITOR=nano planfiles edit integration", "planfiles edit configuration -m 'Exclude the fixtures'"))]
     Edit {
+        /// integration or configuration.
         file: FileArg,
         #[command(flatten)]
         write: Write,
@@ -123,8 +129,10 @@ pub enum ClientCommand {
     /// Write one or both files in one commit.
     #[command(after_help = help!("planfiles commit --integration integrations.yml --configuration configuration.yml --force -m 'Both at once'"))]
     Commit {
+        /// The integration file's new text.
         #[arg(long, value_name = "PATH", required_unless_present = "configuration")]
         integration: Option<String>,
+        /// The configuration file's new text.
         #[arg(long, value_name = "PATH")]
         configuration: Option<String>,
         /// The integration file's blob id as read (tenants with source hosting only).
@@ -138,6 +146,7 @@ pub enum ClientCommand {
         force: bool,
         #[command(flatten)]
         write: Write,
+        /// text for a person, or json (the API's JSON).
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
         #[command(flatten)]
@@ -146,9 +155,12 @@ pub enum ClientCommand {
     /// A file's history, newest first.
     #[command(after_help = help!("planfiles log configuration --limit 5"))]
     Log {
+        /// integration or configuration.
         file: FileArg,
+        /// How many versions, newest first.
         #[arg(long, default_value_t = 20)]
         limit: u32,
+        /// text for a person, or json (the API's JSON).
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
         #[command(flatten)]
@@ -157,12 +169,16 @@ pub enum ClientCommand {
     /// What changed in a file between two commits (TO: main by default), key by key.
     #[command(after_help = help!("planfiles diff integration 3f2a9c1", "planfiles diff integration 3f2a9c1 8d0e4b7 --text"))]
     Diff {
+        /// integration or configuration.
         file: FileArg,
+        /// The older commit (a unique prefix of 7 or more hex digits will do).
         from: String,
+        /// The newer commit (default: main).
         to: Option<String>,
         /// The line diff of the two texts instead.
         #[arg(long)]
         text: bool,
+        /// text for a person, or json (the API's JSON).
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
         #[command(flatten)]
@@ -171,10 +187,13 @@ pub enum ClientCommand {
     /// Write a file back as it was in a commit of its history (guarded by the version read now).
     #[command(after_help = help!("planfiles restore integration 3f2a9c1 -m 'Back to Monday'"))]
     Restore {
+        /// integration or configuration.
         file: FileArg,
+        /// The commit to take the file from (a unique prefix of 7 or more hex digits will do).
         commit: String,
         #[command(flatten)]
         write: Write,
+        /// text for a person, or json (the API's JSON).
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
         #[command(flatten)]
@@ -186,6 +205,7 @@ pub enum ClientCommand {
         /// Start after this commit (else from now).
         #[arg(long, value_name = "COMMIT")]
         since: Option<String>,
+        /// text for a person, or json (the API's JSON).
         #[arg(short, long, value_enum, default_value = "text")]
         output: Output,
         #[command(flatten)]
@@ -194,6 +214,7 @@ pub enum ClientCommand {
     /// Keep both files in DIR as the service has them (the last good ones while it is down).
     #[command(after_help = help!("planfiles mirror --to /etc/scanner/plans"))]
     Mirror {
+        /// The folder to keep the files in (made if missing).
         #[arg(long, value_name = "DIR")]
         to: PathBuf,
         #[command(flatten)]

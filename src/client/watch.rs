@@ -74,6 +74,9 @@ pub(super) fn follow(
         let resume = at.done.clone();
         match c.events(resume.as_deref()) {
             Ok(res) => {
+                // Connected: a cut from here on is a dropped link, not an outage; the next
+                // attempt comes soon.
+                pause = Duration::from_millis(100);
                 let mut fields = (String::new(), String::new(), String::new());
                 for line in BufReader::new(res).lines() {
                     let Ok(line) = line else { break };
