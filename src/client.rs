@@ -32,8 +32,9 @@ pub const DEFAULT_ADDR: &str = "http://127.0.0.1:8080";
 /// found, 5 the service unreachable or failing. The text is the service's `detail`.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The service refused: its status, `detail` and, for a 422, each violation.
-    #[error("{detail}")]
+    /// The service refused: its status, `detail` and, for a 422, each violation (one line
+    /// each after the detail).
+    #[error("{detail}{}", violation_lines(errors))]
     Refused {
         status: u16,
         detail: String,
@@ -47,6 +48,21 @@ pub enum ClientError {
     NotFound(String),
     #[error("{0}")]
     Unreachable(String),
+}
+
+/// A 422's violations, one line each: the pointer in the file, the message, the line.
+fn violation_lines(errors: &[Value]) -> String {
+    errors
+        .iter()
+        .map(|v| {
+            let pointer = v["pointer"].as_str().unwrap_or("");
+            let at = match (v["line"].as_u64(), v["column"].as_u64()) {
+                (Some(l), Some(c)) => format!(" (line {l}, column {c})"),
+                _ => String::new(),
+            };
+            format!("\n  {pointer}: {}{at}", v["message"].as_str().unwrap_or(""))
+        })
+        .collect()
 }
 
 impl ClientError {
