@@ -1,0 +1,35 @@
+# planfiles' runtime image: `planfiles serve` as a non-root user, data on the volume /data,
+# git inside (the service spawns it), a read-only root file system (only /data and a /tmp
+# tmpfs are written), SIGTERM drained within Kubernetes' 30 s grace.
+#
+# It takes the binary built on the host, in the two lines that build it:
+#   cargo build --release --locked
+#   docker build -t planfiles .
+# The base is Debian 12 with git, ca-certificates and curl: scripts/docker-base.sh makes it
+# from Debian's packages where no image registry is reachable; elsewhere
+#   docker build --build-arg BASE=debian:bookworm-slim ...
+# works once those three packages are added (see the script).
+ARG BASE=planfiles-base:bookworm
+FROM ${BASE}
+
+# A user of its own, with no login and /data as its home (git reads $HOME/.gitconfig).
+RUN useradd --system --uid 10001 --user-group --home-dir /data --shell /usr/sbin/nologin planfiles \
+ && mkdir -p /data && chown planfiles:planfiles /data
+
+# The layers, smallest change last: the demo tenants and schemas, the config, the binary.
+COPY repos-fixture /usr/share/planfiles/repos-fixture
+COPY schemas /etc/planfiles/schemas
+COPY deploy/container.toml /etc/planfiles/config.toml
+COPY target/release/planfiles /usr/local/bin/planfiles
+
+ENV PLANFILES_CONFIG=/etc/planfiles/config.toml \
+    HOME=/data \
+    TMPDIR=/tmp
+USER planfiles:planfiles
+VOLUME ["/data"]
+EXPOSE 8080
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=5s --timeout=2s --start-period=10s --retries=3 \
+  CMD curl -fsS http://127.0.0.1:8080/readyz > /dev/null || exit 1
+ENTRYPOINT ["/usr/local/bin/planfiles"]
+CMD ["serve"]
