@@ -15,13 +15,13 @@ use actix_web::{web, HttpRequest};
     tag = "versions",
     description = "What changed in the file between two commits of main's history: an RFC 6902 patch keyed by account_id / path, and the unified diff.",
     params(
-        ("from" = String, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of main's history"),
-        ("to" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of main's history (default: main)"),
+        ("from" = String, Query, pattern = "^[0-9a-fA-F]{7,40}$", description = "A commit of main's history (its id, or a unique prefix of 7 or more hex digits)"),
+        ("to" = Option<String>, Query, pattern = "^[0-9a-fA-F]{7,40}$", description = "A commit of main's history, its id or a unique prefix (default: main)"),
         ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
     ),
     responses(
         (status = 200, description = "The diff", body = FileDiff),
-        (status = 400, description = "invalid_query: from missing, or not a 40-hex id", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_query: from missing, or not a commit id or a prefix of 7 or more hex digits, or one that names several objects", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks the read permission of the file", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "tenant_not_found, or unknown_ref", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "busy; retry", body = Problem, content_type = "application/problem+json"),
@@ -44,13 +44,13 @@ pub async fn diff_integration(
     tag = "versions",
     description = "What changed in the file between two commits of main's history: an RFC 6902 patch keyed by account_id / path, and the unified diff.",
     params(
-        ("from" = String, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of main's history"),
-        ("to" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit of main's history (default: main)"),
+        ("from" = String, Query, pattern = "^[0-9a-fA-F]{7,40}$", description = "A commit of main's history (its id, or a unique prefix of 7 or more hex digits)"),
+        ("to" = Option<String>, Query, pattern = "^[0-9a-fA-F]{7,40}$", description = "A commit of main's history, its id or a unique prefix (default: main)"),
         ("X-Request-Id" = Option<String>, Header, description = "Kept when it is 1-128 of [A-Za-z0-9._:-]"),
     ),
     responses(
         (status = 200, description = "The diff", body = FileDiff),
-        (status = 400, description = "invalid_query: from missing, or not a 40-hex id", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "invalid_query: from missing, or not a commit id or a prefix of 7 or more hex digits, or one that names several objects", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token lacks the read permission of the file", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "tenant_not_found, or unknown_ref", body = Problem, content_type = "application/problem+json"),
         (status = 503, description = "busy; retry", body = Problem, content_type = "application/problem+json"),
