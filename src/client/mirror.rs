@@ -47,11 +47,31 @@ pub fn mirror(c: &Client, dir: &Path) -> Result<(), ClientError> {
     )
 }
 
-/// The files as of `commit` (a start, a reset): each one that is valid there.
+/// The files as of `commit` (a start, a reset): each one that is valid there. A file that
+/// is not, and that the folder does not have yet (a first start), is taken at its newest
+/// valid version of the last 100, so that the folder is never left without it.
 fn sync_all(c: &Client, dir: &Path, commit: &str) -> Result<(), ClientError> {
     for file in PlanFile::ALL {
         let view = c.get(&format!("/plans/{}?ref={commit}", file.part_name()))?;
-        apply(c, dir, file, commit, view["status"] != "invalid")?;
+        let valid = view["status"] != "invalid";
+        apply(c, dir, file, commit, valid)?;
+        if !valid && read_kept(dir, file.path()).is_none() {
+            let page = c.get(&format!("/plans/{}/history?limit=100", file.part_name()))?;
+            let good = page["entries"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|e| e["status"] == "valid")
+                .and_then(|e| e["commit_sha"].as_str());
+            match good {
+                Some(good) => apply(c, dir, file, good, true)?,
+                None => super::note(&format!(
+                    "{} has no valid version in its last 100: none is in {}",
+                    file.path(),
+                    dir.display()
+                )),
+            }
+        }
     }
     Ok(())
 }

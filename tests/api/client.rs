@@ -612,6 +612,20 @@ async fn mirror_keeps_the_last_good_files_through_kills_restarts_and_a_broken_co
         *commit == broken
     });
     assert_eq!(mirrored(&m).0, good);
+    // A mirror that starts now, on the broken head, takes the newest valid version.
+    let fresh = out.path().join("fresh");
+    let mut second = client(&addr, &t, &["mirror", "--to", fresh.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    until(
+        &fresh,
+        "a first start on a broken head",
+        |(i, c, commit)| *i == good && *c == show("configuration.yml") && *commit == broken,
+    );
+    let _ = second.kill();
+    let _ = second.wait();
     // kill -9 while writes land; every moment the folder holds versions main has had.
     let writes = {
         let url = server.url("/plans/integration-file");
