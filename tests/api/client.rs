@@ -29,6 +29,30 @@ fn run(addr: &str, token: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// A child killed and reaped when dropped, also when an assertion failed first (a leaked
+/// `mirror` or `watch` would hold what the test's process held).
+struct Reaped(std::process::Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A file in a temporary folder with `text`.
 fn file_with(dir: &Path, name: &str, text: &str) -> String {
     let path = dir.join(name);
@@ -414,11 +438,13 @@ async fn watch_prints_every_event_once_in_order_through_a_link_cut_1000_times() 
     let t = token("globex", ALL);
     let relay = std::sync::Arc::new(Relay::start(0, app.addr.trim_start_matches("http://")));
     let start = app.head("globex");
-    let mut watcher = client(&relay.url(), &t, &["watch", "-o", "json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut watcher = Reaped(
+        client(&relay.url(), &t, &["watch", "-o", "json"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let stdout = watcher.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {
@@ -579,11 +605,13 @@ async fn mirror_keeps_the_last_good_files_through_kills_restarts_and_a_broken_co
     let out = tempfile::tempdir().unwrap();
     let m = out.path().join("plans");
     let start = |addr: &str| {
-        client(addr, &t, &["mirror", "--to", m.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        Reaped(
+            client(addr, &t, &["mirror", "--to", m.to_str().unwrap()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        )
     };
     let show = |f: &str| git_in(&repo, &["show", &format!("main:{f}")]) + "\n";
     let mut mirror = start(&addr);
@@ -614,11 +642,13 @@ async fn mirror_keeps_the_last_good_files_through_kills_restarts_and_a_broken_co
     assert_eq!(mirrored(&m).0, good);
     // A mirror that starts now, on the broken head, takes the newest valid version.
     let fresh = out.path().join("fresh");
-    let mut second = client(&addr, &t, &["mirror", "--to", fresh.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut second = Reaped(
+        client(&addr, &t, &["mirror", "--to", fresh.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     until(
         &fresh,
         "a first start on a broken head",
