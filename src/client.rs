@@ -24,6 +24,36 @@ fn note(text: &str) {
     let _ = writeln!(std::io::stderr(), "planfiles: {text}");
 }
 
+/// A commit or blob id as people read it: its first 10 digits.
+fn short(id: &str) -> &str {
+    id.get(..10).unwrap_or(id)
+}
+
+/// Who made a version and what it says, as `log` and `watch` print it (a history entry and a
+/// file event carry the same fields): `NAME <EMAIL> (pushed by P): SUBJECT [invalid]`.
+fn described(e: &Value) -> String {
+    let subject = e["message"]
+        .as_str()
+        .unwrap_or("")
+        .lines()
+        .next()
+        .unwrap_or("");
+    let pushed = match e["pushed_by"]["name"].as_str() {
+        Some(name) => format!(" (pushed by {name})"),
+        None => String::new(),
+    };
+    let invalid = if e["status"] == "invalid" {
+        " [invalid]"
+    } else {
+        ""
+    };
+    format!(
+        "{} <{}>{pushed}: {subject}{invalid}",
+        e["author"]["name"].as_str().unwrap_or(""),
+        e["author"]["email"].as_str().unwrap_or("")
+    )
+}
+
 /// Where the service is when `--addr` and `PLANFILES_ADDR` are not given.
 pub const DEFAULT_ADDR: &str = "http://127.0.0.1:8080";
 

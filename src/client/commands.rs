@@ -1,5 +1,5 @@
 //! The client's one-shot commands: `get`, `put`, `commit`, `log`, `diff`, `restore`, each printing text for a person or, with `-o json`, the API's JSON.
-use super::{Client, ClientError};
+use super::{described, short, Client, ClientError};
 use crate::domain::PlanFile;
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -27,6 +27,14 @@ pub struct WriteOptions {
 }
 
 impl WriteOptions {
+    /// `body` with the commit's subject, when one is given.
+    fn stamped(&self, mut body: Value) -> Value {
+        if let Some(m) = &self.message {
+            body["message"] = json!(m);
+        }
+        body
+    }
+
     fn query(&self) -> &'static str {
         if self.dry_run {
             "?dry_run=true"
@@ -81,10 +89,7 @@ pub fn put(
     options: &WriteOptions,
     out: Output,
 ) -> Result<Value, ClientError> {
-    let mut body = json!({ field(file): text });
-    if let Some(m) = &options.message {
-        body["message"] = json!(m);
-    }
+    let mut body = options.stamped(json!({ field(file): text }));
     let if_match = match (guard, file) {
         (Guard::IfMatch(blob), _) => Some(blob.as_str()),
         (Guard::Force, PlanFile::Integration) => None,
@@ -168,9 +173,7 @@ pub fn commit(
         }
         body[file.part_name()] = sent;
     }
-    if let Some(m) = &options.message {
-        body["message"] = json!(m);
-    }
+    body = options.stamped(body);
     let answer = c.write(
         Method::POST,
         &format!("/plans/commits{}", options.query()),
@@ -196,28 +199,11 @@ pub fn log(c: &Client, file: PlanFile, limit: u32, out: Output) -> Result<(), Cl
         return Ok(());
     }
     for e in page["entries"].as_array().into_iter().flatten() {
-        let subject = e["message"]
-            .as_str()
-            .unwrap_or("")
-            .lines()
-            .next()
-            .unwrap_or("");
-        let pushed = match e["pushed_by"]["name"].as_str() {
-            Some(name) => format!(" (pushed by {name})"),
-            None => String::new(),
-        };
         println!(
-            "{} {} {} <{}>{pushed}: {subject}{}",
-            &e["commit_sha"].as_str().unwrap_or("")
-                [..10.min(e["commit_sha"].as_str().unwrap_or("").len())],
+            "{} {} {}",
+            short(e["commit_sha"].as_str().unwrap_or("")),
             e["date"].as_str().unwrap_or(""),
-            e["author"]["name"].as_str().unwrap_or(""),
-            e["author"]["email"].as_str().unwrap_or(""),
-            if e["status"] == "invalid" {
-                " [invalid]"
-            } else {
-                ""
-            }
+            described(e)
         );
     }
     Ok(())
@@ -266,10 +252,7 @@ pub fn restore(
     out: Output,
 ) -> Result<(), ClientError> {
     let now = c.text(file, None)?;
-    let mut body = json!({ "commit": commit });
-    if let Some(m) = &options.message {
-        body["message"] = json!(m);
-    }
+    let body = options.stamped(json!({ "commit": commit }));
     let path = format!("/plans/{}/restore{}", file.part_name(), options.query());
     let answer = c.write(Method::POST, &path, &body, Some(&now.blob))?;
     report(&answer, file, options, out);

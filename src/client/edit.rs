@@ -1,7 +1,7 @@
 //! `planfiles edit FILE`, as `kubectl edit` does it and without losing a word: the stored text in `$VISUAL`/`$EDITOR`; a 422 reopens the same text with each violation as a comment on top; a conflict merges your text with theirs from your base (`git merge-file`), conflicting hunks marked; the buffer stays on disk, its path printed, until a write lands.
 use super::commands::{put, Guard, Output, WriteOptions};
 use super::local::{merge, Buffer};
-use super::{Client, ClientError};
+use super::{short, Client, ClientError};
 use crate::domain::PlanFile;
 
 /// Lines the client puts above the text; removed before the text is sent.
@@ -93,10 +93,6 @@ pub fn edit(
             }
         }
     }
-}
-
-fn short(id: &str) -> &str {
-    &id[..id.len().min(10)]
 }
 
 /// Runs the editor on the buffer; a failure (or a non-zero exit) ends the edit.

@@ -97,7 +97,7 @@ fn apply(
         super::note(&format!(
             "not applied: {} at {} breaks its rules; the last good version stays",
             file.path(),
-            &commit[..10.min(commit.len())]
+            super::short(commit)
         ));
         return Ok(());
     }

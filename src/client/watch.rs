@@ -1,6 +1,6 @@
 //! `planfiles watch`: the change stream, one line per event, followed across dropped connections (resumed with `Last-Event-ID` from the last commit all of whose events were handed on, with backoff), never an event twice or one skipped; Ctrl-C ends it with exit 0. `follow` is shared with `mirror`.
 use super::commands::Output;
-use super::{Client, ClientError};
+use super::{described, short, Client, ClientError};
 use serde_json::Value;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
@@ -161,37 +161,16 @@ pub fn watch(c: &Client, since: Option<&str>, out: Output) -> Result<(), ClientE
 
 /// An event as one line for a person.
 fn line(e: &Event) -> String {
-    let d = &e.data;
     if e.kind == "reset" {
         return format!("{} reset: main moved off the line it was on", short(&e.id));
     }
-    let subject = d["message"]
-        .as_str()
-        .unwrap_or("")
-        .lines()
-        .next()
-        .unwrap_or("");
-    let pushed = match d["pushed_by"]["name"].as_str() {
-        Some(name) => format!(" (pushed by {name})"),
-        None => String::new(),
-    };
     format!(
-        "{} {} {} {} <{}>{pushed}: {subject}{}",
+        "{} {} {} {}",
         short(&e.id),
         e.kind,
-        short(d["file_sha"].as_str().unwrap_or("")),
-        d["author"]["name"].as_str().unwrap_or(""),
-        d["author"]["email"].as_str().unwrap_or(""),
-        if d["status"] == "invalid" {
-            " [invalid]"
-        } else {
-            ""
-        }
+        short(e.data["file_sha"].as_str().unwrap_or("")),
+        described(&e.data)
     )
-}
-
-fn short(id: &str) -> &str {
-    &id[..id.len().min(10)]
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 use super::schema::{ConfigurationFile, FileProblem, FileStatus, IntegrationFile};
 use crate::domain::json_patch::Op;
 use crate::domain::yaml::Mapping;
-use crate::domain::{BlobId, CommitId, ConfigurationDoc, IntegrationDoc, PlanFile, Stored};
+use crate::domain::{BlobId, CommitId, ConfigurationDoc, IntegrationDoc, PlanFile};
 use crate::plans::rules::{self, NewDoc, Verdict};
 use crate::validation::SchemaSet;
 use actix_web::http::{header, StatusCode};
@@ -22,38 +22,33 @@ impl FileView {
     /// The view of stored bytes, valid or not: a file that parses but breaks `schemas` is
     /// `invalid` with its content as parsed and each violation at its line.
     pub fn stored(file: PlanFile, bytes: &[u8], sha: BlobId, schemas: &SchemaSet) -> Self {
-        let (doc, broken) = match rules::stored(file, bytes, schemas) {
-            Verdict::Valid(doc) => (doc, None),
-            Verdict::Breaks(doc, found) => (
-                doc,
-                Some(found.list.into_iter().map(FileProblem::Rule).collect()),
-            ),
-            Verdict::Unreadable { content, errors } => {
-                let errors = unreadable(errors);
-                return match file {
-                    PlanFile::Integration => integration(
-                        Stored::Invalid {
-                            content,
-                            errors: vec![],
-                        },
-                        errors,
-                        bytes,
-                        sha,
-                    ),
-                    PlanFile::Configuration => configuration(
-                        Stored::Invalid {
-                            content,
-                            errors: vec![],
-                        },
-                        errors,
-                        sha,
-                    ),
-                };
+        match rules::stored(file, bytes, schemas) {
+            Verdict::Valid(doc) => Self::of(doc, None, sha),
+            Verdict::Breaks(doc, found) => {
+                let broken = found.list.into_iter().map(FileProblem::Rule).collect();
+                Self::of(doc, Some(broken), sha)
             }
-        };
+            Verdict::Unreadable { content, errors } => {
+                let broken = Some(errors.into_iter().map(FileProblem::Unreadable).collect());
+                match file {
+                    PlanFile::Integration => {
+                        let raw = String::from_utf8_lossy(bytes).into_owned();
+                        integration(content, raw, broken, sha)
+                    }
+                    PlanFile::Configuration => configuration(content, broken, sha),
+                }
+            }
+        }
+    }
+
+    /// The view of a document of its kind, with what it breaks of the schemas, if anything.
+    fn of(doc: NewDoc, broken: Option<Vec<FileProblem>>, sha: BlobId) -> Self {
         match doc {
-            NewDoc::Integration(d) => integration(Stored::Valid(d), broken, bytes, sha),
-            NewDoc::Configuration(d) => configuration(Stored::Valid(d), broken, sha),
+            NewDoc::Integration(d) => {
+                let (content, raw) = d.into_parts();
+                integration(content, raw, broken, sha)
+            }
+            NewDoc::Configuration(d) => configuration(d.into_content(), broken, sha),
         }
     }
 
@@ -65,12 +60,12 @@ impl FileView {
 
     /// The view of a valid integration document.
     pub fn integration(doc: IntegrationDoc, sha: BlobId) -> Self {
-        integration(Stored::Valid(doc), None, &[], sha)
+        Self::of(NewDoc::Integration(doc), None, sha)
     }
 
     /// The view of a valid configuration document.
     pub fn configuration(doc: ConfigurationDoc, sha: BlobId) -> Self {
-        configuration(Stored::Valid(doc), None, sha)
+        Self::of(NewDoc::Configuration(doc), None, sha)
     }
 
     /// With `commit_sha`: the commit a write made (or found), or `null` for a dry run.
@@ -113,69 +108,38 @@ pub fn stored_body(
     .to_bytes()
 }
 
-fn unreadable(errors: Vec<String>) -> Option<Vec<FileProblem>> {
-    Some(errors.into_iter().map(FileProblem::Unreadable).collect())
-}
-
+/// An integration file's body; `invalid` when it breaks anything.
 fn integration(
-    stored: Stored<IntegrationDoc>,
+    content: Mapping,
+    raw_content: String,
     broken: Option<Vec<FileProblem>>,
-    raw: &[u8],
     sha: BlobId,
 ) -> FileView {
-    FileView::Integration(match stored {
-        Stored::Valid(doc) => {
-            let (content, raw_content) = doc.into_parts();
-            IntegrationFile {
-                content,
-                raw_content,
-                file_sha: sha,
-                status: if broken.is_some() {
-                    FileStatus::Invalid
-                } else {
-                    FileStatus::Valid
-                },
-                vendor_response: Mapping::new(),
-                validation_errors: broken,
-                commit_sha: None,
-                patch: None,
-            }
-        }
-        Stored::Invalid { content, .. } => IntegrationFile {
-            content,
-            raw_content: String::from_utf8_lossy(raw).into_owned(),
-            file_sha: sha,
-            status: FileStatus::Invalid,
-            vendor_response: Mapping::new(),
-            validation_errors: broken,
-            commit_sha: None,
-            patch: None,
+    FileView::Integration(IntegrationFile {
+        content,
+        raw_content,
+        file_sha: sha,
+        status: if broken.is_some() {
+            FileStatus::Invalid
+        } else {
+            FileStatus::Valid
         },
+        vendor_response: Mapping::new(),
+        validation_errors: broken,
+        commit_sha: None,
+        patch: None,
     })
 }
 
-fn configuration(
-    stored: Stored<ConfigurationDoc>,
-    broken: Option<Vec<FileProblem>>,
-    sha: BlobId,
-) -> FileView {
-    FileView::Configuration(match stored {
-        Stored::Valid(doc) => ConfigurationFile {
-            content: doc.into_content(),
-            sha,
-            status: broken.is_some().then_some(FileStatus::Invalid),
-            validation_errors: broken,
-            commit_sha: None,
-            patch: None,
-        },
-        Stored::Invalid { content, .. } => ConfigurationFile {
-            content,
-            sha,
-            status: Some(FileStatus::Invalid),
-            validation_errors: broken,
-            commit_sha: None,
-            patch: None,
-        },
+/// A configuration file's body; `status: invalid` only when it breaks anything.
+fn configuration(content: Mapping, broken: Option<Vec<FileProblem>>, sha: BlobId) -> FileView {
+    FileView::Configuration(ConfigurationFile {
+        content,
+        sha,
+        status: broken.is_some().then_some(FileStatus::Invalid),
+        validation_errors: broken,
+        commit_sha: None,
+        patch: None,
     })
 }
 

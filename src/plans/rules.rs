@@ -193,14 +193,6 @@ pub fn stored_content(file: PlanFile, bytes: &[u8]) -> Mapping {
     }
 }
 
-/// Whether stored bytes pass the set in use, remembered per (file, blob, set): what history
-/// pages and the change feed show as `valid`.
-pub fn stored_passes(validators: &Validators, file: PlanFile, blob: BlobId, bytes: &[u8]) -> bool {
-    validators
-        .passes(file, blob, |set| Some(passes(file, bytes, set)))
-        .unwrap_or(false)
-}
-
 /// [`stored`]'s yes or no, without locating the violations.
 pub fn passes(file: PlanFile, bytes: &[u8], schemas: &SchemaSet) -> bool {
     match NewDoc::from_stored(file, bytes) {
@@ -218,8 +210,12 @@ impl crate::storage::Judge for StoredJudge {
         self.0.known(file, blob)
     }
 
+    /// Whether stored bytes pass the set in use, remembered per (file, blob, set): what
+    /// change events show as `status`, as history pages do.
     fn judge(&self, file: PlanFile, blob: BlobId, bytes: &[u8]) -> bool {
-        stored_passes(&self.0, file, blob, bytes)
+        self.0
+            .passes(file, blob, |set| Some(passes(file, bytes, set)))
+            .unwrap_or(false)
     }
 }
 

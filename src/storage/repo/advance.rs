@@ -26,13 +26,6 @@ pub(super) struct Advance {
     pub after: Option<RefLock>,
 }
 
-/// How the refs moved after `main` fared: their failure fails only what they record.
-pub(super) enum After {
-    /// Moved (or there were none).
-    Moved(bool),
-    Failed(StorageError),
-}
-
 impl TenantRepo {
     /// `main`'s lock with `new` written, checked against `old` (`Moved` when `main` is not
     /// there any more); a lock a dead planfiles writer left is cleared and taken once more.
@@ -44,14 +37,15 @@ impl TenantRepo {
     /// and every lock's value durable; 2. the objects are named and the refs moved; 3. a
     /// second sync makes the names durable before any answer. When that sync fails `main`
     /// goes back (unless it moved again), and `undo_after` puts the refs after it back. No
-    /// name ever points at bytes a power loss can still take.
+    /// name ever points at bytes a power loss can still take. `Ok(Some(e))`: all moved but
+    /// the refs after `main`, whose failure fails only what they record.
     pub(super) fn advance(
         &self,
         advance: Advance,
         sync: Option<&SyncGroup>,
         path: &'static str,
         undo_after: impl FnOnce(&StorageError),
-    ) -> Result<After, StorageError> {
+    ) -> Result<Option<StorageError>, StorageError> {
         let Advance {
             staged,
             mark,
@@ -73,28 +67,23 @@ impl TenantRepo {
             folders.push(lock.folder().to_owned());
             lock.commit()?;
         }
-        let moved = main.map(|m| (m.old, m.new, m.lock));
-        let moved = match moved {
-            Some((old, new, lock)) => {
-                folders.push(lock.folder().to_owned());
-                lock.commit()?;
-                Some((old, new))
-            }
-            None => None,
-        };
-        let after = match after {
-            None => After::Moved(false),
-            Some(lock) => {
-                let folder = lock.folder().to_owned();
-                match lock.commit() {
-                    Ok(()) => {
-                        folders.push(folder);
-                        After::Moved(true)
-                    }
-                    Err(e) => After::Failed(e),
+        if let Some(main) = &main {
+            folders.push(main.lock.folder().to_owned());
+        }
+        let moved = main
+            .map(|m| m.lock.commit().map(|()| (m.old, m.new)))
+            .transpose()?;
+        let (mut after_moved, mut after_failed) = (false, None);
+        if let Some(lock) = after {
+            let folder = lock.folder().to_owned();
+            match lock.commit() {
+                Ok(()) => {
+                    folders.push(folder);
+                    after_moved = true;
                 }
+                Err(e) => after_failed = Some(e),
             }
-        };
+        }
         // 3. The names are durable before any answer; a write that fails changes nothing.
         let durable = match sync {
             Some(_) => self.group_sync_since(sync, ref_mark, path),
@@ -104,11 +93,11 @@ impl TenantRepo {
             if let Some((old, new)) = moved {
                 self.undo_unsynced(MAIN, old, new, sync, path, &e);
             }
-            if matches!(after, After::Moved(true)) {
+            if after_moved {
                 undo_after(&e);
             }
             return Err(e);
         }
-        Ok(after)
+        Ok(after_failed)
     }
 }

@@ -1,5 +1,5 @@
 //! The write path: a batch of a tenant's writes, each checked against the head the ones before it made and each its own commit, all made durable by one sync of their staged objects and ref locks, then named (objects, one compare-and-swap of `main`, the no-op records) and made durable by a second sync; dry runs.
-use super::advance::{Advance, After, MainMove};
+use super::advance::{Advance, MainMove};
 use super::objects::{Checked, Head};
 use super::refs::RefMove;
 use super::signatures::Committer;
@@ -229,14 +229,14 @@ impl TenantRepo {
             after,
         };
         let undo_records = |e: &StorageError| self.undo_unsynced_records(&no_ops, sync, path, e);
-        match self.advance(advance, sync, path, undo_records) {
-            Ok(After::Moved(_)) => {}
-            Ok(After::Failed(e)) => {
-                for i in recorded {
-                    results[i] = Some(Err(self.explain_write_failure(e.again(), path)));
-                }
+        // The no-op records failing to move fails only the writes they answer.
+        if let Some(e) = self
+            .advance(advance, sync, path, undo_records)
+            .map_err(failed)?
+        {
+            for i in recorded {
+                results[i] = Some(Err(self.explain_write_failure(e.again(), path)));
             }
-            Err(e) => return Err(failed(e)),
         }
         Ok(results)
     }
