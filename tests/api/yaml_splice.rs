@@ -454,7 +454,9 @@ fn random_edits_keep_every_other_line() {
             );
             // Old lines that are gone must be lines of edited nodes (of their outermost flow
             // collection, for one inside a flow collection; of a compact mapping's first two
-            // entries, when one of them is edited, as the `- ` moves).
+            // entries, when one of them is edited, as the `- ` moves; and when the old entries
+            // before the new first one are gone, the first line of that one, which moves onto
+            // the `- ` line).
             let mut allowed = vec![false; w.line() + 1];
             let mark_range = |p: &str, allowed: &mut Vec<bool>| {
                 if let Some(&(a, b)) = w.lines.get(p) {
@@ -471,6 +473,12 @@ fn random_edits_keep_every_other_line() {
                 if w.compact.iter().any(|c| c == up) {
                     for k in old_entries(&old, up).iter().take(2) {
                         mark_range(&format!("{up}/{k}"), &mut allowed);
+                    }
+                    let first = Value::Object(new.clone())
+                        .pointer(up)
+                        .and_then(|m| m.as_object()?.keys().next().cloned());
+                    if let Some(&(a, _)) = first.and_then(|k| w.lines.get(&format!("{up}/{k}"))) {
+                        allowed[a] = true;
                     }
                 }
             }

@@ -367,14 +367,10 @@ impl<'t> Splice<'t> {
         let pad = " ".repeat(col);
         for (pos, (piece, was_first)) in pieces.into_iter().enumerate() {
             if compact && pos == 0 && !was_first {
-                // The entry goes on the line of the `- `, where its own-line comments above
-                // cannot follow: they are dropped.
-                let mut rest: &str = &piece;
-                while rest.trim_start_matches(' ').starts_with('#') {
-                    rest = &rest[rest.find('\n')? + 1..];
-                }
-                let rest = rest.strip_prefix(pad.as_str())?;
-                if rest.starts_with([' ', '#', '\n']) {
+                // The entry moves to the line of the `- `. Its own-line comments above come
+                // with it: the first goes on the `- ` line (`- # note`), the entry under it.
+                let rest = piece.strip_prefix(pad.as_str())?;
+                if rest.starts_with([' ', '\n']) {
                     return None;
                 }
                 out.push_str(rest);

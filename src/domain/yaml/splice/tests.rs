@@ -104,6 +104,17 @@ fn compact_items_can_lose_or_gain_their_first_key() {
 }
 
 #[test]
+fn the_entry_that_moves_to_the_dash_keeps_its_comments() {
+    // Found by `random_edits_keep_every_other_line`: the first two keys go, and the comment
+    // above the third was dropped as the third moved onto the `- ` line.
+    let old = "gamma:\n- alpha: web\n  gamma: \"web\"\n  # note 875\n  # and more\n  beta: \"web\"  # trailing\nend: 1\n";
+    assert_eq!(
+        edit(old, json!({"gamma": [{"beta": "web"}], "end": 1})),
+        "gamma:\n- # note 875\n  # and more\n  beta: \"web\"  # trailing\nend: 1\n"
+    );
+}
+
+#[test]
 fn changed_scalars_are_quoted_when_the_round_trip_needs_it() {
     let old = "a: plain\nb: 'single'\nc: \"double\"\n";
     assert_eq!(
