@@ -85,6 +85,7 @@ fn main() {
         storage::init_git();
         let st = Storage::open(
             dir.path(),
+            &dir.path().join("cursor.key"),
             Identity::new("planfiles", "p@localhost", "x"),
             planfiles::storage::Durability::Group,
         )

@@ -32,6 +32,7 @@ fn main() {
     storage::init_git();
     let storage = Storage::open(
         dir.path(),
+        &dir.path().join("cursor.key"),
         Identity::new("planfiles", "p@localhost", "localhost"),
         planfiles::storage::Durability::Group,
     )

@@ -102,6 +102,7 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let storage = Storage::open(
         dir.path(),
+        &dir.path().join("cursor.key"),
         Identity::new("planfiles", "p@localhost", "x"),
         planfiles::storage::Durability::Group,
     )

@@ -232,6 +232,14 @@ impl Config {
             .unwrap_or_else(|| self.storage.data_dir.join("signing_key"))
     }
 
+    /// The cursor key's file: `storage.cursor_key_file`, else `<data_dir>/cursor.key`.
+    pub fn cursor_key_file(&self) -> PathBuf {
+        self.storage
+            .cursor_key_file
+            .clone()
+            .unwrap_or_else(|| self.storage.data_dir.join("cursor.key"))
+    }
+
     /// Built-in defaults, then the config file, then environment overrides.
     /// Without an explicit file, `config.toml` in the current directory is used if present.
     pub fn load(sources: &Sources) -> Result<Self, ConfigError> {
@@ -293,6 +301,9 @@ impl Config {
             beside(folder, p);
         }
         if let Some(p) = self.signing.key_file.as_mut() {
+            beside(folder, p);
+        }
+        if let Some(p) = self.storage.cursor_key_file.as_mut() {
             beside(folder, p);
         }
         beside(folder, &mut self.validation.schemas_dir);

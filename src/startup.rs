@@ -269,7 +269,12 @@ pub fn open_storage(
         volume.as_ref(),
     )?;
     let made = !config.storage.data_dir.is_dir();
-    let mut storage = Storage::open(&config.storage.data_dir, committer, durability)?;
+    let mut storage = Storage::open(
+        &config.storage.data_dir,
+        &config.cursor_key_file(),
+        committer,
+        durability,
+    )?;
     let key_file = config.signing_key_file();
     if config.signing.enabled && (key == SigningKey::MakeIfAbsent || key_file.exists()) {
         storage = storage.sign_commits(&key_file, &config.signing.previous_public_keys)?;

@@ -94,6 +94,7 @@ impl Storage {
     /// applies to the whole process (libgit2's fsync switch is global).
     pub fn open(
         data_dir: &Path,
+        cursor_key: &Path,
         committer: Identity,
         durability: Durability,
     ) -> Result<Self, StorageError> {
@@ -123,7 +124,7 @@ impl Storage {
                 std::time::Duration::from_secs(30),
                 std::time::Duration::from_secs(10),
             )),
-            dir_key: Arc::new(disk::dir_key::DirKey::load(data_dir)?),
+            dir_key: Arc::new(disk::dir_key::DirKey::load(cursor_key)?),
             write_hook: None,
             judge: None,
             recent_keys: Arc::default(),
@@ -271,6 +272,7 @@ pub(crate) fn test_storage() -> (tempfile::TempDir, Storage, TenantId) {
     let dir = tempfile::tempdir().unwrap();
     let storage = Storage::open(
         dir.path(),
+        &dir.path().join("cursor.key"),
         Identity::new("p", "p@localhost", "localhost"),
         Durability::Fsync,
     )

@@ -192,7 +192,13 @@ mod tests {
         crate::storage::init_git();
         let dir = tempfile::tempdir().unwrap();
         let who = Identity::new("planfiles", "p@localhost", "localhost");
-        let storage = Storage::open(dir.path(), who.clone(), Durability::Fsync).unwrap();
+        let storage = Storage::open(
+            dir.path(),
+            &dir.path().join("cursor.key"),
+            who.clone(),
+            Durability::Fsync,
+        )
+        .unwrap();
         let tenant = TenantId::parse("acme").unwrap();
         storage.create_tenant(&tenant, false).unwrap();
         // The blob of "n: 203\n" is 17726d27…

@@ -337,6 +337,7 @@ fn a_mistaken_move_refuses_no_write_and_a_started_one_can_be_aborted() {
     // A move that refused writes but never reached the target is aborted: writes go on here.
     let storage = planfiles::storage::Storage::open(
         &cluster.shards[0].dir.join("data"),
+        &cluster.shards[0].dir.join("data/cursor.key"),
         planfiles::domain::Identity::new("t", "t@localhost", "localhost"),
         planfiles::storage::Durability::Fsync,
     )
@@ -376,6 +377,7 @@ fn a_mistaken_move_refuses_no_write_and_a_started_one_can_be_aborted() {
     let u_id = planfiles::domain::TenantId::parse(u).unwrap();
     let b_storage = planfiles::storage::Storage::open(
         &b.dir.join("data"),
+        &b.dir.join("data/cursor.key"),
         planfiles::domain::Identity::new("t", "t@localhost", "localhost"),
         planfiles::storage::Durability::Fsync,
     )

@@ -102,6 +102,7 @@ fn main() {
         println!("volume: {}", volume::describe(dir.path()));
         let st = Storage::open(
             dir.path(),
+            &dir.path().join("cursor.key"),
             Identity::new("planfiles", "p@localhost", "x"),
             planfiles::storage::Durability::Group,
         )
@@ -142,6 +143,7 @@ fn main() {
         storage::init_git();
         let st = Storage::open(
             dir.path(),
+            &dir.path().join("cursor.key"),
             Identity::new("planfiles", "p@localhost", "x"),
             planfiles::storage::Durability::Group,
         )
@@ -384,6 +386,7 @@ fn main() {
     {
         let st = Storage::open(
             dir.path(),
+            &dir.path().join("cursor.key"),
             Identity::new("planfiles", "p@localhost", "x"),
             planfiles::storage::Durability::Group,
         )
@@ -461,6 +464,7 @@ fn many_tenants(n: usize) -> (Duration, f64) {
     {
         let st = Storage::open(
             &template,
+            &template.join("cursor.key"),
             Identity::new("planfiles", "p@localhost", "x"),
             planfiles::storage::Durability::Group,
         )

@@ -15,6 +15,7 @@ fn tenants(data_dir: &Path) {
     storage::init_git();
     let st = Storage::open(
         data_dir,
+        &data_dir.join("cursor.key"),
         Identity::new("planfiles", "p@localhost", "x"),
         storage::Durability::Group,
     )

@@ -16,6 +16,7 @@ fn tenant(data_dir: &Path) {
     planfiles::storage::init_git();
     let st = planfiles::storage::Storage::open(
         data_dir,
+        &data_dir.join("cursor.key"),
         planfiles::domain::Identity::new("planfiles", "p@localhost", "x"),
         planfiles::storage::Durability::Group,
     )

@@ -110,6 +110,10 @@ pub struct StorageConfig {
     /// disk read. `auto`: on unless the data dir is on a network, cluster or FUSE volume,
     /// whose other hosts' changes inotify does not see.
     pub watch_refs: WatchRefs,
+    /// The secret that signs history cursors and keys idempotency fingerprints (64 hex
+    /// digits), made at the first start when absent; default `<data_dir>/cursor.key`.
+    /// Shards share it, as they share the signing key.
+    pub cursor_key_file: Option<PathBuf>,
 }
 
 /// `storage.watch_refs`: `"auto"`, or `true`/`false`, which are always honoured.
@@ -365,6 +369,7 @@ impl Default for StorageConfig {
             durability: Default::default(),
             trust_syncfs: false,
             watch_refs: WatchRefs::Auto,
+            cursor_key_file: None,
         }
     }
 }

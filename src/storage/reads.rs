@@ -282,9 +282,14 @@ mod tests {
         for (on, expect_known) in [(true, true), (false, false)] {
             let dir = tempfile::tempdir().unwrap();
             let committer = Identity::new("planfiles", "p@localhost", "localhost");
-            let storage = Storage::open(dir.path(), committer, Durability::Fsync)
-                .unwrap()
-                .watch_refs(on);
+            let storage = Storage::open(
+                dir.path(),
+                &dir.path().join("cursor.key"),
+                committer,
+                Durability::Fsync,
+            )
+            .unwrap()
+            .watch_refs(on);
             let tenant = TenantId::parse("acme").unwrap();
             let head = storage.create_tenant(&tenant, false).unwrap();
             storage
@@ -305,7 +310,13 @@ mod tests {
         init_git();
         let dir = tempfile::tempdir().unwrap();
         let committer = Identity::new("planfiles", "p@localhost", "localhost");
-        let storage = Storage::open(dir.path(), committer, Durability::Fsync).unwrap();
+        let storage = Storage::open(
+            dir.path(),
+            &dir.path().join("cursor.key"),
+            committer,
+            Durability::Fsync,
+        )
+        .unwrap();
         let tenant = TenantId::parse("acme").unwrap();
         let head = storage.create_tenant(&tenant, false).unwrap();
         let repo = storage.repo_path(&tenant);

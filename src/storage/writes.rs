@@ -165,7 +165,13 @@ mod tests {
         init_git();
         let dir = tempfile::tempdir().unwrap();
         let committer = Identity::new("planfiles", "p@localhost", "localhost");
-        let storage = Storage::open(dir.path(), committer.clone(), Durability::Fsync).unwrap();
+        let storage = Storage::open(
+            dir.path(),
+            &dir.path().join("cursor.key"),
+            committer.clone(),
+            Durability::Fsync,
+        )
+        .unwrap();
         let tenant = TenantId::parse("acme").unwrap();
         let first = storage.create_tenant(&tenant, false).unwrap();
         let write = |n: usize, id: &ObjectId, ancestry| {
@@ -240,7 +246,13 @@ mod tests {
         let tenant = TenantId::parse("acme").unwrap();
         let open = || {
             let dir = tempfile::tempdir().unwrap();
-            let storage = Storage::open(dir.path(), committer.clone(), Durability::Fsync).unwrap();
+            let storage = Storage::open(
+                dir.path(),
+                &dir.path().join("cursor.key"),
+                committer.clone(),
+                Durability::Fsync,
+            )
+            .unwrap();
             storage.create_tenant(&tenant, false).unwrap();
             (dir, storage)
         };

@@ -126,6 +126,37 @@ async fn history_pages_with_a_cursor_cover_every_commit_once_even_while_writes_g
 }
 
 #[tokio::test]
+async fn a_cursor_holds_on_every_instance_that_shares_the_cursor_key_file() {
+    // Shards (or containers) on their own data dirs, one `storage.cursor_key_file`.
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("cursor.key");
+    let a = TestApp::with().cursor_key_file(&key).spawn().await;
+    let b = TestApp::with().cursor_key_file(&key).spawn().await;
+    let alone = TestApp::spawn().await;
+    assert!(
+        key.is_file(),
+        "the first start makes the key where it is configured"
+    );
+    assert!(!a.data_dir.path().join("cursor.key").exists());
+    // The fixture's acme has three versions of its integration file on every copy.
+    let t = token("acme", ALL);
+    let first = page(&a, "acme", "integration-file", "limit=1").await;
+    let cursor = first["next_cursor"].as_str().unwrap();
+    let query = format!("limit=1&cursor={cursor}");
+    let on_a = page(&a, "acme", "integration-file", &query).await;
+    let on_b = page(&b, "acme", "integration-file", &query).await;
+    assert_eq!(commits(&on_b), commits(&on_a));
+    assert_eq!(commits(&on_b).len(), 1);
+    // An instance with its own key refuses the cursor.
+    let res = alone.history(&t, "integration-file", &query).await;
+    let (status, body) = problem(res).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (400, Some("invalid_query"))
+    );
+}
+
+#[tokio::test]
 async fn bad_history_queries_are_400_invalid_query_and_need_the_read_permission() {
     let app = TestApp::spawn().await;
     let other_tenant_commit = app.head("acme");

@@ -16,6 +16,7 @@ fn key(k: &str) -> [(&str, &str); 1] {
 fn claim_elsewhere(app: &TestApp, tenant: &str, key: &str) -> InFlight {
     let other = Storage::open(
         app.data_dir.path(),
+        &app.data_dir.path().join("cursor.key"),
         Identity::new("other", "o@localhost", "localhost"),
         Durability::Fsync,
     )

@@ -11,6 +11,7 @@ use std::time::Duration;
 fn mover(app: &TestApp) -> Storage {
     Storage::open(
         app.data_dir.path(),
+        &app.data_dir.path().join("cursor.key"),
         Identity::new("mover", "m@localhost", "localhost"),
         Durability::Fsync,
     )
@@ -305,6 +306,7 @@ fn the_service_archives_a_moved_tenant_after_its_grace_and_still_answers_421() {
     let server = common::process::serve(dir.path(), &[]);
     let storage = Storage::open(
         &dir.path().join("data"),
+        &dir.path().join("data").join("cursor.key"),
         Identity::new("mover", "m@localhost", "localhost"),
         Durability::Fsync,
     )

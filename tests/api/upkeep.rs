@@ -150,6 +150,7 @@ async fn merges_leave_a_large_pack_alone_and_keep_the_pack_count_bounded() {
     let app = TestApp::spawn().await;
     let storage = Storage::open(
         app.data_dir.path(),
+        &app.data_dir.path().join("cursor.key"),
         Identity::new("t", "t@x", "x"),
         planfiles::storage::Durability::Group,
     )

@@ -175,6 +175,7 @@ pub struct Spawn {
     validation: Option<planfiles::config::ValidationConfig>,
     webhooks: Option<planfiles::config::WebhooksConfig>,
     cors_origins: Vec<String>,
+    cursor_key_file: Option<PathBuf>,
 }
 
 impl Spawn {
@@ -249,6 +250,12 @@ impl Spawn {
         self
     }
 
+    /// With `storage.cursor_key_file`.
+    pub fn cursor_key_file(mut self, path: &Path) -> Self {
+        self.cursor_key_file = Some(path.to_owned());
+        self
+    }
+
     /// Builds what production builds (`Application::build`) from a config of these settings:
     /// no seeding, two workers, and runs it on port 0.
     pub async fn spawn(self) -> TestApp {
@@ -265,6 +272,7 @@ impl Spawn {
         config.storage.data_dir = data_dir.path().to_owned();
         config.storage.seed_from = None;
         config.storage.repack_loose_objects = self.repack_threshold;
+        config.storage.cursor_key_file = self.cursor_key_file;
         config.commit.committer_email = "planfiles@test".into();
         config.auth = self.auth.unwrap_or_else(|| AuthConfig {
             secret: SECRET.into(),

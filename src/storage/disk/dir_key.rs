@@ -5,10 +5,9 @@ use hmac::{Hmac, Mac};
 use std::io::Write;
 use std::path::Path;
 
-const KEY_FILE: &str = "cursor.key";
-
-/// Read at start from `<data_dir>/cursor.key`, which the first process to need it creates
-/// (all or nothing: written aside, synced, then linked into place).
+/// Read at start from `storage.cursor_key_file` (default `<data_dir>/cursor.key`), which the
+/// first process to need it creates (all or nothing: written aside, synced, then linked into
+/// place).
 pub(in crate::storage) struct DirKey {
     key: [u8; 32],
 }
@@ -20,9 +19,9 @@ impl std::fmt::Debug for DirKey {
 }
 
 impl DirKey {
-    pub(in crate::storage) fn load(data_dir: &Path) -> Result<Self, StorageError> {
+    pub(in crate::storage) fn load(file: &Path) -> Result<Self, StorageError> {
         Ok(Self {
-            key: load_or_create(&data_dir.join(KEY_FILE))?,
+            key: load_or_create(file)?,
         })
     }
 
@@ -127,7 +126,7 @@ mod tests {
             TenantId::parse("globex").unwrap(),
         );
         let commit = |c: &str| CommitId(crate::domain::ObjectId::parse(&c.repeat(40)).unwrap());
-        let keys = DirKey::load(dir.path()).unwrap();
+        let keys = DirKey::load(&dir.path().join("cursor.key")).unwrap();
         let cursor = keys.mint(&acme, commit("a"));
         assert_eq!(keys.open(&acme, &cursor), Some(commit("a")));
         assert_eq!(keys.open(&globex, &cursor), None, "another tenant");
@@ -137,7 +136,7 @@ mod tests {
         };
         assert_eq!(keys.open(&acme, &forged), None, "another commit");
         // Another process on the same data dir reads the same key.
-        let again = DirKey::load(dir.path()).unwrap();
+        let again = DirKey::load(&dir.path().join("cursor.key")).unwrap();
         assert_eq!(again.open(&acme, &cursor), Some(commit("a")));
         assert_eq!(
             again.fingerprint("PUT /x", b"{}"),
