@@ -452,7 +452,11 @@ fn serve(config: Config) -> Result<(), CliError> {
         .block_on(async move {
             let events = app.events();
             let server = app.run()?;
-            crate::http::stop_on_signals(server.handle(), events);
+            crate::http::stop_on_signals(
+                server.handle(),
+                events,
+                std::time::Duration::from_secs(config.server.drain_secs),
+            );
             server.await
         })
         .map_err(|e| CliError::Io(format!("server: {e}")))?;

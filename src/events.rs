@@ -195,6 +195,11 @@ impl Events {
         self.inner.shutdown.send_replace(true);
     }
 
+    /// Whether [`Events::shut_down`] was called: the service is stopping.
+    pub fn is_shut_down(&self) -> bool {
+        *self.inner.shutdown.borrow()
+    }
+
     /// Resolves once [`Events::shut_down`] was called.
     pub fn shutting_down(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut rx = self.inner.shutdown.subscribe();

@@ -306,9 +306,14 @@ pub fn serve(
     Ok(server.run())
 }
 
-/// On SIGTERM or SIGINT: end the event streams and held requests, stop accepting, let
-/// in-flight requests finish, then return.
-pub fn stop_on_signals(handle: actix_web::dev::ServerHandle, events: crate::events::Events) {
+/// On SIGTERM or SIGINT: end the event streams and held requests (`/readyz` answers 503 from
+/// then on), serve on for `drain` after a SIGTERM (a second signal cuts it short), stop
+/// accepting, let in-flight requests finish, then return.
+pub fn stop_on_signals(
+    handle: actix_web::dev::ServerHandle,
+    events: crate::events::Events,
+    drain: Duration,
+) {
     actix_web::rt::spawn(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let (Ok(mut term), Ok(mut int)) = (
@@ -322,8 +327,20 @@ pub fn stop_on_signals(handle: actix_web::dev::ServerHandle, events: crate::even
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
         };
-        tracing::info!(signal = name, "shutting down: finishing in-flight requests");
         events.shut_down();
+        if name == "SIGTERM" && !drain.is_zero() {
+            tracing::info!(
+                signal = name,
+                drain_secs = drain.as_secs(),
+                "draining: /readyz answers 503, requests are still served"
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(drain) => {}
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        tracing::info!(signal = name, "shutting down: finishing in-flight requests");
         handle.stop(true).await;
     });
 }

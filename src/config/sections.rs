@@ -63,6 +63,9 @@ pub struct ServerConfig {
     pub client_request_timeout_secs: u64,
     /// Seconds in-flight requests get to finish on shutdown.
     pub shutdown_timeout_secs: u64,
+    /// Seconds a SIGTERM keeps serving with `/readyz` answering 503 before the listener
+    /// closes, so that load balancers stop sending first; 0: close at once.
+    pub drain_secs: u64,
     /// Seconds a client has to send a whole body once it has its turn.
     pub body_timeout_secs: u64,
     /// Bytes of request bodies (by Content-Length; body_limit when chunked) read and
@@ -347,6 +350,7 @@ impl Default for ServerConfig {
             workers: 0,
             client_request_timeout_secs: 5,
             shutdown_timeout_secs: 30,
+            drain_secs: 0,
             bodies_in_flight_bytes: 16 * 1024 * 1024,
             body_timeout_secs: 30,
             queue_timeout_secs: 10,

@@ -12,13 +12,19 @@ pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(Health { status: "ok" })
 }
 
-/// 200 when the data directory is readable and writable, else 503.
+/// 200 when the data directory is readable and writable and the service is not stopping,
+/// else 503.
 #[utoipa::path(get, path = "/readyz", tag = "operations", security(()),
     responses(
         (status = 200, description = "Ready; how many schemas writes are checked against, and a warning when none", body = Ready),
-        (status = 503, description = "not_ready: the data directory cannot be listed or written", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "not_ready: the data directory cannot be listed or written, or the service is stopping (SIGTERM)", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn readyz(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    if state.events.is_shut_down() {
+        return Err(ApiError::NotReady(
+            "shutting down: requests are served until the listener closes".into(),
+        ));
+    }
     let storage = state.storage.clone();
     let validators = state.validators.clone();
     // The schemas folder is looked at too (when none is loaded): on the blocking pool.

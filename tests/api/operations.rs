@@ -126,6 +126,74 @@ async fn metrics_can_require_a_token() {
     assert_eq!(res.status(), 200);
 }
 
+/// SIGTERM with `server.drain_secs`: `/readyz` answers 503 at once while the service goes on
+/// serving reads and writes on new connections (a load balancer polling `/readyz` stops
+/// sending meanwhile); then the listener closes and the process exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_with_readiness_503_before_the_listener_closes() {
+    let dir = data_dir_with_fixture();
+    let config = dir.path().join("drain.toml");
+    std::fs::write(&config, "[server]\ndrain_secs = 2\n").unwrap();
+    let mut cmd = common::process::planfiles(dir.path());
+    cmd.arg("--config").arg(&config);
+    let mut server = common::process::serve_command(cmd);
+    let client = reqwest::Client::new();
+    let ready = client.get(server.url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 200);
+    server.signal("TERM");
+    let signalled = Instant::now();
+    // Readiness turns at once (the first probe within 1 s), each probe on a new connection.
+    let fresh = || {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap()
+    };
+    let status = loop {
+        let res = fresh().get(server.url("/readyz")).send().await.unwrap();
+        if res.status() != 200 || signalled.elapsed() > Duration::from_secs(1) {
+            break res.status();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(status, 503, "readiness after SIGTERM");
+    assert!(signalled.elapsed() < Duration::from_secs(1));
+    // Still serving, on new connections: a write and a read.
+    let res = fresh()
+        .put(server.url("/plans/integration-file"))
+        .bearer_auth(token("acme", ALL))
+        .json(&json!({"content": {"during": "drain"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "a write while draining");
+    let res = fresh()
+        .get(server.url("/plans/integration-file"))
+        .bearer_auth(token("acme", ALL))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "a read while draining");
+    assert!(signalled.elapsed() < Duration::from_millis(1500));
+    let host = server.addr.trim_start_matches("http://").to_owned();
+    let refused =
+        tokio::task::spawn_blocking(move || refused_within(&host, Duration::from_secs(10)))
+            .await
+            .unwrap();
+    let closed = signalled.elapsed();
+    let status = tokio::task::spawn_blocking(move || server.wait())
+        .await
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        closed >= Duration::from_secs(2) && closed < Duration::from_secs(5),
+        "the listener closed {closed:?} after SIGTERM (drain_secs = 2)"
+    );
+    eprintln!(
+        "drain: readiness 503 at once, listener closed after {closed:?} ({refused:?} of polling)"
+    );
+}
+
 /// Connects to `host` until a connection is refused and returns how long that took; fails
 /// once `bound` has passed. A connection still accepted is closed at once, so that it does not
 /// hold the shutdown up.
