@@ -232,7 +232,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             if config.auth.algorithm != crate::config::Algorithm::HS256 {
                 return Err(CliError::Usage("planfiles token signs with HS256 only; the service is configured for another algorithm".into()));
             }
-            println!("{}", auth::mint_hs256(&config.auth.secret, &req)?);
+            println!("{}", auth::mint_hs256(config.hs256_secret()?, &req)?);
             Ok(())
         }
         Command::Tenant { action } => tenant(&config, action),

@@ -263,6 +263,8 @@ impl Config {
         for (name, value) in &sources.env {
             config.apply_env(name, value)?;
         }
+        let env_secret = sources.env.iter().any(|(n, _)| n == "PLANFILES_JWT_SECRET");
+        config.read_secret_file(env_secret)?;
         if config
             .storage
             .seed_from
@@ -290,6 +292,42 @@ impl Config {
         Ok(config)
     }
 
+    /// `auth.secret_file`: its first line becomes the secret. A file that is not there yet
+    /// leaves the secret empty: `serve` makes the file at start
+    /// ([`crate::startup::make_secret_file`]), and [`Config::hs256_secret`] refuses.
+    fn read_secret_file(&mut self, env_secret: bool) -> Result<(), ConfigError> {
+        let Some(path) = &self.auth.secret_file else {
+            return Ok(());
+        };
+        if env_secret {
+            return Err(ConfigError::Invalid(
+                "PLANFILES_JWT_SECRET and auth.secret_file are both set: keep one".into(),
+            ));
+        }
+        self.auth.secret = match std::fs::read_to_string(path) {
+            Ok(text) => text.lines().next().unwrap_or("").trim().to_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })
+            }
+        };
+        Ok(())
+    }
+
+    /// The HS256 secret, for commands that sign tokens.
+    pub fn hs256_secret(&self) -> Result<&str, ConfigError> {
+        match &self.auth.secret_file {
+            Some(path) if self.auth.secret.is_empty() => Err(ConfigError::Invalid(format!(
+                "auth.secret_file {}: no such file yet; `planfiles serve` makes it at its first start",
+                path.display()
+            ))),
+            _ => Ok(&self.auth.secret),
+        }
+    }
+
     /// Each relative path of the config file placed under `folder`, the file's own.
     fn resolve_paths(&mut self, folder: &Path) {
         use sections::beside;
@@ -301,6 +339,9 @@ impl Config {
             beside(folder, p);
         }
         if let Some(p) = self.signing.key_file.as_mut() {
+            beside(folder, p);
+        }
+        if let Some(p) = self.auth.secret_file.as_mut() {
             beside(folder, p);
         }
         if let Some(p) = self.storage.cursor_key_file.as_mut() {
@@ -408,9 +449,19 @@ impl Config {
             ));
         }
         match self.auth.algorithm {
-            Algorithm::HS256 if self.auth.secret.len() < 16 => Err(ConfigError::Invalid(
-                "auth.secret must be at least 16 bytes for HS256".into(),
-            )),
+            // A secret file not made yet is empty until `serve` makes it.
+            Algorithm::HS256 if self.auth.secret_file.is_some() && self.auth.secret.is_empty() => {
+                Ok(())
+            }
+            Algorithm::HS256 if self.auth.secret.len() < 16 => {
+                Err(ConfigError::Invalid(match &self.auth.secret_file {
+                    Some(p) => format!(
+                        "auth.secret_file {}: the secret must be at least 16 bytes for HS256",
+                        p.display()
+                    ),
+                    None => "auth.secret must be at least 16 bytes for HS256".into(),
+                }))
+            }
             Algorithm::RS256 | Algorithm::ES256 if self.auth.public_key_file.is_none() => Err(
                 ConfigError::Invalid("auth.public_key_file is required for RS256 and ES256".into()),
             ),
@@ -451,6 +502,51 @@ mod tests {
         assert_eq!(c.server.bind, "0.0.0.0:1");
         assert_eq!(c.storage.data_dir, PathBuf::from("/b"));
         assert_eq!(c.log.filter, "debug");
+    }
+
+    /// `auth.secret_file`: beside the config file, its first line the secret; not there yet,
+    /// the secret is empty and signing refuses; never beside PLANFILES_JWT_SECRET; too short
+    /// is refused, naming the file.
+    #[test]
+    fn the_secret_file_is_read_beside_the_config_and_not_made_by_loading() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "[auth]\nsecret_file = \"jwt.secret\"\n").unwrap();
+        let load = |env_pairs: &[(&str, &str)]| {
+            Config::load(&Sources {
+                explicit_file: Some(path.clone()),
+                env: env(env_pairs),
+            })
+        };
+        let c = load(&[]).unwrap();
+        assert_eq!(c.auth.secret_file, Some(dir.path().join("jwt.secret")));
+        assert_eq!(c.auth.secret, "");
+        assert!(
+            !dir.path().join("jwt.secret").exists(),
+            "loading makes nothing"
+        );
+        let e = c.hs256_secret().unwrap_err().to_string();
+        assert!(
+            e.contains("jwt.secret") && e.contains("planfiles serve"),
+            "{e}"
+        );
+        std::fs::write(
+            dir.path().join("jwt.secret"),
+            "s3cret-s3cret-s3cret-s3cret-s3cret\n",
+        )
+        .unwrap();
+        let c = load(&[]).unwrap();
+        assert_eq!(
+            c.hs256_secret().unwrap(),
+            "s3cret-s3cret-s3cret-s3cret-s3cret"
+        );
+        let e = load(&[("PLANFILES_JWT_SECRET", "x".repeat(40).as_str())])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("both set"), "{e}");
+        std::fs::write(dir.path().join("jwt.secret"), "short\n").unwrap();
+        let e = load(&[]).unwrap_err().to_string();
+        assert!(e.contains("jwt.secret") && e.contains("16 bytes"), "{e}");
     }
 
     /// Only the listed variables are read; a non-UTF-8 one is an error that names it and does
@@ -577,6 +673,7 @@ mod tests {
             ("workers", false),
             ("client_request_timeout_secs", true),
             ("shutdown_timeout_secs", true),
+            ("drain_secs", false),
             ("body_timeout_secs", true),
             ("queue_timeout_secs", true),
             ("body_min_bytes_per_sec", true),

@@ -72,6 +72,8 @@ impl Application {
     /// [`Application::build`] with a write hook (tests only; see [`WriteHook`]).
     #[doc(hidden)]
     pub fn build_with(config: &Config, hook: Option<WriteHook>) -> Result<Self, StartupError> {
+        let with_secret = make_secret_file(config)?;
+        let config = with_secret.as_ref().unwrap_or(config);
         check_secret(config)?;
         crate::auth::self_test()?;
         let (storage, volume, durability) = open_storage(config, SigningKey::MakeIfAbsent)?;
@@ -313,6 +315,21 @@ fn seed(config: &Config, storage: &Storage) -> Result<(), StorageError> {
 
 /// A weak HS256 secret is refused on an address other hosts can reach, and warned about on
 /// loopback.
+/// The config with the secret of an `auth.secret_file` not made yet (HS256), which this
+/// makes: 64 random hex digits, mode 0600, synced. `None`: nothing to make.
+fn make_secret_file(config: &Config) -> Result<Option<Config>, StartupError> {
+    let Some(path) = &config.auth.secret_file else {
+        return Ok(None);
+    };
+    if config.auth.algorithm != crate::config::Algorithm::HS256 || !config.auth.secret.is_empty() {
+        return Ok(None);
+    }
+    let mut config = config.clone();
+    config.auth.secret = storage::secret_file(path)?;
+    tracing::info!(secret_file = %path.display(), "made the HS256 secret (auth.secret_file)");
+    Ok(Some(config))
+}
+
 fn check_secret(config: &Config) -> Result<(), StartupError> {
     let Some(reason) = config.auth.weak_secret() else {
         return Ok(());

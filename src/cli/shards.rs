@@ -244,7 +244,7 @@ fn import_token(
         ));
     }
     Ok(auth::mint_hs256(
-        &config.auth.secret,
+        config.hs256_secret()?,
         &MintRequest {
             tenant: tenant.clone(),
             permissions: vec!["planfiles.repos.import".into()],

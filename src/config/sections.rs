@@ -165,6 +165,9 @@ pub struct AuthConfig {
     pub algorithm: Algorithm,
     /// HS256 shared secret (also used by `planfiles token`).
     pub secret: String,
+    /// The HS256 secret's file (its first line), used instead of `secret`; `serve` makes it
+    /// (64 random hex digits, mode 0600) when absent. Shards and containers share it.
+    pub secret_file: Option<PathBuf>,
     /// PEM public key file for RS256 or ES256.
     pub public_key_file: Option<PathBuf>,
     /// When set, tokens must carry this `iss`.
@@ -180,6 +183,7 @@ impl std::fmt::Debug for AuthConfig {
         f.debug_struct("AuthConfig")
             .field("algorithm", &self.algorithm)
             .field("secret", &"<redacted>")
+            .field("secret_file", &self.secret_file)
             .field("public_key_file", &self.public_key_file)
             .field("issuer", &self.issuer)
             .field("audience", &self.audience)
@@ -383,6 +387,7 @@ impl Default for AuthConfig {
         Self {
             algorithm: Algorithm::HS256,
             secret: DEMO_SECRET.into(),
+            secret_file: None,
             public_key_file: None,
             issuer: None,
             audience: None,

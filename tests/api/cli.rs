@@ -864,6 +864,65 @@ fn token_refuses_an_unknown_permission_unless_it_is_custom() {
     assert_eq!(claims["permissions"], serde_json::json!(["billing.read"]));
 }
 
+/// `auth.secret_file`: `serve` makes the secret (64 hex digits, mode 0600) at its first start;
+/// `planfiles token` with the same config signs with it, and the demo secret no longer works.
+#[tokio::test]
+async fn serve_makes_the_secret_file_and_token_signs_with_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::process::data_dir_with_fixture();
+    let config = dir.path().join("shard.toml");
+    std::fs::write(&config, "[auth]\nsecret_file = \"keys/jwt.secret\"\n").unwrap();
+    std::fs::create_dir(dir.path().join("keys")).unwrap();
+    let with_config = || {
+        let mut cmd = planfiles(dir.path());
+        cmd.env_remove("PLANFILES_JWT_SECRET")
+            .arg("--config")
+            .arg(&config);
+        cmd
+    };
+    // Before the first start, signing refuses and says why.
+    let out = with_config()
+        .args(["token", "--tenant", "acme"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("makes it at its first start"));
+    let server = common::process::serve_command(with_config());
+    let file = dir.path().join("keys/jwt.secret");
+    let secret = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        secret.len() == 64 && secret.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{secret}"
+    );
+    assert_eq!(file.metadata().unwrap().permissions().mode() & 0o777, 0o600);
+    let out = with_config()
+        .args(["token", "--tenant", "acme"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let minted = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let client = reqwest::Client::new();
+    let get = |t: String| {
+        client
+            .get(server.url("/plans/integration-file"))
+            .bearer_auth(t)
+            .send()
+    };
+    assert_eq!(get(minted).await.unwrap().status(), 200);
+    assert_eq!(
+        get(common::token("acme", common::ALL))
+            .await
+            .unwrap()
+            .status(),
+        401,
+        "the test secret"
+    );
+}
+
 /// A data dir that does not exist is made, and that is said once, with its absolute path: a
 /// mistyped path does not quietly serve an empty service.
 #[test]

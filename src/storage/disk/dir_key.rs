@@ -20,9 +20,10 @@ impl std::fmt::Debug for DirKey {
 
 impl DirKey {
     pub(in crate::storage) fn load(file: &Path) -> Result<Self, StorageError> {
-        Ok(Self {
-            key: load_or_create(file)?,
-        })
+        let text = load_or_create(file)?;
+        let key = parse(text.as_bytes())
+            .ok_or_else(|| StorageError::io("read the cursor key", file, bad_key()))?;
+        Ok(Self { key })
     }
 
     /// The cursor that resumes `tenant`'s history at `commit`.
@@ -62,36 +63,38 @@ fn tag(key: &[u8; 32], tenant: &TenantId, commit: CommitId) -> [u8; 16] {
     out
 }
 
-fn load_or_create(path: &Path) -> Result<[u8; 32], StorageError> {
+/// The text of the secret file at `path` (the errors name it), made first when absent:
+/// 32 random bytes as 64 hex digits, mode 0600, all or nothing (written aside, synced, linked
+/// into place, the folder synced). Of processes that make it at once, the first link counts.
+pub(in crate::storage) fn load_or_create(path: &Path) -> Result<String, StorageError> {
     let io = |op, e| StorageError::io(op, path, e);
-    match std::fs::read(path) {
-        Ok(bytes) => return parse(&bytes).ok_or_else(|| io("read the cursor key", bad_key())),
+    let read = |e| io("read a secret file", e);
+    match std::fs::read_to_string(path) {
+        Ok(text) => return Ok(text),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io("read the cursor key", e)),
+        Err(e) => return Err(read(e)),
     }
     let dir = path.parent().unwrap_or(Path::new("."));
     let key: [u8; 32] = rand::random();
     let mut tmp = tempfile::Builder::new()
-        .prefix(".cursor-key-")
+        .prefix(".secret-")
         .tempfile_in(dir)
-        .map_err(|e| io("write the cursor key", e))?;
+        .map_err(|e| io("write a secret file", e))?;
     let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
     tmp.write_all(hex.as_bytes())
         .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| io("write the cursor key", e))?;
-    // A link fails when another process made the key first: then that key counts.
+        .map_err(|e| io("write a secret file", e))?;
     match std::fs::hard_link(tmp.path(), path) {
         Ok(()) => {
             std::fs::File::open(dir)
                 .and_then(|d| d.sync_all())
-                .map_err(|e| io("sync the data dir", e))?;
-            Ok(key)
+                .map_err(|e| io("sync a secret file's folder", e))?;
+            Ok(hex)
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let bytes = std::fs::read(path).map_err(|e| io("read the cursor key", e))?;
-            parse(&bytes).ok_or_else(|| io("read the cursor key", bad_key()))
+            std::fs::read_to_string(path).map_err(read)
         }
-        Err(e) => Err(io("write the cursor key", e)),
+        Err(e) => Err(io("write a secret file", e)),
     }
 }
 
