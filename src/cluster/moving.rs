@@ -40,6 +40,11 @@ pub struct Move {
     pub schemas: std::collections::BTreeMap<String, String>,
 }
 
+/// How often a target that is importing is asked whether it is there.
+const PROBE_EVERY: Duration = Duration::from_secs(2);
+/// How long a target that is importing may not answer before the move stops waiting.
+const SILENT_LIMIT: Duration = Duration::from_secs(20);
+
 #[derive(Debug, thiserror::Error)]
 pub enum MoveError {
     #[error(transparent)]
@@ -334,7 +339,10 @@ impl Move {
         )
     }
 
-    /// Step 2: the target imports `head`, with the tenant's webhooks.
+    /// Step 2: the target imports `head`, with the tenant's webhooks. A large tenant may take
+    /// long (fetch, fsck), so the answer is awaited as long as the target answers
+    /// `/healthz`: a target cut off mid-import (whose answer would never come) ends the wait
+    /// after [`SILENT_LIMIT`] instead of the call's hour.
     fn import(
         &self,
         head: &str,
@@ -348,13 +356,43 @@ impl Move {
             "source_hosting": source_hosting,
             "webhooks": webhooks,
         });
-        super::peer::call(
-            &self.to,
-            &path,
-            &self.token,
-            Some(&body),
-            Duration::from_secs(3600),
-        )
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (to, token) = (self.to.clone(), self.token.clone());
+        std::thread::spawn(move || {
+            let answer =
+                super::peer::call(&to, &path, &token, Some(&body), Duration::from_secs(3600));
+            let _ = tx.send(answer);
+        });
+        let mut silent_since: Option<std::time::Instant> = None;
+        loop {
+            match rx.recv_timeout(PROBE_EVERY) {
+                Ok(answer) => return answer,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(self.unreachable("the import call ended without an answer".into()))
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            }
+            if super::peer::answers(&self.to, PROBE_EVERY) {
+                silent_since = None;
+                continue;
+            }
+            let since = *silent_since.get_or_insert_with(std::time::Instant::now);
+            if since.elapsed() >= SILENT_LIMIT {
+                return Err(self.unreachable(format!(
+                    "it stopped answering during the import ({} s without an answer to /healthz). \
+                     Writes stay refused here: run the same command again once it answers (that \
+                     finishes the move), or undo it with --abort",
+                    SILENT_LIMIT.as_secs()
+                )));
+            }
+        }
+    }
+
+    fn unreachable(&self, reason: String) -> MoveError {
+        MoveError::Unreachable {
+            to: self.to.clone(),
+            reason,
+        }
     }
 
     /// Before any write is refused: the router is named (or `--no-router`), and each HAProxy

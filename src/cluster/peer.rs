@@ -66,6 +66,18 @@ pub(super) fn call<T: DeserializeOwned>(
     })
 }
 
+/// Whether `peer` answers `GET /healthz` with 200 within `timeout`.
+pub(super) fn answers(peer: &ShardUrl, timeout: Duration) -> bool {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .build()
+        .into();
+    agent
+        .get(&format!("{peer}/healthz"))
+        .call()
+        .is_ok_and(|res| res.status() == 200)
+}
+
 /// Where a tenant is on a shard, as `GET /admin/tenants/<id>/placement` says.
 #[derive(Debug, Clone, Deserialize)]
 pub struct PeerPlacement {
