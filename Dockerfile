@@ -13,8 +13,10 @@ ARG BASE=planfiles-base:bookworm
 FROM ${BASE}
 
 # A user of its own, with no login and /data as its home (git reads $HOME/.gitconfig).
+# /keys: where shards mount the keys they share (deploy/compose.yaml); a volume mounted there
+# starts owned by this user.
 RUN useradd --system --uid 10001 --user-group --home-dir /data --shell /usr/sbin/nologin planfiles \
- && mkdir -p /data && chown planfiles:planfiles /data
+ && mkdir -p /data /keys && chown planfiles:planfiles /data /keys
 
 # The layers, smallest change last: the demo tenants and schemas, the config, the binary.
 COPY repos-fixture /usr/share/planfiles/repos-fixture
