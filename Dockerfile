@@ -22,7 +22,9 @@ RUN useradd --system --uid 10001 --user-group --home-dir /data --shell /usr/sbin
 COPY repos-fixture /usr/share/planfiles/repos-fixture
 COPY schemas /etc/planfiles/schemas
 COPY deploy/container.toml /etc/planfiles/config.toml
-COPY target/release/planfiles /usr/local/bin/planfiles
+# BINARY: another build of the same code (tests/container.rs passes the one the test run built).
+ARG BINARY=target/release/planfiles
+COPY ${BINARY} /usr/local/bin/planfiles
 
 ENV PLANFILES_CONFIG=/etc/planfiles/config.toml \
     HOME=/data \

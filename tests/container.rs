@@ -1,4 +1,4 @@
-//! The container image and `deploy/compose.yaml` (issue 51) on a real Docker engine, reached only through ports published on 127.0.0.1: the image runs read-only as its non-root user and keeps writes through `docker kill`, drains on `docker stop` under load, passes the README's walkthrough; compose's two shards behind HAProxy move a tenant while `docker network disconnect` cuts the target off, losing nothing and never writable on both. Runs only with PLANFILES_CONTAINER_TESTS=require (a dockerd, the base image of scripts/docker-base.sh, docker compose or docker-compose, a release build); .ci/run sets it.
+//! The container image and `deploy/compose.yaml` (issue 51) on a real Docker engine, reached only through ports published on 127.0.0.1: the image runs read-only as its non-root user and keeps writes through `docker kill`, drains on `docker stop` under load, passes the README's walkthrough; compose's two shards behind HAProxy move a tenant while `docker network disconnect` cuts the target off, losing nothing and never writable on both. Runs only with PLANFILES_CONTAINER_TESTS=require (a dockerd, the base image of scripts/docker-base.sh, docker compose or docker-compose); the image takes the binary this test run built, or PLANFILES_CONTAINER_BINARY; .ci/run sets the first.
 mod common;
 
 use serde_json::{json, Value};
@@ -27,7 +27,7 @@ fn docker(args: &[&str]) -> String {
 fn wanted() -> bool {
     let on = std::env::var("PLANFILES_CONTAINER_TESTS").as_deref() == Ok("require");
     if !on {
-        eprintln!("SKIPPED the container tests: set PLANFILES_CONTAINER_TESTS=require (docker, scripts/docker-base.sh, docker compose, cargo build --release)");
+        eprintln!("SKIPPED the container tests: set PLANFILES_CONTAINER_TESTS=require (docker, scripts/docker-base.sh, docker compose)");
     }
     on
 }
@@ -49,11 +49,34 @@ impl Drop for Cleanup {
     }
 }
 
-/// The repository's Dockerfile built once for the run, as the README builds it.
+/// The binary the image takes, as a path in the repository: the one this test run built
+/// (so CI needs no second, release, build), or `PLANFILES_CONTAINER_BINARY`
+/// (`target/release/planfiles`, as the README builds it).
+fn binary() -> String {
+    std::env::var("PLANFILES_CONTAINER_BINARY").unwrap_or_else(|_| {
+        Path::new(env!("CARGO_BIN_EXE_planfiles"))
+            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+            .expect("the test's binary is in the repository's target folder")
+            .display()
+            .to_string()
+    })
+}
+
+/// The repository's Dockerfile built once for the run, as the README builds it (with the
+/// binary of [`binary`]).
 fn image() -> &'static str {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        docker(&["build", "-q", "-t", IMAGE, env!("CARGO_MANIFEST_DIR")]);
+        let arg = format!("BINARY={}", binary());
+        docker(&[
+            "build",
+            "-q",
+            "--build-arg",
+            &arg,
+            "-t",
+            IMAGE,
+            env!("CARGO_MANIFEST_DIR"),
+        ]);
     });
     IMAGE
 }
@@ -498,6 +521,7 @@ impl Compose {
             .env("PLANFILES_SHARD_A_PORT", self.ports[1].to_string())
             .env("PLANFILES_SHARD_B_PORT", self.ports[2].to_string())
             .env("PLANFILES_IMAGE", IMAGE)
+            .env("PLANFILES_BINARY", binary())
             .env("PLANFILES_HAPROXY_IMAGE", "planfiles-haproxy-test:latest");
         cmd
     }
