@@ -4,7 +4,9 @@ use super::{ContentError, Stored};
 use serde_json::Value;
 
 /// A valid configuration file: `folders`, where present, is a list of
-/// `{path: non-empty string, exclude?: [string]}`; other keys are kept as they are.
+/// `{path: non-empty string, exclude?: [string]}`; other keys are kept as they are. For a
+/// payload sent as JSON the text is its emission, which storage verifies before it stores it
+/// (or edits the stored text instead).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigurationDoc {
     content: Mapping,
@@ -19,7 +21,10 @@ impl ConfigurationDoc {
         let (map, raw) = match payload {
             Value::Object(map) => {
                 check_shape(&map, AT)?;
-                let raw = yaml::emit(&map).map_err(|e| ContentError::new(AT, e.to_string()))?;
+                // Verified by storage before it is stored (`Change::content`): a write whose text
+                // is edited never stores this emission, and its check would cost a parse.
+                let raw = yaml::emit_unverified(&map)
+                    .map_err(|e| ContentError::new(AT, e.to_string()))?;
                 (map, raw)
             }
             Value::String(text) => {

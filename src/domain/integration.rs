@@ -3,7 +3,9 @@ use super::yaml::{self, Mapping};
 use super::{ContentError, Stored};
 use serde_json::Value;
 
-/// A valid integration file: the parsed mapping and the YAML text that is stored.
+/// A valid integration file: the parsed mapping and the YAML text that is stored. For
+/// content sent as JSON the text is its emission, which storage verifies before it stores it
+/// (or edits the stored text instead).
 #[derive(Debug, Clone, PartialEq)]
 pub struct IntegrationDoc {
     content: Mapping,
@@ -17,7 +19,10 @@ impl IntegrationDoc {
         const AT: &str = "/content";
         match content {
             Value::Object(map) => {
-                let raw = yaml::emit(&map).map_err(|e| ContentError::new(AT, e.to_string()))?;
+                // Verified by storage before it is stored (`Change::content`): a write whose text
+                // is edited never stores this emission, and its check would cost a parse.
+                let raw = yaml::emit_unverified(&map)
+                    .map_err(|e| ContentError::new(AT, e.to_string()))?;
                 Ok(Self { content: map, raw })
             }
             Value::String(text) => {

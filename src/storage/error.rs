@@ -62,6 +62,9 @@ pub enum StorageError {
         code: i32,
         class: u32,
     },
+    /// Content sent as JSON whose emission does not read back as the same data.
+    #[error("tenant {tenant}: the content of {} cannot be stored as YAML without changing it", file.path())]
+    NotRepresentable { tenant: TenantId, file: PlanFile },
     #[error("tenant {tenant} is moving to another shard; writes are refused until it is there")]
     TenantMoving { tenant: TenantId },
     #[error("tenant {tenant} moved to the shard at {to}")]

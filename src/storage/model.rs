@@ -203,8 +203,9 @@ pub enum IfMatch {
 #[derive(Debug, Clone)]
 pub struct Change {
     pub file: PlanFile,
-    /// The file's new bytes; with `content`, its whole emission, stored only when the file's
-    /// current text cannot be edited into the content.
+    /// The file's new bytes; with `content`, its whole emission (not verified yet), stored
+    /// only when the file's current text cannot be edited into the content, and then only
+    /// once it reads back as exactly the content.
     pub bytes: Vec<u8>,
     /// Content sent as JSON: the current text is edited into its text under the write lock
     /// (unchanged nodes keep their bytes), checked to read back as exactly this content.

@@ -238,6 +238,63 @@ mod tests {
     /// A batch commits exactly what writing its requests one by one commits: the same trees
     /// and messages in the same order on `main`'s first-parent line, the same answers (a
     /// stale `file_sha` refused, a no-op, a dry run), each write its own commit.
+    /// Content sent as JSON comes with its emission unverified: storage stores an emission
+    /// only once it reads back as the content, and refuses one that does not, changing
+    /// nothing, both where there is no file yet and where the stored text cannot be edited.
+    #[test]
+    fn an_emission_that_does_not_read_back_is_not_stored() {
+        let (_dir, storage, tenant) = crate::storage::test_storage();
+        let who = Identity::new("t", "t@localhost", "localhost");
+        let content: crate::domain::yaml::Mapping =
+            serde_json::from_value(serde_json::json!({"a": 1})).unwrap();
+        let write = |file: PlanFile, bytes: &str| {
+            let mut req = CommitRequest::of(
+                file,
+                bytes.as_bytes().to_vec(),
+                Preconditions::default(),
+                who.clone(),
+            );
+            req.changes[0].content = Some(std::sync::Arc::new(content.clone()));
+            storage.commit(&tenant, req)
+        };
+        let text = CommitRequest::of(
+            PlanFile::Integration,
+            b"x: 0\n".to_vec(),
+            Preconditions::default(),
+            who.clone(),
+        );
+        storage.commit(&tenant, text).unwrap();
+        let head = storage.head_state(&tenant).unwrap().commit;
+        // The stored integration file is a block mapping that the splice edits: the verified
+        // edit is stored, whatever the (wrong) emission says.
+        assert!(write(PlanFile::Integration, "a: 2\n").is_ok());
+        let stored = storage.read(&tenant, PlanFile::Integration).unwrap();
+        assert_eq!(
+            stored.bytes, b"a: 1\n",
+            "the splice's text, not the emission"
+        );
+        let edited = storage.head_state(&tenant).unwrap().commit;
+        assert_ne!(edited, head);
+        // A file that is not a block mapping is emitted whole: the wrong emission is refused.
+        let flow = CommitRequest::of(
+            PlanFile::Configuration,
+            b"{b: 1}\n".to_vec(),
+            Preconditions::default(),
+            who.clone(),
+        );
+        storage.commit(&tenant, flow).unwrap();
+        let before = storage.head_state(&tenant).unwrap().commit;
+        let e = write(PlanFile::Configuration, "a: 2\n").unwrap_err();
+        assert!(matches!(e, StorageError::NotRepresentable { .. }), "{e}");
+        assert_eq!(
+            storage.head_state(&tenant).unwrap().commit,
+            before,
+            "nothing written"
+        );
+        // The right emission is stored.
+        assert!(write(PlanFile::Configuration, "a: 1\n").is_ok());
+    }
+
     #[test]
     fn a_batch_commits_what_one_by_one_commits() {
         use crate::domain::{BlobId, RequestId};

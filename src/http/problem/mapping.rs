@@ -86,6 +86,15 @@ impl ApiError {
                 1,
             ),
             StorageError::StorageFull { .. } => ApiError::StorageFull(file.path()),
+            StorageError::NotRepresentable { file, .. } => {
+                ApiError::InvalidContent(crate::domain::ContentError::new(
+                    match file {
+                        PlanFile::Integration => "/content",
+                        PlanFile::Configuration => "/payload",
+                    },
+                    crate::domain::yaml::YamlError::NotRepresentable.to_string(),
+                ))
+            }
             StorageError::TenantMoving { tenant } => ApiError::TenantMoving(tenant.to_string()),
             // The detail names no shard: shard addresses are the operator's business.
             StorageError::TenantMoved { tenant, .. } => ApiError::TenantMoved(tenant.to_string()),

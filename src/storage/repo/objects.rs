@@ -68,8 +68,22 @@ impl TenantRepo {
         let Some(content) = &req.content else {
             return Ok((Cow::Borrowed(&req.bytes), None));
         };
+        // The emission is stored only once it reads back as the content (the handler did not
+        // verify it: an edited text, verified by the splice, is stored instead most times).
+        let emitted = |made: Made| {
+            let verified = std::str::from_utf8(&req.bytes)
+                .is_ok_and(|text| crate::domain::yaml::reads_back_as(text, content));
+            if verified {
+                Ok((Cow::Borrowed(req.bytes.as_slice()), Some(made)))
+            } else {
+                Err(StorageError::NotRepresentable {
+                    tenant: self.tenant.clone(),
+                    file: req.file,
+                })
+            }
+        };
         if !present {
-            return Ok((Cow::Borrowed(&req.bytes), Some(Made::Emitted)));
+            return emitted(Made::Emitted);
         }
         let old = self.blob_bytes(staged, current, req.file.path())?;
         let known = self.parsed.get(current);
@@ -85,10 +99,10 @@ impl TenantRepo {
                 "the stored text could not be edited into the new content; emitted whole"
             );
         }
-        Ok(match rewrite {
-            Rewrite::Edited(text) => (Cow::Owned(text.into_bytes()), Some(made)),
-            Rewrite::Fresh | Rewrite::Fallback => (Cow::Borrowed(&req.bytes), Some(made)),
-        })
+        match rewrite {
+            Rewrite::Edited(text) => Ok((Cow::Owned(text.into_bytes()), Some(made))),
+            Rewrite::Fresh | Rewrite::Fallback => emitted(made),
+        }
     }
 
     /// Stages the changed blobs, `head`'s tree with those entries replaced, and a commit on
