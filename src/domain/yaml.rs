@@ -117,18 +117,40 @@ pub fn parse_mapping(text: &str) -> Result<Mapping, YamlError> {
 /// walk.
 /// Files already stored are read with `parse_mapping`, whatever they hold.
 pub fn parse_client_text(text: &str) -> Result<Mapping, YamlError> {
+    client_text(text, |_, _| {})
+}
+
+/// [`parse_client_text`] that also builds the text's tree for the splice, from the same
+/// parse (`None`: the walk's parser did not get to the end).
+pub(crate) fn parse_client_text_spanned(
+    text: &str,
+) -> Result<(Mapping, Option<splice::Spans>), YamlError> {
+    let mut tree = splice::SpansBuilder::new(text);
+    let map = client_text(text, |event, span| tree.event(event, span))?;
+    Ok((map, tree.finish()))
+}
+
+fn client_text(
+    text: &str,
+    observe: impl FnMut(&granit_parser::Event<'_>, &granit_parser::Span),
+) -> Result<Mapping, YamlError> {
     let map = match parse_value(text, MAX_CLIENT_REPLAYS)? {
         Value::Object(map) => map,
         Value::Null if is_blank(text) => return Err(YamlError::NotAMapping("an empty document")),
         other => return Err(YamlError::NotAMapping(kind(&other))),
     };
-    let found = walk::first(text, &map, |p| {
-        let found = match readers::wide_integer(p.text) {
-            Some(reading) => Found::Wide(reading),
-            None => Found::Ambiguous(readers::conflict(p.text, p.service)?),
-        };
-        Some((p.text.to_owned(), p.role, found))
-    });
+    let found = walk::first_observed(
+        text,
+        &map,
+        |p| {
+            let found = match readers::wide_integer(p.text) {
+                Some(reading) => Found::Wide(reading),
+                None => Found::Ambiguous(readers::conflict(p.text, p.service)?),
+            };
+            Some((p.text.to_owned(), p.role, found))
+        },
+        observe,
+    );
     let Some((pointer, (text, role, found))) = found else {
         return Ok(map);
     };

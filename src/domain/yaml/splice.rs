@@ -7,7 +7,7 @@
 //! each with the own-line comments directly above it; the new text is the chunks in the new
 //! order, with changed values edited inside their chunk and new ones emitted in the house
 //! style at their siblings' column.
-use super::{parse_client_text, parse_mapping, strict_eq, strict_eq_map as maps_eq, Mapping};
+use super::{parse_mapping, strict_eq, strict_eq_map as maps_eq, Mapping};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -27,6 +27,29 @@ pub enum Rewrite {
     Fresh,
     /// The edit did not parse back to the content: the content is emitted whole.
     Fallback,
+}
+
+/// The node tree of a text with each node's byte range: what an edit of that text needs
+/// besides its content. Kept beside the content of a text storage stored, so that the text's
+/// next edit does not parse it again (about 4 MB for a 1 MiB file).
+#[derive(Debug)]
+pub struct Spans(Node);
+
+/// Builds a text's [`Spans`] from the parser events of a parse made for another reason.
+pub(crate) struct SpansBuilder<'t>(tree::Builder<'t>);
+
+impl<'t> SpansBuilder<'t> {
+    pub(crate) fn new(text: &'t str) -> Self {
+        Self(tree::Builder::new(text))
+    }
+
+    pub(crate) fn event(&mut self, event: &granit_parser::Event<'_>, span: &granit_parser::Span) {
+        self.0.event(event, span);
+    }
+
+    pub(crate) fn finish(self) -> Option<Spans> {
+        self.0.finish().map(Spans)
+    }
 }
 
 /// How the text of a write of JSON content was made (a closed set, for metrics).
@@ -68,6 +91,18 @@ pub fn rewrite(old: &str, new: &Mapping) -> Rewrite {
 /// [`rewrite`] with what `old` parses to, when the caller knows it already (the content
 /// of the write that stored it): `old` is then parsed only for its spans.
 pub fn rewrite_known(old: &str, known: Option<&Mapping>, new: &Mapping) -> Rewrite {
+    rewrite_spanned(old, known, None, new).0
+}
+
+/// [`rewrite_known`] with `old`'s spans too when known (from the check of the edit that made
+/// `old`): then `old` is not parsed at all. An edited text comes with its own spans, for
+/// the edit after it.
+pub fn rewrite_spanned(
+    old: &str,
+    known: Option<&Mapping>,
+    spans: Option<&Spans>,
+    new: &Mapping,
+) -> (Rewrite, Option<Spans>) {
     let parsed;
     let old_map = match known {
         Some(map) => map,
@@ -76,39 +111,44 @@ pub fn rewrite_known(old: &str, known: Option<&Mapping>, new: &Mapping) -> Rewri
                 parsed = map;
                 &parsed
             }
-            Err(_) => return Rewrite::Fresh,
+            Err(_) => return (Rewrite::Fresh, None),
         },
     };
     if maps_eq(old_map, new) {
-        return Rewrite::Edited(old.to_owned());
+        return (Rewrite::Edited(old.to_owned()), None);
     }
     if new.is_empty() {
         // Nothing is left to edit: the text is `{}`.
-        return Rewrite::Fresh;
+        return (Rewrite::Fresh, None);
     }
-    let root = match tree::build(old) {
-        Some(
-            root @ Node {
-                kind: Kind::Map { flow: false, .. },
-                ..
-            },
-        ) => root,
-        _ => return Rewrite::Fresh,
+    let built;
+    let root = match spans {
+        Some(Spans(root)) => root,
+        None => {
+            built = tree::build(old);
+            match &built {
+                Some(root) => root,
+                None => return (Rewrite::Fresh, None),
+            }
+        }
     };
+    if !matches!(root.kind, Kind::Map { flow: false, .. }) {
+        return (Rewrite::Fresh, None);
+    }
     let splice = Splice { text: old };
-    let Some((start, end)) = splice.region(&root) else {
-        return Rewrite::Fallback;
+    let Some((start, end)) = splice.region(root) else {
+        return (Rewrite::Fallback, None);
     };
-    let Some(body) = splice.block_map(&root, old_map, new) else {
-        return Rewrite::Fallback;
+    let Some(body) = splice.block_map(root, old_map, new) else {
+        return (Rewrite::Fallback, None);
     };
     let (Some(head), Some(tail)) = (old.get(..start), old.get(end..)) else {
-        return Rewrite::Fallback;
+        return (Rewrite::Fallback, None);
     };
     let text = [head, &body, tail].concat();
-    match parse_client_text(&text) {
-        Ok(back) if maps_eq(&back, new) => Rewrite::Edited(text),
-        _ => Rewrite::Fallback,
+    match super::parse_client_text_spanned(&text) {
+        Ok((back, spans)) if maps_eq(&back, new) => (Rewrite::Edited(text), spans),
+        _ => (Rewrite::Fallback, None),
     }
 }
 

@@ -3,7 +3,7 @@
 //! never resolved implicitly, so only plain ones are met).
 use super::readers::Reading;
 use super::Mapping;
-use granit_parser::{Event, Parser, ScalarStyle};
+use granit_parser::{Event, Parser, ScalarStyle, Span};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -29,7 +29,18 @@ pub struct Plain<'a> {
 pub fn first<T>(
     text: &str,
     map: &Mapping,
+    check: impl FnMut(&Plain<'_>) -> Option<T>,
+) -> Option<(String, T)> {
+    first_observed(text, map, check, |_, _| {})
+}
+
+/// [`first`], showing `observe` each parser event with its span before the walk takes it
+/// (the splice builds an edited text's tree from them).
+pub fn first_observed<T>(
+    text: &str,
+    map: &Mapping,
     mut check: impl FnMut(&Plain<'_>) -> Option<T>,
+    mut observe: impl FnMut(&Event<'_>, &Span),
 ) -> Option<(String, T)> {
     let mut walk = Walk {
         root: map,
@@ -38,7 +49,8 @@ pub fn first<T>(
     };
     for event in Parser::new_from_str(text) {
         // The service's parser accepted the text; a parser that disagrees has nothing to add.
-        let (event, _span) = event.ok()?;
+        let (event, span) = event.ok()?;
+        observe(&event, &span);
         if let Some(found) = walk.event(event, &mut check) {
             return Some((walk.pointer(), found));
         }

@@ -257,7 +257,8 @@ impl TenantRepo {
                     None => (super::empty_blob_oid(), false),
                 };
                 let forced = !self.check(staged, on_disk, change, current)?;
-                let (bytes, made) = self.new_bytes(staged, change, current, present)?;
+                let super::objects::NewText { bytes, made, spans } =
+                    self.new_bytes(staged, change, current, present)?;
                 let new_blob = Oid::hash_object(ObjectType::Blob, &bytes).map_err(git_err(
                     &self.tenant,
                     "hash blob",
@@ -265,7 +266,7 @@ impl TenantRepo {
                 ))?;
                 if let (Some(Made::Edited), Some(content)) = (made, &change.content) {
                     // The edited text was checked to parse to exactly the content.
-                    self.parsed.put(new_blob, content.clone());
+                    self.parsed.put(new_blob, content.clone(), spans);
                 }
                 Ok(Checked {
                     bytes: bytes.into_owned(),

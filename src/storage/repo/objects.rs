@@ -3,7 +3,7 @@ use super::signatures::Committer;
 use super::staged::Staged;
 use super::{git_err, signature, TenantRepo, FILE_MODE, MAIN};
 use crate::domain::trailers::Reserved;
-use crate::domain::yaml::splice::{self, Made, Rewrite};
+use crate::domain::yaml::splice::{self, Made, Rewrite, Spans};
 use crate::domain::yaml::Mapping;
 use crate::domain::PlanFile;
 use crate::storage::{Change, CommitRequest, StorageError};
@@ -28,33 +28,57 @@ impl Checked {
     }
 }
 
-/// What the last few blobs a JSON edit stored parse to, by blob id: the next edit of that file
-/// starts from that text and needs its content, which this spares it from parsing again. A
-/// blob id names its bytes, so an entry is right for as long as it is kept, whoever moved
-/// `main` since; it is put here only once the text was checked to parse to exactly it.
+/// What the last few blobs a JSON edit stored parse to, by blob id, with their spans: the
+/// next edit of that file starts from that text and needs its content and its node tree,
+/// which this spares it from parsing again. A blob id names its bytes, so an entry is right
+/// for as long as it is kept, whoever moved `main` since; it is put here only once the text
+/// was checked to parse to exactly it (the spans come from that same check).
 #[derive(Default)]
-pub(super) struct Parsed(std::sync::Mutex<Vec<(Oid, Arc<Mapping>)>>);
+pub(super) struct Parsed(std::sync::Mutex<Vec<Known>>);
+
+/// A stored text's content and, when known, its spans.
+#[derive(Clone)]
+pub(super) struct Known {
+    blob: Oid,
+    pub content: Arc<Mapping>,
+    pub spans: Option<Arc<Spans>>,
+}
 
 /// Entries kept: one per file of a tenant.
 const PARSED: usize = 2;
 
 impl Parsed {
-    fn get(&self, blob: Oid) -> Option<Arc<Mapping>> {
+    fn get(&self, blob: Oid) -> Option<Known> {
         let known = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        known
-            .iter()
-            .find(|(id, _)| *id == blob)
-            .map(|(_, m)| m.clone())
+        known.iter().find(|k| k.blob == blob).cloned()
     }
 
-    pub(super) fn put(&self, blob: Oid, content: Arc<Mapping>) {
+    /// Records `blob`'s content and spans; spans not given keep those known for that blob
+    /// (an edit that changed nothing stored the same text).
+    pub(super) fn put(&self, blob: Oid, content: Arc<Mapping>, spans: Option<Spans>) {
         let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        known.retain(|(id, _)| *id != blob);
+        let before = known
+            .iter()
+            .position(|k| k.blob == blob)
+            .map(|i| known.remove(i));
+        let spans = spans.map(Arc::new).or_else(|| before.and_then(|k| k.spans));
         if known.len() == PARSED {
             known.remove(0);
         }
-        known.push((blob, content));
+        known.push(Known {
+            blob,
+            content,
+            spans,
+        });
     }
+}
+
+/// A change's new text: its bytes, how they were made (for JSON content) and, for an edit,
+/// the edited text's spans.
+pub(super) struct NewText<'r> {
+    pub bytes: Cow<'r, [u8]>,
+    pub made: Option<Made>,
+    pub spans: Option<Spans>,
 }
 
 impl TenantRepo {
@@ -64,9 +88,13 @@ impl TenantRepo {
         req: &'r Change,
         current: Oid,
         present: bool,
-    ) -> Result<(Cow<'r, [u8]>, Option<Made>), StorageError> {
+    ) -> Result<NewText<'r>, StorageError> {
         let Some(content) = &req.content else {
-            return Ok((Cow::Borrowed(&req.bytes), None));
+            return Ok(NewText {
+                bytes: Cow::Borrowed(&req.bytes),
+                made: None,
+                spans: None,
+            });
         };
         // The emission is stored only once it reads back as the content (the handler did not
         // verify it: an edited text, verified by the splice, is stored instead most times).
@@ -74,7 +102,11 @@ impl TenantRepo {
             let verified = std::str::from_utf8(&req.bytes)
                 .is_ok_and(|text| crate::domain::yaml::reads_back_as(text, content));
             if verified {
-                Ok((Cow::Borrowed(req.bytes.as_slice()), Some(made)))
+                Ok(NewText {
+                    bytes: Cow::Borrowed(req.bytes.as_slice()),
+                    made: Some(made),
+                    spans: None,
+                })
             } else {
                 Err(StorageError::NotRepresentable {
                     tenant: self.tenant.clone(),
@@ -87,9 +119,14 @@ impl TenantRepo {
         }
         let old = self.blob_bytes(staged, current, req.file.path())?;
         let known = self.parsed.get(current);
-        let rewrite = match std::str::from_utf8(&old) {
-            Ok(old) => splice::rewrite_known(old, known.as_deref(), content),
-            Err(_) => Rewrite::Fresh,
+        let (rewrite, spans) = match std::str::from_utf8(&old) {
+            Ok(old) => splice::rewrite_spanned(
+                old,
+                known.as_ref().map(|k| k.content.as_ref()),
+                known.as_ref().and_then(|k| k.spans.as_deref()),
+                content,
+            ),
+            Err(_) => (Rewrite::Fresh, None),
         };
         let made = rewrite.made();
         if made == Made::Fallback {
@@ -100,7 +137,11 @@ impl TenantRepo {
             );
         }
         match rewrite {
-            Rewrite::Edited(text) => Ok((Cow::Owned(text.into_bytes()), Some(made))),
+            Rewrite::Edited(text) => Ok(NewText {
+                bytes: Cow::Owned(text.into_bytes()),
+                made: Some(made),
+                spans,
+            }),
             Rewrite::Fresh | Rewrite::Fallback => emitted(made),
         }
     }

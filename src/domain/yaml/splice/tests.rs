@@ -180,3 +180,37 @@ fn an_edit_from_known_content_is_the_edit_from_the_parsed_text() {
     assert_eq!(from_known, rewrite(old, &new));
     assert!(matches!(&from_known, Rewrite::Edited(t) if t.contains("# one")));
 }
+
+/// An edit made with the spans the previous edit's check produced gives exactly the text an
+/// edit that parses the stored text again gives, edit after edit.
+#[test]
+fn the_spans_of_an_edit_serve_the_next_edit() {
+    let mut text = ACME.to_owned();
+    let mut content = Value::Object(parse_mapping(ACME).unwrap());
+    let mut spans: Option<Spans> = None;
+    for n in 0..4 {
+        content["drata"]["workspace"] = json!(format!("acme-{n}"));
+        content["aws"][n % 2]["regions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!(format!("ap-south-{n}")));
+        let new = map(content.clone());
+        let known = parse_mapping(&text).unwrap();
+        let fresh = rewrite_known(&text, Some(&known), &new);
+        let (made, next) = rewrite_spanned(&text, Some(&known), spans.as_ref(), &new);
+        assert_eq!(made, fresh, "edit {n}");
+        let Rewrite::Edited(edited) = made else {
+            panic!("edit {n}: {made:?}")
+        };
+        assert!(
+            next.is_some(),
+            "edit {n}: the check gave the edited text's spans"
+        );
+        text = edited;
+        spans = next;
+    }
+    assert!(
+        text.contains("workspace: acme-3") && text.contains("ap-south-3"),
+        "{text}"
+    );
+}

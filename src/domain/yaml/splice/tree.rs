@@ -1,6 +1,6 @@
 //! The node tree of a stored document with each node's byte range, built from granit-parser's
 //! spanned events, and the line arithmetic the splice cuts text with.
-use granit_parser::{Event, Parser, ScalarStyle, StructureStyle};
+use granit_parser::{Event, Parser, ScalarStyle, Span, StructureStyle};
 
 /// A node of the document and where its content is in the text.
 #[derive(Debug)]
@@ -42,20 +42,63 @@ struct Open {
 
 /// The root node of `text` (a single document), or `None` when the parser refuses it.
 pub fn build(text: &str) -> Option<Node> {
-    let mut stack: Vec<Open> = Vec::new();
-    // The end of the last token, and where an own-line comment above a collection's first
-    // entry may start (the document's start, for the top).
-    let mut last_end = 0usize;
-    let mut bound_at_start = Some(0usize);
-    let mut root = None;
+    let mut builder = Builder::new(text);
     for event in Parser::new_from_str(text) {
         let (event, span) = event.ok()?;
+        builder.event(&event, &span);
+    }
+    builder.finish()
+}
+
+/// The tree of a text, built from its parser events as they come: from [`build`]'s own
+/// parse, or from the parse that checks an edited text (so that the next edit of that text
+/// needs none).
+pub struct Builder<'t> {
+    text: &'t str,
+    stack: Vec<Open>,
+    /// The end of the last token, and where an own-line comment above a collection's first
+    /// entry may start (the document's start, for the top).
+    last_end: usize,
+    bound_at_start: Option<usize>,
+    root: Option<Node>,
+    refused: bool,
+}
+
+impl<'t> Builder<'t> {
+    pub fn new(text: &'t str) -> Self {
+        Self {
+            text,
+            stack: Vec::new(),
+            last_end: 0,
+            bound_at_start: Some(0),
+            root: None,
+            refused: false,
+        }
+    }
+
+    /// Takes the next event of the text's parse.
+    pub fn event(&mut self, event: &Event<'_>, span: &Span) {
+        if !self.refused && self.step(event, span).is_none() {
+            self.refused = true;
+        }
+    }
+
+    /// The root, once every event was taken and none was refused.
+    pub fn finish(self) -> Option<Node> {
+        if self.refused || !self.stack.is_empty() {
+            return None;
+        }
+        self.root
+    }
+
+    fn step(&mut self, event: &Event<'_>, span: &Span) -> Option<()> {
+        let text = self.text;
         let (s, e) = (span.start.byte_offset()?, span.end.byte_offset()?);
         let done = match event {
             Event::DocumentStart(explicit, _) => {
-                if explicit {
-                    last_end = e;
-                    bound_at_start = None;
+                if *explicit {
+                    self.last_end = e;
+                    self.bound_at_start = None;
                 }
                 None
             }
@@ -64,8 +107,8 @@ pub fn build(text: &str) -> Option<Node> {
                 Some(Node {
                     start: s,
                     end,
-                    props: anchor != 0 || tag.is_some(),
-                    kind: Kind::Scalar(style),
+                    props: *anchor != 0 || tag.is_some(),
+                    kind: Kind::Scalar(*style),
                 })
             }
             Event::Alias(_) => Some(Node {
@@ -74,12 +117,12 @@ pub fn build(text: &str) -> Option<Node> {
                 props: false,
                 kind: Kind::Alias,
             }),
-            Event::MappingStart(style, anchor, ref tag)
-            | Event::SequenceStart(style, anchor, ref tag) => {
-                let flow = style == StructureStyle::Flow;
-                let bound = bound_at_start
+            Event::MappingStart(style, anchor, tag) | Event::SequenceStart(style, anchor, tag) => {
+                let flow = *style == StructureStyle::Flow;
+                let bound = self
+                    .bound_at_start
                     .take()
-                    .unwrap_or_else(|| line_end(text, last_end));
+                    .unwrap_or_else(|| line_end(text, self.last_end));
                 let kind = if matches!(event, Event::MappingStart(..)) {
                     Kind::Map {
                         flow,
@@ -93,11 +136,11 @@ pub fn build(text: &str) -> Option<Node> {
                         bound,
                     }
                 };
-                stack.push(Open {
+                self.stack.push(Open {
                     node: Node {
                         start: s,
                         end: e,
-                        props: anchor != 0 || tag.is_some(),
+                        props: *anchor != 0 || tag.is_some(),
                         kind,
                     },
                     key: None,
@@ -105,12 +148,16 @@ pub fn build(text: &str) -> Option<Node> {
                 None
             }
             Event::MappingEnd | Event::SequenceEnd => {
-                let Open { mut node, .. } = stack.pop()?;
+                let Open { mut node, .. } = self.stack.pop()?;
                 let flow = matches!(
                     node.kind,
                     Kind::Map { flow: true, .. } | Kind::Seq { flow: true, .. }
                 );
-                node.end = if flow { e } else { last_end.max(node.start) };
+                node.end = if flow {
+                    e
+                } else {
+                    self.last_end.max(node.start)
+                };
                 // A block sequence's event may start at its first item's content (a sequence
                 // at its key's column): it starts at that item's `-`.
                 if let Kind::Seq {
@@ -127,10 +174,10 @@ pub fn build(text: &str) -> Option<Node> {
             }
             _ => None,
         };
-        let Some(node) = done else { continue };
-        last_end = node.end;
-        match stack.last_mut() {
-            None => root = Some(node),
+        let Some(node) = done else { return Some(()) };
+        self.last_end = node.end;
+        match self.stack.last_mut() {
+            None => self.root = Some(node),
             Some(open) => match &mut open.node.kind {
                 Kind::Map { entries, .. } => match open.key.take() {
                     None => open.key = Some(node),
@@ -140,8 +187,8 @@ pub fn build(text: &str) -> Option<Node> {
                 _ => return None,
             },
         }
+        Some(())
     }
-    root
 }
 
 /// The start of the line that holds `p`.
