@@ -177,6 +177,8 @@ pub enum ConfigError {
     Env { name: &'static str, message: String },
     #[error("{0}")]
     Invalid(String),
+    #[error("auth.secret_file {}: {problem}", path.display())]
+    SecretFile { path: PathBuf, problem: String },
 }
 
 /// Where the configuration comes from.
@@ -306,14 +308,25 @@ impl Config {
         }
         self.auth.secret = match std::fs::read_to_string(path) {
             Ok(text) => text.lines().next().unwrap_or("").trim().to_owned(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            // Empty until `serve` makes it ([`Config::hs256_secret`] refuses meanwhile).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.auth.secret = String::new();
+                return Ok(());
+            }
             Err(source) => {
-                return Err(ConfigError::Read {
+                return Err(ConfigError::SecretFile {
                     path: path.clone(),
-                    source,
+                    problem: source.to_string(),
                 })
             }
         };
+        if self.auth.secret.is_empty() {
+            // Not a secret that is not made yet: a file that was meant to hold one.
+            return Err(ConfigError::SecretFile {
+                path: path.clone(),
+                problem: "its first line is empty: write a secret of at least 32 bytes there, or remove the file for `planfiles serve` to make one".into(),
+            });
+        }
         Ok(())
     }
 
@@ -544,6 +557,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("both set"), "{e}");
+        // A file meant to hold one that holds none (`openssl rand ... >` where there is no
+        // openssl) is refused, never read as "make one" or as an empty key.
+        std::fs::write(dir.path().join("jwt.secret"), " \r\n").unwrap();
+        let e = load(&[]).unwrap_err().to_string();
+        assert!(
+            e.contains("jwt.secret") && e.contains("first line is empty"),
+            "{e}"
+        );
         std::fs::write(dir.path().join("jwt.secret"), "short\n").unwrap();
         let e = load(&[]).unwrap_err().to_string();
         assert!(e.contains("jwt.secret") && e.contains("16 bytes"), "{e}");

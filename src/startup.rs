@@ -24,7 +24,8 @@ pub enum StartupError {
     /// An address other hosts can reach, with a secret anyone may know.
     #[error(
         "refusing to serve on {bind} with {reason}: anyone who knows it can sign tokens for \
-         every tenant. Set PLANFILES_JWT_SECRET (or auth.secret) to a random secret of at \
+         every tenant. Set PLANFILES_JWT_SECRET (or auth.secret, or a file of one in \
+         auth.secret_file) to a random secret of at \
          least 32 bytes, or bind to a loopback address"
     )]
     WeakSecret { bind: String, reason: &'static str },
@@ -313,8 +314,6 @@ fn seed(config: &Config, storage: &Storage) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// A weak HS256 secret is refused on an address other hosts can reach, and warned about on
-/// loopback.
 /// The config with the secret of an `auth.secret_file` not made yet (HS256), which this
 /// makes: 64 random hex digits, mode 0600, synced. `None`: nothing to make.
 fn make_secret_file(config: &Config) -> Result<Option<Config>, StartupError> {
@@ -325,11 +324,27 @@ fn make_secret_file(config: &Config) -> Result<Option<Config>, StartupError> {
         return Ok(None);
     }
     let mut config = config.clone();
-    config.auth.secret = storage::secret_file(path)?;
-    tracing::info!(secret_file = %path.display(), "made the HS256 secret (auth.secret_file)");
+    let (secret, made) = storage::secret_file(path)?;
+    if secret.len() < 16 {
+        // Made empty by something else between the config's read and now.
+        return Err(StartupError::Storage(storage::StorageError::io(
+            "read a secret file",
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the secret must be at least 16 bytes (32 on a public bind)",
+            ),
+        )));
+    }
+    if made {
+        tracing::info!(secret_file = %path.display(), "made the HS256 secret (auth.secret_file)");
+    }
+    config.auth.secret = secret;
     Ok(Some(config))
 }
 
+/// A weak HS256 secret is refused on an address other hosts can reach, and warned about on
+/// loopback.
 fn check_secret(config: &Config) -> Result<(), StartupError> {
     let Some(reason) = config.auth.weak_secret() else {
         return Ok(());

@@ -30,15 +30,17 @@ use crate::domain::{Identity, TenantId};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+/// The secret in the file at `path` (its first line, spaces and a CR around it trimmed),
+/// made first when absent: 32 random bytes as 64 hex digits, mode 0600, synced and linked
+/// into place, so that processes that start at once end with the same one
+/// (`auth.secret_file`, like `storage.cursor_key_file`); and whether this call made it.
+pub fn secret_file(path: &Path) -> Result<(String, bool), StorageError> {
+    let (text, made) = disk::dir_key::load_or_create(path)?;
+    Ok((text.lines().next().unwrap_or("").trim().to_owned(), made))
+}
+
 /// Turns on what libgit2 leaves off by default (its fsync); call once at start, before any
 /// git work. [`Storage::open`] then sets fsync for its durability mode.
-/// The secret in the file at `path` (its first line), made first when absent: 32 random
-/// bytes as 64 hex digits, mode 0600, synced and linked into place, so that processes that
-/// start at once end with the same one (`auth.secret_file`, like `storage.cursor_key_file`).
-pub fn secret_file(path: &Path) -> Result<String, StorageError> {
-    let text = disk::dir_key::load_or_create(path)?;
-    Ok(text.lines().next().unwrap_or("").trim().to_owned())
-}
 
 pub fn init_git() {
     repo::init_libgit2();

@@ -51,7 +51,9 @@ pub(super) fn call<T: DeserializeOwned>(
                 )
             });
         if status == 401 {
-            detail.push_str(" (the shards must share auth.secret, or the same public key)");
+            detail.push_str(
+                " (the shards must share auth.secret or auth.secret_file, or the same public key)",
+            );
         }
         return Err(MoveError::Target {
             to: peer.clone(),

@@ -20,7 +20,7 @@ impl std::fmt::Debug for DirKey {
 
 impl DirKey {
     pub(in crate::storage) fn load(file: &Path) -> Result<Self, StorageError> {
-        let text = load_or_create(file)?;
+        let (text, _) = load_or_create(file)?;
         let key = parse(text.as_bytes())
             .ok_or_else(|| StorageError::io("read the cursor key", file, bad_key()))?;
         Ok(Self { key })
@@ -65,12 +65,13 @@ fn tag(key: &[u8; 32], tenant: &TenantId, commit: CommitId) -> [u8; 16] {
 
 /// The text of the secret file at `path` (the errors name it), made first when absent:
 /// 32 random bytes as 64 hex digits, mode 0600, all or nothing (written aside, synced, linked
-/// into place, the folder synced). Of processes that make it at once, the first link counts.
-pub(in crate::storage) fn load_or_create(path: &Path) -> Result<String, StorageError> {
+/// into place, the folder synced). Of processes that make it at once, the first link counts;
+/// `true` when this call's link made it.
+pub(in crate::storage) fn load_or_create(path: &Path) -> Result<(String, bool), StorageError> {
     let io = |op, e| StorageError::io(op, path, e);
     let read = |e| io("read a secret file", e);
     match std::fs::read_to_string(path) {
-        Ok(text) => return Ok(text),
+        Ok(text) => return Ok((text, false)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(read(e)),
     }
@@ -89,11 +90,11 @@ pub(in crate::storage) fn load_or_create(path: &Path) -> Result<String, StorageE
             std::fs::File::open(dir)
                 .and_then(|d| d.sync_all())
                 .map_err(|e| io("sync a secret file's folder", e))?;
-            Ok(hex)
+            Ok((hex, true))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            std::fs::read_to_string(path).map_err(read)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => std::fs::read_to_string(path)
+            .map(|t| (t, false))
+            .map_err(read),
         Err(e) => Err(io("write a secret file", e)),
     }
 }
