@@ -22,7 +22,8 @@ RUN useradd --system --uid 10001 --user-group --home-dir /data --shell /usr/sbin
 COPY repos-fixture /usr/share/planfiles/repos-fixture
 COPY schemas /etc/planfiles/schemas
 COPY deploy/container.toml /etc/planfiles/config.toml
-# BINARY: another build of the same code (tests/container.rs passes the one the test run built).
+# BINARY: another build of the same code (tests/container.rs passes a copy of the one its test
+# run built, target/container/planfiles; .dockerignore lets in only these two).
 ARG BINARY=target/release/planfiles
 COPY ${BINARY} /usr/local/bin/planfiles
 

@@ -49,17 +49,23 @@ impl Drop for Cleanup {
     }
 }
 
-/// The binary the image takes, as a path in the repository: the one this test run built
-/// (so CI needs no second, release, build), or `PLANFILES_CONTAINER_BINARY`
+/// The binary the image takes, as a path in the repository: a copy of the one this test run
+/// built in `target/container/` (so CI needs no second, release, build, and the build
+/// context holds no other folder of `target/`), or `PLANFILES_CONTAINER_BINARY`
 /// (`target/release/planfiles`, as the README builds it).
 fn binary() -> String {
-    std::env::var("PLANFILES_CONTAINER_BINARY").unwrap_or_else(|_| {
-        Path::new(env!("CARGO_BIN_EXE_planfiles"))
-            .strip_prefix(env!("CARGO_MANIFEST_DIR"))
-            .expect("the test's binary is in the repository's target folder")
-            .display()
-            .to_string()
-    })
+    static COPIED: OnceLock<String> = OnceLock::new();
+    if let Ok(path) = std::env::var("PLANFILES_CONTAINER_BINARY") {
+        return path;
+    }
+    COPIED
+        .get_or_init(|| {
+            let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/container");
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::copy(env!("CARGO_BIN_EXE_planfiles"), dir.join("planfiles")).unwrap();
+            "target/container/planfiles".to_owned()
+        })
+        .clone()
 }
 
 /// The repository's Dockerfile built once for the run, as the README builds it (with the
@@ -679,7 +685,7 @@ async fn compose_moves_a_tenant_between_shards_through_a_network_cut() {
         "--to",
         "http://shard-b:8080",
         "--haproxy",
-        "haproxy:9999",
+        "/router/admin.sock",
         "--map",
         "/router/tenants.map",
         "--backend",
