@@ -41,7 +41,6 @@ pub fn secret_file(path: &Path) -> Result<(String, bool), StorageError> {
 
 /// Turns on what libgit2 leaves off by default (its fsync); call once at start, before any
 /// git work. [`Storage::open`] then sets fsync for its durability mode.
-
 pub fn init_git() {
     repo::init_libgit2();
 }
