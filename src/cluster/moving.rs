@@ -45,6 +45,53 @@ const PROBE_EVERY: Duration = Duration::from_secs(2);
 /// How long a target that is importing may not answer before the move stops waiting.
 const SILENT_LIMIT: Duration = Duration::from_secs(20);
 
+/// What the answers of an importing target's `/healthz` say about the import under way: go
+/// on waiting, or stop (why).
+struct TargetWatch {
+    /// The instance that took the import (the first that answered).
+    instance: Option<String>,
+    silent_since: Option<std::time::Instant>,
+}
+
+impl TargetWatch {
+    fn new(first: Option<String>) -> Self {
+        Self {
+            instance: first,
+            silent_since: None,
+        }
+    }
+
+    /// Takes one probe's answer (`None`: no answer) at `now`; `Some(reason)` to stop.
+    fn probed(&mut self, answer: Option<String>, now: std::time::Instant) -> Option<String> {
+        let Some(id) = answer else {
+            let since = *self.silent_since.get_or_insert(now);
+            return (now.duration_since(since) >= SILENT_LIMIT).then(|| {
+                format!(
+                    "it stopped answering during the import ({} s without an answer to \
+                     /healthz). Writes stay refused here: run the same command again once it \
+                     answers (that finishes the move), or undo it with --abort",
+                    SILENT_LIMIT.as_secs()
+                )
+            });
+        };
+        self.silent_since = None;
+        match &self.instance {
+            // A shard that predates instance ids answers none: only silence counts then.
+            Some(before) if !before.is_empty() && *before != id => Some(
+                "it restarted during the import (another instance answers its /healthz), and \
+                 the import ended with it. Writes stay refused here: run the same command again \
+                 (that finishes the move), or undo it with --abort"
+                    .into(),
+            ),
+            Some(_) => None,
+            None => {
+                self.instance = Some(id);
+                None
+            }
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MoveError {
     #[error(transparent)]
@@ -340,9 +387,11 @@ impl Move {
     }
 
     /// Step 2: the target imports `head`, with the tenant's webhooks. A large tenant may take
-    /// long (fetch, fsck), so the answer is awaited as long as the target answers
-    /// `/healthz`: a target cut off mid-import (whose answer would never come) ends the wait
-    /// after [`SILENT_LIMIT`] instead of the call's hour.
+    /// long (fetch, fsck), so the answer is awaited as long as the same target process
+    /// answers `/healthz`: a target cut off mid-import (whose answer would never come) ends
+    /// the wait after [`SILENT_LIMIT`] instead of the call's hour, and one that restarted
+    /// (another instance id; its import ended with it, and after a network cut no reset
+    /// reaches this side) ends it at once.
     fn import(
         &self,
         head: &str,
@@ -356,6 +405,7 @@ impl Move {
             "source_hosting": source_hosting,
             "webhooks": webhooks,
         });
+        let mut watch = TargetWatch::new(super::peer::instance(&self.to, PROBE_EVERY));
         let (tx, rx) = std::sync::mpsc::channel();
         let (to, token) = (self.to.clone(), self.token.clone());
         std::thread::spawn(move || {
@@ -363,7 +413,6 @@ impl Move {
                 super::peer::call(&to, &path, &token, Some(&body), Duration::from_secs(3600));
             let _ = tx.send(answer);
         });
-        let mut silent_since: Option<std::time::Instant> = None;
         loop {
             match rx.recv_timeout(PROBE_EVERY) {
                 Ok(answer) => return answer,
@@ -372,18 +421,9 @@ impl Move {
                 }
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             }
-            if super::peer::answers(&self.to, PROBE_EVERY) {
-                silent_since = None;
-                continue;
-            }
-            let since = *silent_since.get_or_insert_with(std::time::Instant::now);
-            if since.elapsed() >= SILENT_LIMIT {
-                return Err(self.unreachable(format!(
-                    "it stopped answering during the import ({} s without an answer to /healthz). \
-                     Writes stay refused here: run the same command again once it answers (that \
-                     finishes the move), or undo it with --abort",
-                    SILENT_LIMIT.as_secs()
-                )));
+            let probe = super::peer::instance(&self.to, PROBE_EVERY);
+            if let Some(reason) = watch.probed(probe, std::time::Instant::now()) {
+                return Err(self.unreachable(reason));
             }
         }
     }
@@ -442,5 +482,63 @@ impl Move {
             haproxy::write_map_file(file, key, backend)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn id(s: &str) -> Option<String> {
+        Some(s.to_owned())
+    }
+
+    /// The same process answering keeps the wait going, however long the import takes.
+    #[test]
+    fn a_target_that_answers_as_itself_is_waited_for() {
+        let t0 = Instant::now();
+        let mut watch = TargetWatch::new(id("aaaa"));
+        for k in 0..1000u64 {
+            assert_eq!(watch.probed(id("aaaa"), t0 + PROBE_EVERY * k as u32), None);
+        }
+    }
+
+    /// Another instance: the import ended with the one that restarted (after a network cut no
+    /// reset comes, so the call alone would wait its hour): stop at once.
+    #[test]
+    fn a_target_that_restarted_ends_the_wait_at_once() {
+        let t0 = Instant::now();
+        let mut watch = TargetWatch::new(id("aaaa"));
+        assert_eq!(watch.probed(None, t0), None);
+        let reason = watch.probed(id("bbbb"), t0 + PROBE_EVERY).unwrap();
+        assert!(reason.contains("restarted"), "{reason}");
+        // The first answer sets the instance when the probe before the call had none.
+        let mut watch = TargetWatch::new(None);
+        assert_eq!(watch.probed(id("cccc"), t0), None);
+        assert!(watch.probed(id("dddd"), t0).is_some());
+    }
+
+    /// Silence ends the wait after SILENT_LIMIT, counted from the first unanswered probe; an
+    /// answer in between starts the count again.
+    #[test]
+    fn silence_ends_the_wait_after_the_limit() {
+        let t0 = Instant::now();
+        let mut watch = TargetWatch::new(id("aaaa"));
+        assert_eq!(watch.probed(None, t0), None);
+        assert_eq!(watch.probed(None, t0 + SILENT_LIMIT / 2), None);
+        assert_eq!(watch.probed(id("aaaa"), t0 + SILENT_LIMIT / 2), None);
+        assert_eq!(watch.probed(None, t0 + SILENT_LIMIT), None, "counted again");
+        let reason = watch.probed(None, t0 + SILENT_LIMIT * 2).unwrap();
+        assert!(reason.contains("stopped answering"), "{reason}");
+    }
+
+    /// A shard that predates instance ids answers with none: only its silence counts.
+    #[test]
+    fn an_older_target_without_instance_ids_is_judged_by_silence_alone() {
+        let t0 = Instant::now();
+        let mut watch = TargetWatch::new(id(""));
+        assert_eq!(watch.probed(id(""), t0), None);
+        assert_eq!(watch.probed(id(""), t0 + SILENT_LIMIT * 3), None);
     }
 }

@@ -68,16 +68,19 @@ pub(super) fn call<T: DeserializeOwned>(
     })
 }
 
-/// Whether `peer` answers `GET /healthz` with 200 within `timeout`.
-pub(super) fn answers(peer: &ShardUrl, timeout: Duration) -> bool {
+/// The instance id `peer` answers `GET /healthz` with (200) within `timeout`; `None` when
+/// it does not answer; empty from a shard that predates instance ids.
+pub(super) fn instance(peer: &ShardUrl, timeout: Duration) -> Option<String> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .build()
         .into();
-    agent
-        .get(&format!("{peer}/healthz"))
-        .call()
-        .is_ok_and(|res| res.status() == 200)
+    let mut res = agent.get(&format!("{peer}/healthz")).call().ok()?;
+    if res.status() != 200 {
+        return None;
+    }
+    let body: serde_json::Value = res.body_mut().read_json().unwrap_or_default();
+    Some(body["instance"].as_str().unwrap_or_default().to_owned())
 }
 
 /// Where a tenant is on a shard, as `GET /admin/tenants/<id>/placement` says.

@@ -5,11 +5,18 @@ use super::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 
-/// 200 while the process is up.
+/// This process's instance id (see [`Health::instance`]): who it is, not a setting.
+static INSTANCE: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{:016x}", rand::random::<u64>()));
+
+/// 200 while the process is up, with its instance id.
 #[utoipa::path(get, path = "/healthz", tag = "operations", security(()),
-    responses((status = 200, description = "The process is up", body = Health)))]
+    responses((status = 200, description = "The process is up; `instance` changes when it restarts", body = Health)))]
 pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(Health { status: "ok" })
+    HttpResponse::Ok().json(Health {
+        status: "ok",
+        instance: INSTANCE.as_str(),
+    })
 }
 
 /// 200 when the data directory is readable and writable and the service is not stopping,

@@ -248,10 +248,13 @@ pub struct FileDiff {
     pub text: String,
 }
 
-/// Body of `/healthz` and `/readyz`.
+/// Body of `/healthz`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
     pub status: &'static str,
+    /// This process, made at its start (16 hex digits): another value means the service
+    /// restarted, and what a caller had under way with it (a tenant's import) ended.
+    pub instance: &'static str,
 }
 
 /// `/readyz`'s body: ready, and what the writes are checked against.

@@ -126,6 +126,31 @@ async fn metrics_can_require_a_token() {
     assert_eq!(res.status(), 200);
 }
 
+/// `/healthz` names the process: the same instance on every call, another after a restart
+/// (what `tenant move` reads to know that an import under way ended with its target).
+#[tokio::test]
+async fn healthz_names_the_instance_and_a_restart_changes_it() {
+    let dir = data_dir_with_fixture();
+    let instance = |server: &common::process::Server| {
+        let url = server.url("/healthz");
+        async move {
+            let body: Value = reqwest::get(url).await.unwrap().json().await.unwrap();
+            assert_eq!(body["status"], "ok");
+            body["instance"].as_str().unwrap().to_owned()
+        }
+    };
+    let mut first = serve(dir.path(), &[]);
+    let id = instance(&first).await;
+    assert!(
+        id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{id}"
+    );
+    assert_eq!(instance(&first).await, id, "the same process");
+    first.stop("TERM");
+    let second = serve(dir.path(), &[]);
+    assert_ne!(instance(&second).await, id, "a restart");
+}
+
 /// SIGTERM with `server.drain_secs`: `/readyz` answers 503 at once while the service goes on
 /// serving reads and writes on new connections (a load balancer polling `/readyz` stops
 /// sending meanwhile); then the listener closes and the process exits 0.
