@@ -8,9 +8,18 @@
 # The base is Debian 12 with git, ca-certificates and curl: scripts/docker-base.sh makes it
 # from Debian's packages where no image registry is reachable; elsewhere
 #   docker build --build-arg BASE=debian:bookworm-slim ...
-# works once those three packages are added (see the script).
+# works too: the first layer installs the three where the base lacks them.
 ARG BASE=planfiles-base:bookworm
 FROM ${BASE}
+
+# git: the service spawns it (clones, pushes, repacks, fsck); curl: the health check;
+# ca-certificates: https webhooks. A no-op on the base of scripts/docker-base.sh.
+RUN if ! command -v git > /dev/null || ! command -v curl > /dev/null \
+      || [ ! -e /etc/ssl/certs/ca-certificates.crt ]; then \
+      apt-get update -qq \
+      && apt-get install -y -qq --no-install-recommends git ca-certificates curl > /dev/null \
+      && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /usr/share/doc/* /usr/share/man/*; \
+    fi
 
 # A user of its own, with no login and /data as its home (git reads $HOME/.gitconfig).
 # /keys: where shards mount the keys they share (deploy/compose.yaml); a volume mounted there
