@@ -314,19 +314,20 @@ fn seed(config: &Config, storage: &Storage) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// The config with the secret of an `auth.secret_file` not made yet (HS256), which this
-/// makes: 64 random hex digits, mode 0600, synced. `None`: nothing to make.
+/// The config with the secret of `auth.secret_file` (HS256), which this makes when it is not
+/// there yet (64 random hex digits, mode 0600, synced) and reads again when it is (saying
+/// once when other users can read it). `None`: no secret file.
 fn make_secret_file(config: &Config) -> Result<Option<Config>, StartupError> {
     let Some(path) = &config.auth.secret_file else {
         return Ok(None);
     };
-    if config.auth.algorithm != crate::config::Algorithm::HS256 || !config.auth.secret.is_empty() {
+    if config.auth.algorithm != crate::config::Algorithm::HS256 {
         return Ok(None);
     }
     let mut config = config.clone();
     let (secret, made) = storage::secret_file(path)?;
     if secret.len() < 16 {
-        // Made empty by something else between the config's read and now.
+        // Emptied by something else between the config's read and now.
         return Err(StartupError::Storage(storage::StorageError::io(
             "read a secret file",
             path,

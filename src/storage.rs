@@ -36,6 +36,9 @@ use std::sync::Arc;
 /// (`auth.secret_file`, like `storage.cursor_key_file`); and whether this call made it.
 pub fn secret_file(path: &Path) -> Result<(String, bool), StorageError> {
     let (text, made) = disk::dir_key::load_or_create(path)?;
+    if !made {
+        disk::signing_key::warn_if_others_can_read(path, "the HS256 secret (auth.secret_file)");
+    }
     Ok((text.lines().next().unwrap_or("").trim().to_owned(), made))
 }
 

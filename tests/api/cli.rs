@@ -912,7 +912,7 @@ async fn serve_makes_the_secret_file_and_token_signs_with_it() {
             .bearer_auth(t)
             .send()
     };
-    assert_eq!(get(minted).await.unwrap().status(), 200);
+    assert_eq!(get(minted.clone()).await.unwrap().status(), 200);
     assert_eq!(
         get(common::token("acme", common::ALL))
             .await
@@ -921,6 +921,31 @@ async fn serve_makes_the_secret_file_and_token_signs_with_it() {
         401,
         "the test secret"
     );
+    let warned = |server: &common::process::Server| {
+        server
+            .log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| l.contains("can be read by other users"))
+    };
+    assert!(!warned(&server), "a file made 0600 is not warned about");
+    drop(server);
+    // The next start reads the same secret (the token holds), and says once that others can
+    // read the file when they can.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let server = common::process::serve_command(with_config());
+    assert!(
+        warned(&server),
+        "a world-readable secret file is said at start"
+    );
+    let res = client
+        .get(server.url("/plans/integration-file"))
+        .bearer_auth(minted)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200, "the secret survives a restart");
 }
 
 /// A data dir that does not exist is made, and that is said once, with its absolute path: a
