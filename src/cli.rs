@@ -179,6 +179,7 @@ impl CliError {
             CliError::TenantId { .. }
             | CliError::Usage(_)
             | CliError::Startup(StartupError::WeakSecret { .. })
+            | CliError::Startup(StartupError::Config(_))
             | CliError::Startup(StartupError::Durability(_))
             | CliError::Startup(StartupError::Schemas { .. })
             | CliError::Startup(StartupError::SchemasMissing { .. })

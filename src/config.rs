@@ -297,7 +297,7 @@ impl Config {
     /// `auth.secret_file`: its first line becomes the secret. A file that is not there yet
     /// leaves the secret empty: `serve` makes the file at start
     /// ([`crate::startup::make_secret_file`]), and [`Config::hs256_secret`] refuses.
-    fn read_secret_file(&mut self, env_secret: bool) -> Result<(), ConfigError> {
+    pub(crate) fn read_secret_file(&mut self, env_secret: bool) -> Result<(), ConfigError> {
         let Some(path) = &self.auth.secret_file else {
             return Ok(());
         };
@@ -382,7 +382,7 @@ impl Config {
         Ok(())
     }
 
-    fn check(&self) -> Result<(), ConfigError> {
+    pub(crate) fn check(&self) -> Result<(), ConfigError> {
         if let Some(problem) = self.server.bind_problem() {
             return Err(ConfigError::Invalid(problem));
         }

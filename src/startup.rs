@@ -31,6 +31,9 @@ pub enum StartupError {
     WeakSecret { bind: String, reason: &'static str },
     #[error("{0}")]
     Cluster(String),
+    /// A setting found wrong at start (a secret file emptied since the config was read).
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Webhooks(#[from] crate::webhooks::BuildError),
     /// A `validation.schemas_dir` the config file names that is not there: validation would
@@ -324,23 +327,16 @@ fn make_secret_file(config: &Config) -> Result<Option<Config>, StartupError> {
     if config.auth.algorithm != crate::config::Algorithm::HS256 {
         return Ok(None);
     }
-    let mut config = config.clone();
-    let (secret, made) = storage::secret_file(path)?;
-    if secret.len() < 16 {
-        // Emptied by something else between the config's read and now.
-        return Err(StartupError::Storage(storage::StorageError::io(
-            "read a secret file",
-            path,
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "the secret must be at least 16 bytes (32 on a public bind)",
-            ),
-        )));
-    }
+    let made = storage::make_secret_file(path)?;
     if made {
         tracing::info!(secret_file = %path.display(), "made the HS256 secret (auth.secret_file)");
     }
-    config.auth.secret = secret;
+    // Read as every command reads it, under the config's rules (a first line, at least 16
+    // bytes): the file may have changed since the config was loaded.
+    let mut config = config.clone();
+    config.read_secret_file(false)?;
+    config.hs256_secret()?;
+    config.check()?;
     Ok(Some(config))
 }
 

@@ -30,16 +30,16 @@ use crate::domain::{Identity, TenantId};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The secret in the file at `path` (its first line, spaces and a CR around it trimmed),
-/// made first when absent: 32 random bytes as 64 hex digits, mode 0600, synced and linked
-/// into place, so that processes that start at once end with the same one
-/// (`auth.secret_file`, like `storage.cursor_key_file`); and whether this call made it.
-pub fn secret_file(path: &Path) -> Result<(String, bool), StorageError> {
-    let (text, made) = disk::dir_key::load_or_create(path)?;
+/// Makes the secret file at `path` when it is absent: 32 random bytes as 64 hex digits, mode
+/// 0600, synced and linked into place, so that processes that start at once end with the same
+/// one (`auth.secret_file`, like `storage.cursor_key_file`); true when this call made it.
+/// One that was there already is said once when other users can read it.
+pub fn make_secret_file(path: &Path) -> Result<bool, StorageError> {
+    let (_, made) = disk::secret_text(path)?;
     if !made {
-        disk::signing_key::warn_if_others_can_read(path, "the HS256 secret (auth.secret_file)");
+        disk::warn_if_others_can_read(path, "the HS256 secret (auth.secret_file)");
     }
-    Ok((text.lines().next().unwrap_or("").trim().to_owned(), made))
+    Ok(made)
 }
 
 /// Turns on what libgit2 leaves off by default (its fsync); call once at start, before any

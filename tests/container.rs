@@ -432,31 +432,13 @@ async fn the_readme_walkthrough_passes_on_the_read_only_image() {
         .unwrap()
         .push(json!({"account_id": "999988887777", "regions": ["eu-central-1"], "type": "aws"}));
     let put = json!({"content": content, "file_sha": cur["file_sha"]});
-    let res = client
-        .put(&file)
-        .bearer_auth(&t)
-        .json(&put)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 200, "step 3");
+    let send = |body: &Value| client.put(&file).bearer_auth(&t).json(body).send();
+    assert_eq!(send(&put).await.unwrap().status(), 200, "step 3");
     // 4. The same PUT again: stale sha, 409.
-    let res = client
-        .put(&file)
-        .bearer_auth(&t)
-        .json(&put)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(res.status(), 409, "step 4");
+    assert_eq!(send(&put).await.unwrap().status(), 409, "step 4");
     // 5. The schemas refuse a short account id and an unknown region: 422.
-    let res = client
-        .put(&file)
-        .bearer_auth(&t)
-        .json(&json!({"content": "aws:\n  - account_id: \"12345\"\n    regions: [us-east-9]\n    type: aws\n"}))
-        .send()
-        .await
-        .unwrap();
+    let bad = json!({"content": "aws:\n  - account_id: \"12345\"\n    regions: [us-east-9]\n    type: aws\n"});
+    let res = send(&bad).await.unwrap();
     assert_eq!(res.status(), 422, "step 5 (the image's schemas)");
     // 6. A configuration update forced with a commit of the history.
     let commit = docker(&[
@@ -547,6 +529,13 @@ impl Compose {
     }
 }
 
+/// The project comes down with its volumes when the test ends, failed or not.
+impl Drop for Compose {
+    fn drop(&mut self) {
+        let _ = self.command(&["down", "-v", "--remove-orphans"]).output();
+    }
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -615,12 +604,6 @@ async fn compose_moves_a_tenant_between_shards_through_a_network_cut() {
         project: format!("pftest{}", std::process::id()),
         ports: [free_port(), free_port(), free_port()],
     };
-    let mut cleanup = Cleanup(Vec::new());
-    let mut down: Vec<&str> = compose.base.clone();
-    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/compose.yaml");
-    down.extend(["-f", file.to_str().unwrap(), "-p", &compose.project]);
-    down.extend(["down", "-v", "--remove-orphans"]);
-    cleanup.push(&down);
     image();
     let started = Instant::now();
     compose.run(&["up", "-d", "--build"]);

@@ -10,6 +10,58 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::Path;
 
+/// The text of the secret file at `path` (the errors name it), made first when absent:
+/// 32 random bytes as 64 hex digits, mode 0600, all or nothing (written aside, synced, linked
+/// into place, the folder synced). Of processes that make it at once, the first link counts;
+/// `true` when this call's link made it.
+pub(in crate::storage) fn secret_text(path: &Path) -> Result<(String, bool), StorageError> {
+    let io = |op, e| StorageError::io(op, path, e);
+    let read = |e| io("read a secret file", e);
+    match std::fs::read_to_string(path) {
+        Ok(text) => return Ok((text, false)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(read(e)),
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let key: [u8; 32] = rand::random();
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".secret-")
+        .tempfile_in(dir)
+        .map_err(|e| io("write a secret file", e))?;
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    std::io::Write::write_all(&mut tmp, hex.as_bytes())
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| io("write a secret file", e))?;
+    match std::fs::hard_link(tmp.path(), path) {
+        Ok(()) => {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io("sync a secret file's folder", e))?;
+            Ok((hex, true))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => std::fs::read_to_string(path)
+            .map(|t| (t, false))
+            .map_err(read),
+        Err(e) => Err(io("write a secret file", e)),
+    }
+}
+
+/// A secret file (`what`) that others can read: the service uses it, and says so once, at
+/// start (ssh-keygen refuses such a private key; anyone who reads a token secret signs
+/// tokens).
+pub(in crate::storage) fn warn_if_others_can_read(path: &Path, what: &str) {
+    if let Ok(meta) = std::fs::metadata(path) {
+        let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                key_file = %path.display(),
+                mode = format!("{mode:o}"),
+                "{what} can be read by other users; chmod 600 it"
+            );
+        }
+    }
+}
+
 /// The folder that holds `path` (`.` for a bare relative name).
 fn parent(path: &Path) -> &Path {
     match path.parent() {

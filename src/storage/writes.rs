@@ -247,23 +247,19 @@ mod tests {
         let who = Identity::new("t", "t@localhost", "localhost");
         let content: crate::domain::yaml::Mapping =
             serde_json::from_value(serde_json::json!({"a": 1})).unwrap();
-        let write = |file: PlanFile, bytes: &str| {
+        // `bytes` as YAML text, or as the emission of `content` sent as JSON.
+        let commit = |file: PlanFile, bytes: &str, json: bool| {
             let mut req = CommitRequest::of(
                 file,
                 bytes.as_bytes().to_vec(),
                 Preconditions::default(),
                 who.clone(),
             );
-            req.changes[0].content = Some(std::sync::Arc::new(content.clone()));
+            req.changes[0].content = json.then(|| std::sync::Arc::new(content.clone()));
             storage.commit(&tenant, req)
         };
-        let text = CommitRequest::of(
-            PlanFile::Integration,
-            b"x: 0\n".to_vec(),
-            Preconditions::default(),
-            who.clone(),
-        );
-        storage.commit(&tenant, text).unwrap();
+        let write = |file: PlanFile, emission: &str| commit(file, emission, true);
+        commit(PlanFile::Integration, "x: 0\n", false).unwrap();
         let head = storage.head_state(&tenant).unwrap().commit;
         // The stored integration file is a block mapping that the splice edits: the verified
         // edit is stored, whatever the (wrong) emission says.
@@ -276,13 +272,7 @@ mod tests {
         let edited = storage.head_state(&tenant).unwrap().commit;
         assert_ne!(edited, head);
         // A file that is not a block mapping is emitted whole: the wrong emission is refused.
-        let flow = CommitRequest::of(
-            PlanFile::Configuration,
-            b"{b: 1}\n".to_vec(),
-            Preconditions::default(),
-            who.clone(),
-        );
-        storage.commit(&tenant, flow).unwrap();
+        commit(PlanFile::Configuration, "{b: 1}\n", false).unwrap();
         let before = storage.head_state(&tenant).unwrap().commit;
         let e = write(PlanFile::Configuration, "a: 2\n").unwrap_err();
         assert!(matches!(e, StorageError::NotRepresentable { .. }), "{e}");

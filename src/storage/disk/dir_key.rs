@@ -2,7 +2,6 @@
 use crate::domain::{CommitId, Cursor, TenantId};
 use crate::storage::StorageError;
 use hmac::{Hmac, Mac};
-use std::io::Write;
 use std::path::Path;
 
 /// Read at start from `storage.cursor_key_file` (default `<data_dir>/cursor.key`), which the
@@ -20,7 +19,7 @@ impl std::fmt::Debug for DirKey {
 
 impl DirKey {
     pub(in crate::storage) fn load(file: &Path) -> Result<Self, StorageError> {
-        let (text, _) = load_or_create(file)?;
+        let (text, _) = super::secret_text(file)?;
         let key = parse(text.as_bytes())
             .ok_or_else(|| StorageError::io("read the cursor key", file, bad_key()))?;
         Ok(Self { key })
@@ -61,42 +60,6 @@ fn tag(key: &[u8; 32], tenant: &TenantId, commit: CommitId) -> [u8; 16] {
     let mut out = [0u8; 16];
     out.copy_from_slice(&full[..16]);
     out
-}
-
-/// The text of the secret file at `path` (the errors name it), made first when absent:
-/// 32 random bytes as 64 hex digits, mode 0600, all or nothing (written aside, synced, linked
-/// into place, the folder synced). Of processes that make it at once, the first link counts;
-/// `true` when this call's link made it.
-pub(in crate::storage) fn load_or_create(path: &Path) -> Result<(String, bool), StorageError> {
-    let io = |op, e| StorageError::io(op, path, e);
-    let read = |e| io("read a secret file", e);
-    match std::fs::read_to_string(path) {
-        Ok(text) => return Ok((text, false)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(read(e)),
-    }
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let key: [u8; 32] = rand::random();
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".secret-")
-        .tempfile_in(dir)
-        .map_err(|e| io("write a secret file", e))?;
-    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
-    tmp.write_all(hex.as_bytes())
-        .and_then(|()| tmp.as_file().sync_all())
-        .map_err(|e| io("write a secret file", e))?;
-    match std::fs::hard_link(tmp.path(), path) {
-        Ok(()) => {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| io("sync a secret file's folder", e))?;
-            Ok((hex, true))
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => std::fs::read_to_string(path)
-            .map(|t| (t, false))
-            .map_err(read),
-        Err(e) => Err(io("write a secret file", e)),
-    }
 }
 
 fn bad_key() -> std::io::Error {

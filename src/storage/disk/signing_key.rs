@@ -28,7 +28,7 @@ pub(in crate::storage) fn load_or_create(
         .filter(|t| !t.is_empty());
     let signer = match std::fs::read_to_string(path) {
         Ok(text) => {
-            warn_if_others_can_read(path, "the commit signing key");
+            super::warn_if_others_can_read(path, "the commit signing key");
             parse(path, &text)?
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match &before {
@@ -92,22 +92,6 @@ fn create(path: &Path, comment: &str) -> Result<Signer, StorageError> {
             parse(path, &text)
         }
         Err(e) => Err(io("write the signing key", e)),
-    }
-}
-
-/// A secret file (`what`) that others can read: the service uses it, and says so once, at
-/// start (ssh-keygen refuses such a private key; anyone who reads a token secret signs
-/// tokens).
-pub(in crate::storage) fn warn_if_others_can_read(path: &Path, what: &str) {
-    if let Ok(meta) = std::fs::metadata(path) {
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            tracing::warn!(
-                key_file = %path.display(),
-                mode = format!("{mode:o}"),
-                "{what} can be read by other users; chmod 600 it"
-            );
-        }
     }
 }
 
