@@ -13,7 +13,7 @@ use verified::VerifiedTokens;
 
 /// Every permission the service checks, with what it grants: what `planfiles token` accepts
 /// without `--custom-permission`.
-pub const PERMISSIONS: [(&str, &str); 8] = [
+pub const PERMISSIONS: [(&str, &str); 9] = [
     ("jit.integrations.read", "read the integration file"),
     (
         "jit.integrations.write",
@@ -35,6 +35,10 @@ pub const PERMISSIONS: [(&str, &str); 8] = [
     (
         "planfiles.webhooks.write",
         "manage the tenant's webhook subscriptions",
+    ),
+    (
+        "planfiles.proposals.approve",
+        "approve another person's proposals (and read their diffs)",
     ),
     (
         "planfiles.metrics.read",

@@ -123,8 +123,14 @@ pub enum TenantAction {
         id: String,
         /// Whether the tenant has an active source-hosting installation (then a PUT of its
         /// integration file may carry file_sha).
-        #[arg(long, value_enum)]
-        source_hosting: OnOff,
+        #[arg(long, value_enum, required_unless_present = "require_approval")]
+        source_hosting: Option<OnOff>,
+        /// Approvals (by other people than the author) a proposal needs before it applies,
+        /// 0 to 10; above 0, main moves only by applying an approved proposal (a PUT, POST
+        /// /plans/commits, restore or push to main answers 403 approval_required). 0 turns
+        /// it off.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10))]
+        require_approval: Option<u32>,
     },
     /// List tenants with their flag, head commit and last change (and where moved ones went).
     List,
@@ -296,17 +302,27 @@ fn tenant(config: &Config, action: TenantAction) -> Result<(), CliError> {
             };
             println!("created {id} at {commit}");
         }
-        TenantAction::Set { id, source_hosting } => {
+        TenantAction::Set {
+            id,
+            source_hosting,
+            require_approval,
+        } => {
             let id = tenant_id(&id)?;
-            storage.set_source_hosting(&id, matches!(source_hosting, OnOff::On))?;
-            println!(
-                "{id}: source hosting {}",
-                if matches!(source_hosting, OnOff::On) {
-                    "on"
-                } else {
-                    "off"
+            if let Some(on) = source_hosting {
+                let on = matches!(on, OnOff::On);
+                storage.set_source_hosting(&id, on)?;
+                println!("{id}: source hosting {}", if on { "on" } else { "off" });
+            }
+            if let Some(n) = require_approval {
+                storage.set_required_approvals(&id, n)?;
+                match n {
+                    0 => println!("{id}: approval not required"),
+                    n => println!(
+                        "{id}: main moves only by applying a proposal with {n} approval{}",
+                        if n == 1 { "" } else { "s" }
+                    ),
                 }
-            );
+            }
         }
         TenantAction::List => list(&storage)?,
         TenantAction::Move(args) => shards::move_tenant(config, &storage, args)?,
@@ -353,6 +369,10 @@ fn list(storage: &Storage) -> Result<(), CliError> {
             .map(crate::domain::timestamp::rfc3339)
             .unwrap_or_else(|| "-".into());
         let flag = if t.source_hosting { "on" } else { "off" };
+        let approvals = match t.required_approvals {
+            0 => String::new(),
+            n => format!(" (requires {n} approval{})", if n == 1 { "" } else { "s" }),
+        };
         let placed = match &t.placement {
             None => String::new(),
             Some(Placement::Moving { to, .. }) => format!(" (moving to {to})"),
@@ -360,7 +380,7 @@ fn list(storage: &Storage) -> Result<(), CliError> {
             Some(Placement::Moved { to, .. }) => format!(" (moved to {to})"),
         };
         rows.push(format!(
-            "{:<w$} {flag:<15} {head:<40} {when}{placed}",
+            "{:<w$} {flag:<15} {head:<40} {when}{approvals}{placed}",
             t.id.as_str()
         ));
     }

@@ -17,6 +17,7 @@ mod middleware;
 mod openapi;
 mod ops;
 mod problem;
+mod proposals;
 mod query;
 mod restore;
 pub mod routes;

@@ -1,5 +1,6 @@
 //! The application layer: the rules of a write in one room, used by every way in (the API's writes and restores, `git push`, `planfiles validate`, the GET views, the change feed's judge), between the transports and `storage`/`validation`.
 mod error;
+pub mod proposals;
 pub mod push;
 pub mod rules;
 pub mod write;

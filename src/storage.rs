@@ -3,6 +3,7 @@ mod disk;
 mod error;
 mod model;
 mod placement;
+mod proposals;
 mod reads;
 mod repo;
 mod tenants;
@@ -20,6 +21,7 @@ pub use model::*;
 pub use placement::seed::seed_if_empty;
 pub use repo::receive::StagedPush;
 pub use repo::upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
+pub use repo::{Settings, MAX_REQUIRED_APPROVALS};
 pub use watch::feed::{ChangeFeed, Subscription, Update, Wants};
 pub use webhooks::{
     Attempt, AttemptStatus, BundledCursor, CursorPosition, DeliveryCursor, NewWebhook, Webhook,

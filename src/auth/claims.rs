@@ -110,6 +110,11 @@ impl Principal {
         std::time::UNIX_EPOCH + std::time::Duration::from_secs(self.0.valid_until + 1)
     }
 
+    /// The token's `sub`, if it has one.
+    pub fn sub(&self) -> Option<&str> {
+        self.0.sub.as_deref()
+    }
+
     pub fn has(&self, permission: &str) -> bool {
         self.0.permissions.iter().any(|p| p == permission)
     }

@@ -67,6 +67,10 @@ pub struct ImportArgs {
     /// from a shard, its flag there is carried over).
     #[arg(long)]
     pub source_hosting: bool,
+    /// The approvals its proposals need here (a mirror or backup does not carry it; from a
+    /// shard, its setting there is carried over unless this is given).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=10))]
+    pub require_approval: Option<u32>,
 }
 
 /// Runs `tenant move` (or its `--abort`).
@@ -171,6 +175,7 @@ pub(super) fn import_tenant(
         head,
         token,
         source_hosting,
+        require_approval,
     } = args;
     let tenant = tenant_id(&id)?;
     let source = if from.starts_with("http://") || from.starts_with("https://") {
@@ -198,14 +203,20 @@ pub(super) fn import_tenant(
         }
         ImportSource::Path(_) => Ok(()),
     };
-    let source_hosting = source_hosting
-        || match &source {
-            ImportSource::Shard { url, token } => {
-                crate::cluster::placement_at(url, &tenant, token).is_ok_and(|p| p.source_hosting)
-            }
-            ImportSource::Path(_) => false,
-        };
-    let done = storage.import_tenant(&tenant, &source, head, source_hosting, None, &confirm)?;
+    let there = match &source {
+        ImportSource::Shard { url, token } => {
+            crate::cluster::placement_at(url, &tenant, token).ok()
+        }
+        ImportSource::Path(_) => None,
+    };
+    let source_hosting = source_hosting || there.as_ref().is_some_and(|p| p.source_hosting);
+    let settings = crate::storage::Settings {
+        source_hosting,
+        required_approvals: require_approval
+            .or(there.map(|p| p.required_approvals))
+            .unwrap_or(0),
+    };
+    let done = storage.import_tenant(&tenant, &source, head, settings, None, &confirm)?;
     println!(
         "{} {tenant} at {} ({} ms); source hosting {}",
         if done.already {

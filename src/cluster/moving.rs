@@ -207,7 +207,7 @@ impl Move {
             // The subscriptions as they stand now that no change can land (the source's
             // deliveries stop at their next event: the target goes on from these cursors).
             let webhooks = storage.export_webhooks(t)?;
-            let done = self.import(&head, start.source_hosting, webhooks)?;
+            let done = self.import(&head, start.settings, webhooks)?;
             let got = done.head.unwrap_or_default();
             // A rerun after the router switched finds the target ahead (writes went on there).
             if got != head && !done.already {
@@ -395,14 +395,15 @@ impl Move {
     fn import(
         &self,
         head: &str,
-        source_hosting: bool,
+        settings: crate::storage::Settings,
         webhooks: crate::storage::WebhookBundle,
     ) -> Result<TargetAnswer, MoveError> {
         let path = format!("/admin/tenants/{}/import", self.tenant);
         let body = serde_json::json!({
             "from": self.from.as_str(),
             "head": head,
-            "source_hosting": source_hosting,
+            "source_hosting": settings.source_hosting,
+            "required_approvals": settings.required_approvals,
             "webhooks": webhooks,
         });
         let mut watch = TargetWatch::new(super::peer::instance(&self.to, PROBE_EVERY));

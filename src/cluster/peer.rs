@@ -91,6 +91,9 @@ pub struct PeerPlacement {
     /// The shard it is moving or moved to.
     pub to: Option<String>,
     pub source_hosting: bool,
+    /// Absent from shards that predate proposals.
+    #[serde(default)]
+    pub required_approvals: u32,
     /// The shard that answered (its `cluster.self_url`), when it says.
     #[serde(default)]
     pub shard: Option<String>,

@@ -71,7 +71,7 @@ pub fn hidden(message: &str) -> Option<char> {
         .find(|c| !matches!(c, '\n' | '\r' | '\t') && is_removed(*c))
 }
 
-fn is_removed(c: char) -> bool {
+pub(super) fn is_removed(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
 }

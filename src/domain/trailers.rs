@@ -10,16 +10,23 @@ pub enum Reserved {
     IdempotencyKey,
     IdempotencyFingerprint,
     Replays,
+    /// The proposal a commit applies (or, on a proposal's own commit, is).
+    Proposal,
+    ProposedBy,
+    ApprovedBy,
 }
 
 impl Reserved {
-    pub const ALL: [Reserved; 6] = [
+    pub const ALL: [Reserved; 9] = [
         Reserved::RequestId,
         Reserved::Forced,
         Reserved::RestoredFrom,
         Reserved::IdempotencyKey,
         Reserved::IdempotencyFingerprint,
         Reserved::Replays,
+        Reserved::Proposal,
+        Reserved::ProposedBy,
+        Reserved::ApprovedBy,
     ];
 
     /// The key as the service writes it.
@@ -31,6 +38,9 @@ impl Reserved {
             Reserved::IdempotencyKey => "Idempotency-Key",
             Reserved::IdempotencyFingerprint => "Idempotency-Fingerprint",
             Reserved::Replays => "Replays",
+            Reserved::Proposal => "Proposal",
+            Reserved::ProposedBy => "Proposed-by",
+            Reserved::ApprovedBy => "Approved-by",
         }
     }
 
@@ -145,6 +155,8 @@ mod tests {
             "idempotency-key: k",
             "Idempotency-Fingerprint:f",
             "replays: abc",
+            "proposal: 7",
+            "Approved-By: Eve <e@x>",
         ] {
             let message = format!("A change\n\nSigned-off-by: d\n{spelled}\n");
             assert!(first_reserved(message.as_bytes()).is_some(), "{spelled}");

@@ -68,6 +68,9 @@ pub struct FileEvent {
     /// Who pushed the commit, when it came by `git push` (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pushed_by: Option<Author>,
+    /// The proposal this commit applied, when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<u64>,
 }
 
 impl FileEvent {
@@ -91,6 +94,7 @@ impl FileEvent {
             verified: e.verified,
             request_id: change.request_id.as_ref().map(|r| r.as_str().to_owned()),
             pushed_by: e.pushed_by.as_ref().map(Author::of),
+            proposal: e.proposal(),
             // `None` only from storage without a judge, which the service never builds.
             status: if change.valid == Some(false) {
                 FileStatus::Invalid

@@ -34,6 +34,9 @@ pub struct ImportRequest {
     /// The tenant's source-hosting flag at the source.
     #[serde(default)]
     pub source_hosting: bool,
+    /// The approvals the tenant's proposals need at the source (0: none).
+    #[serde(default)]
+    pub required_approvals: u32,
     /// The tenant's webhook subscriptions and their cursors, as the source holds them once
     /// it refuses the tenant's writes (secrets included: only between shards).
     #[serde(default)]
@@ -149,7 +152,12 @@ pub async fn import(
                 &id,
                 &source,
                 head,
-                body.source_hosting,
+                crate::storage::Settings {
+                    source_hosting: body.source_hosting,
+                    required_approvals: body
+                        .required_approvals
+                        .min(crate::storage::MAX_REQUIRED_APPROVALS),
+                },
                 body.webhooks.as_ref(),
                 &handed_over,
             )?;
@@ -206,6 +214,8 @@ pub struct PlacementAnswer {
     /// The shard it is moving or moved to.
     pub to: Option<String>,
     pub source_hosting: bool,
+    /// The approvals its proposals need (0: none).
+    pub required_approvals: u32,
     /// The shard that answers (its `cluster.self_url`, when set): a `tenant move --to` that
     /// reaches the source itself (through the router, say) is told so.
     pub shard: Option<String>,
@@ -256,6 +266,7 @@ pub async fn placement(
         placement: word,
         to,
         source_hosting: info.source_hosting,
+        required_approvals: info.required_approvals,
         shard: state.cluster.me.as_ref().map(ToString::to_string),
     }))
 }

@@ -115,6 +115,7 @@ fn view(page: storage::HistoryPage, valid: Vec<bool>) -> HistoryPage {
             .into_iter()
             .zip(valid)
             .map(|(e, valid)| HistoryEntry {
+                proposal: e.proposal(),
                 status: if valid {
                     FileStatus::Valid
                 } else {

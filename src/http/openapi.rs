@@ -9,7 +9,8 @@ use super::schema::{
     SigningKeys, Ticket, WebhookList, WebhookView,
 };
 use super::{
-    admin, commits, diff, events, git, handlers, history, ops, restore, schemas, signing, webhooks,
+    admin, commits, diff, events, git, handlers, history, ops, proposals, restore, schemas,
+    signing, webhooks,
 };
 use actix_web::HttpResponse;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -50,6 +51,13 @@ use utoipa::{Modify, OpenApi};
         webhooks::delete,
         webhooks::resume,
         webhooks::deliveries,
+        proposals::create,
+        proposals::list,
+        proposals::get,
+        proposals::update,
+        proposals::approve,
+        proposals::apply,
+        proposals::close,
         ops::healthz,
         ops::readyz,
         ops::metrics,
@@ -62,7 +70,9 @@ use utoipa::{Modify, OpenApi};
         Author, GitBytes, PostCommits, PutIntegrationPart, PutConfigurationPart, CommitsAnswer,
         RestoreFile, FileDiff, DiffSide, PatchOp, ImportRequest, ImportAnswer, PlacementAnswer,
         SigningKeys, SigningKey, FileProblem, crate::validation::Violation,
-        webhooks::CreateWebhook, WebhookView, WebhookList, DeliveryList
+        webhooks::CreateWebhook, WebhookView, WebhookList, DeliveryList,
+        proposals::ProposalView, proposals::ProposalList, proposals::ProposedFileView,
+        proposals::Person, proposals::ApprovalView
     )),
     modifiers(&BearerJwt),
 )]

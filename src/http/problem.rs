@@ -133,6 +133,24 @@ pub enum ApiError {
     WebhookLimit(usize),
     #[error("this Idempotency-Key made webhook {0} for another request")]
     WebhookKeyReused(String),
+    #[error("this tenant requires approval: main moves only by applying an approved proposal; send the change to POST /plans/proposals instead (a dry run still answers)")]
+    ApprovalRequired,
+    #[error("proposals need a token with a sub claim: approvals tell people apart by it")]
+    SubRequired,
+    #[error("no proposal {0} for this tenant")]
+    ProposalNotFound(u64),
+    #[error("{0}")]
+    ProposalRefused(crate::domain::proposal::Refusal),
+    #[error("proposal {number} changes {file}, which moved on main since the proposal's base: its author updates it (PUT /plans/proposals/{number}) and it is approved again")]
+    ProposalStale {
+        number: u64,
+        file: &'static str,
+        current: BlobId,
+    },
+    #[error("the proposal changes nothing: every file it sends is as on main")]
+    NothingProposed,
+    #[error("the tenant has made {0} proposals, the most it may")]
+    ProposalLimit(u64),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -283,6 +301,29 @@ impl ApiError {
                 "webhook_limit_reached",
                 "Webhook limit reached",
             ),
+            ApprovalRequired => (
+                StatusCode::FORBIDDEN,
+                "approval_required",
+                "Approval required",
+            ),
+            SubRequired => (StatusCode::FORBIDDEN, "sub_required", "sub claim required"),
+            ProposalNotFound(_) => (
+                StatusCode::NOT_FOUND,
+                "proposal_not_found",
+                "Proposal not found",
+            ),
+            ProposalRefused(r) => refusal_parts(r),
+            ProposalStale { .. } => (StatusCode::CONFLICT, "proposal_stale", "Proposal stale"),
+            NothingProposed => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "nothing_proposed",
+                "Nothing proposed",
+            ),
+            ProposalLimit(_) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "proposal_limit_reached",
+                "Proposal limit reached",
+            ),
             Internal(_) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal_error",
@@ -300,9 +341,44 @@ impl ApiError {
         match self {
             ApiError::Part { inner, .. } => inner.current_sha(),
             ApiError::ShaMismatch { current, .. }
-            | ApiError::PreconditionFailed { current, .. } => Some(*current),
+            | ApiError::PreconditionFailed { current, .. }
+            | ApiError::ProposalStale { current, .. } => Some(*current),
             _ => None,
         }
+    }
+}
+
+/// Status, code and title of a proposal's rule that refused a step.
+fn refusal_parts(r: &crate::domain::proposal::Refusal) -> (StatusCode, &'static str, &'static str) {
+    use crate::domain::proposal::Refusal as R;
+    match r {
+        R::NotOpen { .. } => (
+            StatusCode::CONFLICT,
+            "proposal_not_open",
+            "Proposal not open",
+        ),
+        R::NotAuthor { .. } => (
+            StatusCode::FORBIDDEN,
+            "not_proposal_author",
+            "Not the proposal's author",
+        ),
+        R::OwnProposal { .. } => (
+            StatusCode::FORBIDDEN,
+            "own_proposal",
+            "Cannot approve one's own proposal",
+        ),
+        R::AlreadyApproved { .. } => (StatusCode::CONFLICT, "already_approved", "Already approved"),
+        R::Changed { .. } => (StatusCode::CONFLICT, "proposal_changed", "Proposal changed"),
+        R::ApprovalsMissing { .. } => (
+            StatusCode::CONFLICT,
+            "approvals_missing",
+            "Approvals missing",
+        ),
+        R::NotParticipant { .. } => (
+            StatusCode::FORBIDDEN,
+            "not_proposal_participant",
+            "Not the proposal's author or approver",
+        ),
     }
 }
 

@@ -1,8 +1,8 @@
 //! Every path the service answers, in one table: its methods and their handlers, its name in the request log and the metrics, and whether the OpenAPI document describes it. [`configure`] registers the table; a test checks the OpenAPI document against it.
 use super::problem::ApiError;
 use super::{
-    admin, commits, console, diff, events, git, handlers, history, openapi, ops, restore, schemas,
-    signing, webhooks,
+    admin, commits, console, diff, events, git, handlers, history, openapi, ops, proposals,
+    restore, schemas, signing, webhooks,
 };
 use actix_web::{web, HttpResponse};
 
@@ -146,6 +146,51 @@ pub const ROUTES: &[Route] = &[
         name: None,
         allow: "GET",
         handlers: || vec![web::get().to(webhooks::deliveries)],
+        documented: true,
+    },
+    Route {
+        path: "/plans/proposals",
+        name: Some("/plans/proposals"),
+        allow: "GET, POST",
+        handlers: || {
+            vec![
+                web::get().to(proposals::list),
+                web::post().to(proposals::create),
+            ]
+        },
+        documented: true,
+    },
+    Route {
+        path: "/plans/proposals/{number}",
+        name: None,
+        allow: "GET, PUT",
+        handlers: || {
+            vec![
+                web::get().to(proposals::get),
+                web::put().to(proposals::update),
+            ]
+        },
+        documented: true,
+    },
+    Route {
+        path: "/plans/proposals/{number}/approve",
+        name: None,
+        allow: "POST",
+        handlers: || vec![web::post().to(proposals::approve)],
+        documented: true,
+    },
+    Route {
+        path: "/plans/proposals/{number}/apply",
+        name: None,
+        allow: "POST",
+        handlers: || vec![web::post().to(proposals::apply)],
+        documented: true,
+    },
+    Route {
+        path: "/plans/proposals/{number}/close",
+        name: None,
+        allow: "POST",
+        handlers: || vec![web::post().to(proposals::close)],
         documented: true,
     },
     Route {

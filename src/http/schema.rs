@@ -293,6 +293,9 @@ pub struct HistoryEntry {
     /// the one git recorded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pushed_by: Option<Author>,
+    /// The proposal this commit applied (`GET /plans/proposals/{number}`), when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<u64>,
 }
 
 /// The keys that sign the service's commits (`GET /plans/signing-keys`).

@@ -23,6 +23,8 @@ pub enum PlanError {
     PreconditionRequired,
     #[error("the token lacks the permission {0}")]
     Forbidden(&'static str),
+    #[error("proposals need a token with a sub claim: approvals tell people apart by it")]
+    SubRequired,
     /// An error of one part (one file) of a write of both files.
     #[error("{file}: {inner}", file = file.part_name())]
     Part {

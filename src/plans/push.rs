@@ -124,6 +124,10 @@ pub async fn push(
             "main or its notes (refs/notes/planfiles) are locked by another git command on the server: retry in a moment",
         ),
         Err(WriteError::Storage(StorageError::TenantMoving { .. })) => Outcome::refused(MOVING),
+        Err(WriteError::Storage(StorageError::ApprovalRequired { .. })) => Outcome::refused(
+            "approval required: this tenant's main moves only by applying an approved proposal; \
+             open one with POST /plans/proposals (nothing was written)",
+        ),
         Err(WriteError::Storage(StorageError::Expired { .. })) => Outcome::refused(
             "the token expired while the push waited its turn; nothing was written: put a fresh \
              token in the clone (git config http.extraHeader ...) and push again",

@@ -71,6 +71,30 @@ pub fn both(
     schemas: &SchemaSet,
 ) -> Result<Planned, PlanError> {
     let mut body = parse_put_body(bytes)?;
+    let (parts, subject) = parts_of(
+        &mut body,
+        source_hosting,
+        granted,
+        schemas,
+        PutBody::message,
+    )?;
+    Ok(Planned {
+        parts,
+        subject,
+        restored_from: None,
+    })
+}
+
+/// The parts of a body that sends one or both files (`POST /plans/commits`, a proposal), in
+/// the contract's order: every part's permission (403), every part's 400s, the 422s (parts,
+/// contents, then the body's own `fields`), then the preconditions (428).
+pub(super) fn parts_of<T>(
+    body: &mut PutBody,
+    source_hosting: bool,
+    granted: [bool; 2],
+    schemas: &SchemaSet,
+    fields: impl FnOnce(&PutBody) -> Result<T, PlanError>,
+) -> Result<(Vec<Part>, T), PlanError> {
     let sent: Vec<PlanFile> = PlanFile::ALL
         .into_iter()
         .filter(|file| body.sends(file.part_name()))
@@ -119,7 +143,7 @@ pub fn both(
             return Err(PlanError::SchemaViolation { files, violations });
         }
     }
-    let subject = body.message()?;
+    let fields = fields(body)?;
     if parts.is_empty() {
         return Err(PlanError::InvalidContent(ContentError::new(
             "",
@@ -137,11 +161,7 @@ pub fn both(
             })
         })
         .collect::<Result<Vec<_>, PlanError>>()?;
-    Ok(Planned {
-        parts,
-        subject,
-        restored_from: None,
-    })
+    Ok((parts, fields))
 }
 
 /// What a restore's body asks for: the commit (a name, resolved by storage), the subject,
@@ -263,6 +283,11 @@ impl PutBody {
     pub fn message(&self) -> Result<Option<CommitMessage>, PlanError> {
         CommitMessage::from_field(self.0.get("message"), "/message")
             .map_err(PlanError::InvalidContent)
+    }
+
+    /// A field's raw value, for the rules of another kind of body (a proposal's).
+    pub(super) fn get(&self, field: &str) -> Option<&Value> {
+        self.0.get(field)
     }
 
     /// The `commit` field of a restore: 40 hex digits (422 at `/commit` otherwise).

@@ -83,21 +83,21 @@ struct Pending {
 }
 
 /// What a queued write does: an API write (committed in a batch with its neighbours), or a
-/// push's move of `main` (alone).
+/// step that runs alone in its turn (a push's move of `main`, a proposal's step), which
+/// answers its caller itself and says whether `main` moved. (A job is moved into its queue
+/// once and out of it once: the size of a write's request costs nothing there.)
+#[allow(clippy::large_enum_variant)]
 enum Job {
     Commit {
         req: CommitRequest,
         reply: oneshot::Sender<Result<Committed, StorageError>>,
     },
-    Push {
-        push: PushMove,
-        reply: oneshot::Sender<Result<FastForward, StorageError>>,
-    },
+    Alone(Box<dyn FnOnce(&Storage) -> bool + Send>),
 }
 
 impl Job {
-    fn is_push(&self) -> bool {
-        matches!(self, Job::Push { .. })
+    fn is_alone(&self) -> bool {
+        matches!(self, Job::Alone(_))
     }
 }
 
@@ -213,6 +213,34 @@ impl Writers {
     /// write: refused when the queue is full (`QueueFull`) or the turn does not come in time
     /// (`TimedOut`).
     pub async fn push(&self, tenant: &TenantId, push: PushMove) -> Result<FastForward, WriteError> {
+        let owned = tenant.clone();
+        self.alone(
+            tenant,
+            move |storage| {
+                storage.fast_forward(
+                    &owned,
+                    push.old,
+                    push.new,
+                    push.staged,
+                    &push.pusher,
+                    &push.request_id,
+                    push.not_after,
+                )
+            },
+            |moved| matches!(moved, FastForward::Moved),
+        )
+        .await
+    }
+
+    /// Runs `step` alone in the tenant's turn, queued as a write is (the same depth, wait and
+    /// blocking thread): a push's move of `main`, a proposal's step. `moved` tells from its
+    /// answer whether `main` moved (a repack may then be due).
+    pub async fn alone<T: Send + 'static>(
+        &self,
+        tenant: &TenantId,
+        step: impl FnOnce(&Storage) -> Result<T, StorageError> + Send + 'static,
+        moved: fn(&T) -> bool,
+    ) -> Result<T, WriteError> {
         let lease = self.users.lease(tenant);
         if lease.users > self.depth {
             return Err(WriteError::QueueFull {
@@ -220,8 +248,22 @@ impl Writers {
                 waiting: lease.users - 1,
             });
         }
-        self.queued(tenant, lease, None, |reply| Job::Push { push, reply })
-            .await
+        let owned = tenant.clone();
+        self.queued(tenant, lease, None, move |reply| {
+            Job::Alone(Box::new(move |storage: &Storage| {
+                let result =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(storage)));
+                let Ok(result) = result else {
+                    // Its caller is told by the dropped reply (500); the queue goes on.
+                    tracing::error!(tenant = %owned, "a step run alone in the writer queue panicked");
+                    return false;
+                };
+                let changed = result.as_ref().is_ok_and(moved);
+                let _ = reply.send(result);
+                changed
+            }))
+        })
+        .await
     }
 
     /// Queues `job` (made with its reply channel), starts the tenant's runner if it is idle,
@@ -294,20 +336,24 @@ impl Writers {
                     queues.remove(tenant);
                     return;
                 }
-                let n = if queue.pending[0].job.is_push() {
+                let n = if queue.pending[0].job.is_alone() {
                     1
                 } else {
                     queue
                         .pending
                         .iter()
                         .take(MAX_BATCH)
-                        .take_while(|p| !p.job.is_push())
+                        .take_while(|p| !p.job.is_alone())
                         .count()
                 };
                 queue.pending.drain(..n).collect()
             };
-            let changed = if batch[0].job.is_push() {
-                self.run_push(tenant, batch.pop().expect("one push"))
+            let changed = if batch[0].job.is_alone() {
+                let Pending { job, _held, .. } = batch.pop().expect("one step");
+                let Job::Alone(step) = job else {
+                    unreachable!("is_alone")
+                };
+                step(&self.storage)
             } else {
                 self.run_batch(tenant, batch)
             };
@@ -327,7 +373,7 @@ impl Writers {
                 .iter()
                 .map(|p| match &p.job {
                     Job::Commit { req, .. } => req,
-                    Job::Push { .. } => unreachable!("a batch stops before a push"),
+                    Job::Alone(_) => unreachable!("a batch stops before a step run alone"),
                 })
                 .collect();
             self.storage.commit_batch(tenant, &reqs)
@@ -360,30 +406,5 @@ impl Writers {
             }
         }
         changed
-    }
-
-    /// A push's move of `main`; whether it moved.
-    fn run_push(&self, tenant: &TenantId, pending: Pending) -> bool {
-        let Job::Push { push, reply } = pending.job else {
-            unreachable!("run_push takes a push")
-        };
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.storage.fast_forward(
-                tenant,
-                push.old,
-                push.new,
-                push.staged,
-                &push.pusher,
-                &push.request_id,
-                push.not_after,
-            )
-        }));
-        let Ok(result) = result else {
-            tracing::error!(%tenant, "a push's move of main panicked");
-            return false;
-        };
-        let moved = matches!(result, Ok(FastForward::Moved));
-        let _ = reply.send(result);
-        moved
     }
 }

@@ -87,6 +87,29 @@ pub enum StorageError {
     },
     #[error("tenant {tenant} has {limit} webhooks already, the most it may have")]
     WebhookLimit { tenant: TenantId, limit: usize },
+    #[error("tenant {tenant} requires approval: main moves only by applying an approved proposal")]
+    ApprovalRequired { tenant: TenantId },
+    #[error("tenant {tenant}: no proposal {number}")]
+    ProposalNotFound {
+        tenant: TenantId,
+        number: crate::domain::ProposalNumber,
+    },
+    #[error("tenant {tenant}: {refusal}")]
+    ProposalRefused {
+        tenant: TenantId,
+        refusal: crate::domain::proposal::Refusal,
+    },
+    #[error("tenant {tenant}: proposal {number} changes {}, which moved on main since its base; update the proposal", file.path())]
+    ProposalStale {
+        tenant: TenantId,
+        number: crate::domain::ProposalNumber,
+        file: PlanFile,
+        current: BlobId,
+    },
+    #[error("tenant {tenant}: the proposal changes nothing: every file it sends is as on main")]
+    NothingProposed { tenant: TenantId },
+    #[error("tenant {tenant}: {limit} proposals were made, the most a tenant may have")]
+    ProposalLimit { tenant: TenantId, limit: u64 },
     #[error("tenant {tenant}: git upload-pack failed: {message}")]
     UploadPack { tenant: TenantId, message: String },
     #[error("{op} ({}): {source}", path.display())]
@@ -129,6 +152,9 @@ impl StorageError {
                 lock,
             },
             StorageError::OutOfDescriptors { op } => StorageError::OutOfDescriptors { op },
+            StorageError::ApprovalRequired { tenant } => StorageError::ApprovalRequired {
+                tenant: tenant.clone(),
+            },
             StorageError::Io { op, path, source } => StorageError::Io {
                 op,
                 path: path.clone(),

@@ -13,6 +13,8 @@ use std::time::SystemTime;
 pub struct TenantInfo {
     pub id: TenantId,
     pub source_hosting: bool,
+    /// Approvals a proposal needs; above 0, `main` moves only by applying one.
+    pub required_approvals: u32,
 }
 
 /// One row of `tenant list`.
@@ -20,6 +22,7 @@ pub struct TenantInfo {
 pub struct TenantSummary {
     pub id: TenantId,
     pub source_hosting: bool,
+    pub required_approvals: u32,
     pub head: Option<CommitId>,
     pub last_change: Option<SystemTime>,
     /// Set while the tenant moves to another shard, and after it moved.
@@ -61,7 +64,8 @@ impl Placement {
 #[derive(Debug, Clone)]
 pub struct MoveStart {
     pub head: CommitId,
-    pub source_hosting: bool,
+    /// The tenant's settings (source hosting, required approvals), carried to the target.
+    pub settings: super::Settings,
     /// Since when the tenant's writes are refused (an earlier run's moment, on a rerun).
     pub since: SystemTime,
     /// The move had finished already (a rerun): only the later steps are left.
@@ -131,6 +135,20 @@ pub struct HistoryEntry {
     /// Who pushed the commit, when it came by `git push` (its note on
     /// `refs/notes/planfiles`).
     pub pushed_by: Option<Identity>,
+}
+
+impl HistoryEntry {
+    /// The proposal this commit applied: its `Proposal:` trailer, believed only on a commit
+    /// the service signed (a push may not carry the trailer; plain git's commits are not
+    /// signed).
+    pub fn proposal(&self) -> Option<u64> {
+        if !self.verified {
+            return None;
+        }
+        crate::domain::trailers::value(&self.message, crate::domain::trailers::Reserved::Proposal)?
+            .parse()
+            .ok()
+    }
 }
 
 /// A page of history, and where the next page starts.
@@ -443,4 +461,57 @@ pub enum ReplayPlan {
 pub enum PrefixMiss {
     Unknown,
     Ambiguous,
+}
+
+/// A proposal to open (`number: None`) or to update: its files as a write of them
+/// (`changes`, checked against `main` as a write's are), its title and description, who.
+#[derive(Debug, Clone)]
+pub struct ProposalRequest {
+    pub number: Option<crate::domain::ProposalNumber>,
+    pub changes: Vec<Change>,
+    pub title: CommitMessage,
+    pub message: Option<crate::domain::proposal::Description>,
+    pub author: crate::domain::Reviewer,
+    pub request_id: RequestId,
+    /// As [`CommitRequest::not_after`].
+    pub not_after: Option<SystemTime>,
+}
+
+/// A step of an open proposal, taken under the tenant's write lock.
+#[derive(Debug, Clone)]
+pub enum ProposalStep {
+    /// `seen`: the proposal's commit as the approver saw it, when they name it.
+    Approve {
+        by: crate::domain::Reviewer,
+        seen: Option<CommitId>,
+    },
+    Close {
+        by: String,
+    },
+    Apply {
+        by: String,
+        request_id: RequestId,
+    },
+}
+
+impl ProposalStep {
+    pub fn word(&self) -> &'static str {
+        match self {
+            ProposalStep::Approve { .. } => "approve",
+            ProposalStep::Close { .. } => "close",
+            ProposalStep::Apply { .. } => "apply",
+        }
+    }
+}
+
+/// A proposal's file in three commits: its base, the proposal, and `main` now.
+#[derive(Debug, Clone)]
+pub struct ProposedFile {
+    pub file: PlanFile,
+    pub base: FileSnapshot,
+    pub proposed: FileSnapshot,
+    pub main: FileSnapshot,
+    /// Unified diffs to the proposal, from its base and from `main`.
+    pub from_base: String,
+    pub from_main: String,
 }

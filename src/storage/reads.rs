@@ -119,11 +119,13 @@ impl Storage {
 
     /// The tenant's settings; `TenantNotFound` when it has no repository.
     pub fn tenant(&self, tenant: &TenantId) -> Result<TenantInfo, StorageError> {
+        let settings = self
+            .flags
+            .get(tenant, &self.locate(tenant, Access::Manage)?)?;
         Ok(TenantInfo {
             id: tenant.clone(),
-            source_hosting: self
-                .flags
-                .get(tenant, &self.locate(tenant, Access::Manage)?)?,
+            source_hosting: settings.source_hosting,
+            required_approvals: settings.required_approvals,
         })
     }
 

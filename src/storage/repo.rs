@@ -21,6 +21,7 @@ mod idempotency;
 pub(super) mod inflight;
 mod objects;
 pub(super) mod open_repos;
+mod proposals;
 pub(super) mod receive;
 pub(super) mod recent_keys;
 mod refs;
@@ -36,6 +37,7 @@ mod write_tests;
 pub(super) use create::{create, creation_turn, handover_turn};
 pub(super) use refs::file_head;
 pub(super) use source_hosting::Flags;
+pub use source_hosting::{Settings, MAX_REQUIRED_APPROVALS};
 
 const MAIN: &str = "refs/heads/main";
 /// The records of idempotent writes that changed nothing, one commit each
@@ -130,6 +132,8 @@ pub(super) struct TenantRepo {
     before_ref_update: Option<super::WriteHook>,
     /// What the blobs this repository's last edits stored parse to (see [`objects::Parsed`]).
     parsed: objects::Parsed,
+    /// The proposals' records last read (see `proposals.rs`).
+    records: proposals::RecordsCache,
 }
 
 impl TenantRepo {
@@ -146,6 +150,7 @@ impl TenantRepo {
             repo,
             before_ref_update: None,
             parsed: objects::Parsed::default(),
+            records: proposals::RecordsCache::default(),
         })
     }
 
@@ -170,6 +175,7 @@ impl TenantRepo {
     }
 
     pub(super) fn summary(&self) -> Result<TenantSummary, StorageError> {
+        let settings = self.settings()?;
         let head = self.repo.refname_to_id(MAIN).ok();
         let last_change = match head {
             Some(oid) => {
@@ -184,7 +190,8 @@ impl TenantRepo {
         };
         Ok(TenantSummary {
             id: self.tenant.clone(),
-            source_hosting: self.source_hosting()?,
+            source_hosting: settings.source_hosting,
+            required_approvals: settings.required_approvals,
             head: head.map(|oid| CommitId(to_id(oid))),
             last_change,
             placement: super::placement::read(&self.path)?,

@@ -25,6 +25,14 @@ impl Storage {
         self.repo_for(tenant, Access::Read)?.set_source_hosting(on)
     }
 
+    /// Sets the approvals a tenant's proposals need (0: off); above 0 `main` moves only by
+    /// applying an approved proposal. Durable when it returns; a running server reads it at
+    /// the next write.
+    pub fn set_required_approvals(&self, tenant: &TenantId, n: u32) -> Result<(), StorageError> {
+        self.repo_for(tenant, Access::Read)?
+            .set_required_approvals(n)
+    }
+
     /// About how many loose objects the tenant's repository holds (a cheap estimate).
     pub fn loose_objects_estimate(&self, tenant: &TenantId) -> Result<usize, StorageError> {
         Ok(self.repo_for(tenant, Access::Read)?.loose_estimate())

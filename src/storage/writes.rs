@@ -57,6 +57,7 @@ impl Storage {
             &self.committer,
             self.sync.as_deref(),
             not_after,
+            &self.flags,
         )
     }
 
@@ -104,6 +105,7 @@ impl Storage {
             &self.committer,
             self.sync.as_deref(),
             &self.recent_keys,
+            &self.flags,
         );
         self.open_repos.put(tenant, &path, repo, before);
         // A repository archived under the batch (it moved away): the tenant moved, not a fault.

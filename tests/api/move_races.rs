@@ -574,3 +574,70 @@ fn webhooks_move_with_the_tenant_over_a_slow_link_and_skip_nothing() {
     let total = rx.deliveries("/hook/m").len();
     eprintln!("{} events, {total} deliveries", want.len());
 }
+
+/// A tenant that requires approval requires it on its new shard, and its proposals (open,
+/// with their approvals) go on there: a move never turns the rule off in silence.
+#[test]
+fn a_move_carries_the_approval_rule_and_the_proposals() {
+    let pair = Pair::start();
+    let http = reqwest::blocking::Client::new();
+    let writer = &["jit.integrations.write", "jit.preferences.write"];
+    let approver = &["planfiles.proposals.approve"];
+    let opened = http
+        .post(format!("{}/plans/proposals", pair.a.url))
+        .bearer_auth(common::token_as(TENANT, "ann", writer))
+        .json(&json!({"integration-file": {"content": {"aws": []}}, "title": "t"}))
+        .send()
+        .unwrap();
+    assert_eq!(opened.status(), 201);
+    let approved = http
+        .post(format!("{}/plans/proposals/1/approve", pair.a.url))
+        .bearer_auth(common::token_as(TENANT, "bo", approver))
+        .send()
+        .unwrap();
+    assert_eq!(approved.status(), 200);
+    let set = planfiles(&pair.a.dir)
+        .args(["tenant", "set", TENANT, "--require-approval", "2"])
+        .output()
+        .unwrap();
+    assert!(set.status.success(), "{set:?}");
+    let mut args = pair.move_args();
+    args.push("--routed".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (child, _) = pair.command(&args);
+    let (ok, err) = finish(child);
+    assert!(ok, "the move did not finish: {err}");
+    assert_eq!(pair.placement(&pair.b), "served");
+    let put = http
+        .put(format!("{}/plans/integration-file", pair.b.url))
+        .bearer_auth(common::token(TENANT, common::ALL))
+        .json(&json!({"content": {"direct": 1}}))
+        .send()
+        .unwrap();
+    assert_eq!(put.status(), 403, "a direct write on the new shard");
+    let p: Value = http
+        .get(format!("{}/plans/proposals/1", pair.b.url))
+        .bearer_auth(common::token(TENANT, common::ALL))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(
+        (p["state"].as_str(), p["approvals_required"].as_u64()),
+        (Some("open"), Some(2)),
+        "{p}"
+    );
+    assert_eq!(p["approvals"][0]["by"]["sub"], "bo", "{p}");
+    let approved = http
+        .post(format!("{}/plans/proposals/1/approve", pair.b.url))
+        .bearer_auth(common::token_as(TENANT, "cy", approver))
+        .send()
+        .unwrap();
+    assert_eq!(approved.status(), 200);
+    let applied = http
+        .post(format!("{}/plans/proposals/1/apply", pair.b.url))
+        .bearer_auth(common::token_as(TENANT, "ann", writer))
+        .send()
+        .unwrap();
+    assert_eq!(applied.status(), 200, "{:?}", applied.text());
+}

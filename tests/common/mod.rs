@@ -109,6 +109,16 @@ pub fn token(tenant: &str, permissions: &[&str]) -> String {
     )
 }
 
+/// A valid token for `tenant` as the person `sub` (name and email made from it).
+pub fn token_as(tenant: &str, sub: &str, permissions: &[&str]) -> String {
+    sign_hs256(
+        SECRET,
+        &json!({"alg": "HS256", "typ": "JWT"}),
+        &json!({"tenant_id": tenant, "permissions": permissions, "exp": now() + 600,
+                "sub": sub, "email": format!("{sub}@example.com"), "name": sub}),
+    )
+}
+
 pub struct TestApp {
     pub addr: String,
     pub data_dir: tempfile::TempDir,
@@ -549,6 +559,78 @@ impl TestApp {
             &[],
         )
         .await
+    }
+
+    /// `POST /plans/proposals`.
+    pub async fn propose(&self, token: &str, body: &Value) -> reqwest::Response {
+        self.send("POST", "/plans/proposals", token, Some(body), &[])
+            .await
+    }
+
+    /// `PUT /plans/proposals/<n>`.
+    pub async fn update_proposal(&self, token: &str, n: u64, body: &Value) -> reqwest::Response {
+        self.send(
+            "PUT",
+            &format!("/plans/proposals/{n}"),
+            token,
+            Some(body),
+            &[],
+        )
+        .await
+    }
+
+    /// `GET /plans/proposals<query>`.
+    pub async fn proposals(&self, token: &str, query: &str) -> reqwest::Response {
+        self.send("GET", &format!("/plans/proposals{query}"), token, None, &[])
+            .await
+    }
+
+    /// `GET /plans/proposals/<n>`.
+    pub async fn proposal(&self, token: &str, n: u64) -> reqwest::Response {
+        self.send("GET", &format!("/plans/proposals/{n}"), token, None, &[])
+            .await
+    }
+
+    /// `POST /plans/proposals/<n>/<step>` (`approve`, `apply`, `close`), with an optional
+    /// body.
+    pub async fn proposal_step(
+        &self,
+        token: &str,
+        n: u64,
+        step: &str,
+        body: Option<&Value>,
+    ) -> reqwest::Response {
+        self.send(
+            "POST",
+            &format!("/plans/proposals/{n}/{step}"),
+            token,
+            body,
+            &[],
+        )
+        .await
+    }
+
+    /// `planfiles tenant set <tenant> --require-approval <n>` on this app's data dir, as an
+    /// operator runs it beside the running server.
+    pub fn require_approval(&self, tenant: &str, n: u32) {
+        let out = Command::new(env!("CARGO_BIN_EXE_planfiles"))
+            .env_remove("PLANFILES_CONFIG")
+            .env("PLANFILES_DATA_DIR", self.data_dir.path())
+            .env("PLANFILES_JWT_SECRET", SECRET)
+            .args([
+                "tenant",
+                "set",
+                tenant,
+                "--require-approval",
+                &n.to_string(),
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// `POST /plans/<file>/restore`; `file` is `integration-file` or `configuration-file`.

@@ -18,6 +18,7 @@ impl From<crate::plans::PlanError> for ApiError {
             }
             P::PreconditionRequired => ApiError::PreconditionRequired,
             P::Forbidden(scope) => ApiError::Forbidden(scope),
+            P::SubRequired => ApiError::SubRequired,
             P::Part { file, inner } => ApiError::Part {
                 file,
                 inner: Box::new((*inner).into()),
@@ -103,6 +104,23 @@ impl ApiError {
             StorageError::WebhookNotFound { id, .. } => ApiError::WebhookNotFound(id.to_string()),
             StorageError::WebhookLimit { limit, .. } => ApiError::WebhookLimit(limit),
             StorageError::WebhookKeyReused { id, .. } => ApiError::WebhookKeyReused(id.to_string()),
+            StorageError::ApprovalRequired { .. } => ApiError::ApprovalRequired,
+            StorageError::ProposalNotFound { number, .. } => {
+                ApiError::ProposalNotFound(number.get())
+            }
+            StorageError::ProposalRefused { refusal, .. } => ApiError::ProposalRefused(refusal),
+            StorageError::ProposalStale {
+                number,
+                file,
+                current,
+                ..
+            } => ApiError::ProposalStale {
+                number: number.get(),
+                file: file.path(),
+                current,
+            },
+            StorageError::NothingProposed { .. } => ApiError::NothingProposed,
+            StorageError::ProposalLimit { limit, .. } => ApiError::ProposalLimit(limit),
             other => ApiError::Internal(other.to_string()),
         }
     }

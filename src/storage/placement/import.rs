@@ -30,7 +30,7 @@ impl Storage {
         tenant: &TenantId,
         source: &ImportSource,
         head: Option<CommitId>,
-        source_hosting: bool,
+        settings: crate::storage::Settings,
         webhooks: Option<&crate::storage::WebhookBundle>,
         confirm: &dyn Fn() -> Result<(), StorageError>,
     ) -> Result<Imported, StorageError> {
@@ -63,7 +63,7 @@ impl Storage {
                 // Its old repository takes the newer history (no write lands here meanwhile:
                 // the placement record refuses them).
                 confirm()?;
-                let fetched = fetch_and_check(tenant, &path, source, head, source_hosting)?;
+                let fetched = fetch_and_check(tenant, &path, source, head, settings)?;
                 if let Some(bundle) = webhooks {
                     crate::storage::webhooks::install(tenant, &path, bundle)?;
                 }
@@ -108,7 +108,7 @@ impl Storage {
             "init",
             git(tmp.path()).args(["symbolic-ref", "HEAD", "refs/heads/main"]),
         )?;
-        let fetched = fetch_and_check(tenant, tmp.path(), source, head, source_hosting)?;
+        let fetched = fetch_and_check(tenant, tmp.path(), source, head, settings)?;
         if let Some(bundle) = webhooks {
             crate::storage::webhooks::install(tenant, tmp.path(), bundle)?;
         }
@@ -194,15 +194,15 @@ fn elapsed_ms(started: Instant) -> u64 {
     started.elapsed().as_millis() as u64
 }
 
-/// Fetches `main`, `refs/planfiles/*` and `refs/notes/*` into the bare repository at `into`, checks it whole
-/// (`git fsck --strict`), checks `main` is at `head` (when given), sets the source-hosting
-/// flag, and returns `main`.
+/// Fetches `main`, `refs/planfiles/*`, `refs/notes/*` and `refs/proposals/*` into the bare
+/// repository at `into`, checks it whole (`git fsck --strict`), checks `main` is at `head`
+/// (when given), sets the tenant's settings, and returns `main`.
 fn fetch_and_check(
     tenant: &TenantId,
     into: &Path,
     source: &ImportSource,
     head: Option<CommitId>,
-    source_hosting: bool,
+    settings: crate::storage::Settings,
 ) -> Result<CommitId, StorageError> {
     let mut fetch = git(into);
     let from = match source {
@@ -229,6 +229,8 @@ fn fetch_and_check(
         "+refs/planfiles/*:refs/planfiles/*",
         // Who pushed what (`refs/notes/planfiles`): events and deliveries read it.
         "+refs/notes/*:refs/notes/*",
+        // The proposals and their records: open ones go on, approvals are kept.
+        "+refs/proposals/*:refs/proposals/*",
     ]);
     run(tenant, "fetch", &mut fetch)?;
     run(
@@ -257,7 +259,21 @@ fn fetch_and_check(
             "config",
             "--bool",
             "planfiles.sourcehosting",
-            if source_hosting { "true" } else { "false" },
+            if settings.source_hosting {
+                "true"
+            } else {
+                "false"
+            },
+        ]),
+    )?;
+    // A tenant that required approval requires it on its new shard too.
+    run(
+        tenant,
+        "config",
+        git(into).args([
+            "config",
+            "planfiles.requireapprovals",
+            &settings.required_approvals.to_string(),
         ]),
     )?;
     Ok(fetched)
@@ -362,7 +378,7 @@ mod tests {
             }
         };
         assert!(matches!(
-            target.import_tenant(&other, &from, None, false, None, &once),
+            target.import_tenant(&other, &from, None, Default::default(), None, &once),
             Err(StorageError::MoveConflict { .. })
         ));
         assert_eq!(asked.get(), 2);
@@ -374,7 +390,7 @@ mod tests {
             Ok(())
         };
         let done = target
-            .import_tenant(&other, &from, None, false, None, &always)
+            .import_tenant(&other, &from, None, Default::default(), None, &always)
             .unwrap();
         assert_eq!(asked.get(), 2);
         assert_eq!(done.found, ImportPlan::Fresh);
@@ -415,7 +431,7 @@ mod tests {
         let other = TenantId::parse("initech").unwrap();
         let from = ImportSource::Path(from_repo.clone());
         target
-            .import_tenant(&other, &from, None, false, None, &|| Ok(()))
+            .import_tenant(&other, &from, None, Default::default(), None, &|| Ok(()))
             .unwrap();
         let copy = target.repo_path(&other);
         assert_eq!(git_in(&copy, &["rev-parse", "refs/notes/planfiles"]), notes);

@@ -61,7 +61,7 @@ impl Storage {
         })?;
         Ok(MoveStart {
             head,
-            source_hosting: repo.source_hosting()?,
+            settings: repo.settings()?,
             since,
             moved,
         })

@@ -15,13 +15,14 @@ pub(super) struct MainMove {
 }
 
 /// What one advance makes durable and names, in this order: the staged objects, the refs
-/// moved before `main` (a push's notes, which name the pushed commits), `main`, then the refs
-/// moved after it (the no-op records, which may name `main`'s new head, so never before it).
+/// moved before `main` in their order (a push's notes, which name the pushed commits; a
+/// proposal's commit, then the records that name it), `main`, then the refs moved after it
+/// (the no-op records, which may name `main`'s new head, so never before it).
 pub(super) struct Advance {
     pub staged: Staged,
     /// The sync group's mark from before any of these bytes were written (group mode).
     pub mark: Option<SyncMark>,
-    pub before: Option<RefLock>,
+    pub before: Vec<RefLock>,
     pub main: Option<MainMove>,
     pub after: Option<RefLock>,
 }
@@ -63,7 +64,7 @@ impl TenantRepo {
         staged.publish()?;
         let ref_mark = sync.map(SyncGroup::mark);
         let mut folders = Vec::new();
-        if let Some(lock) = before {
+        for lock in before {
             folders.push(lock.folder().to_owned());
             lock.commit()?;
         }
@@ -85,6 +86,8 @@ impl TenantRepo {
             }
         }
         // 3. The names are durable before any answer; a write that fails changes nothing.
+        folders.sort();
+        folders.dedup();
         let durable = match sync {
             Some(_) => self.group_sync_since(sync, ref_mark, path),
             None => folders.iter().try_for_each(|f| sync_dir(f)),

@@ -89,7 +89,13 @@ fn a_batch_makes_the_commits_of_its_writes_one_by_one_and_a_conflict_stops_only_
     let alone: Vec<_> = writes(&one_repo, &committer)
         .iter()
         .map(|w| {
-            let mut r = one_repo.commit_batch(&[w], &committer, None, &Default::default());
+            let mut r = one_repo.commit_batch(
+                &[w],
+                &committer,
+                None,
+                &Default::default(),
+                &Default::default(),
+            );
             outcome(r.pop().unwrap())
         })
         .collect();
@@ -101,6 +107,7 @@ fn a_batch_makes_the_commits_of_its_writes_one_by_one_and_a_conflict_stops_only_
             &reqs.iter().collect::<Vec<_>>(),
             &committer,
             None,
+            &Default::default(),
             &Default::default(),
         )
         .into_iter()
@@ -173,7 +180,13 @@ fn a_retried_batch_records_a_no_op_only_with_the_commit_main_got() {
         fingerprint: "f".into(),
     });
     let recent = Default::default();
-    let results = repo.commit_batch(&[&first, &keyed], &committer, None, &recent);
+    let results = repo.commit_batch(
+        &[&first, &keyed],
+        &committer,
+        None,
+        &recent,
+        &Default::default(),
+    );
     assert!(moved.load(Ordering::SeqCst), "main was moved once");
     let commits: Vec<String> = results.into_iter().map(|r| outcome(r).unwrap()).collect();
     let main = git(&path, &["rev-parse", "main"]);
@@ -195,7 +208,7 @@ fn a_retried_batch_records_a_no_op_only_with_the_commit_main_got() {
         "the record names main's commit: {record}"
     );
     // The key's retry answers the same commit.
-    let again = repo.commit_batch(&[&keyed], &committer, None, &recent);
+    let again = repo.commit_batch(&[&keyed], &committer, None, &recent, &Default::default());
     match again.into_iter().next().flatten() {
         Some(Ok(crate::storage::Committed::Replayed(hit))) => {
             assert_eq!(hit.commit.to_string(), main)
@@ -232,7 +245,7 @@ fn an_unreadable_no_op_ref_fails_the_write_and_keeps_the_records() {
     let recent = Default::default();
     let first = keyed("k-1");
     outcome(
-        repo.commit_batch(&[&first], &committer, None, &recent)
+        repo.commit_batch(&[&first], &committer, None, &recent, &Default::default())
             .pop()
             .unwrap(),
     )
@@ -242,7 +255,7 @@ fn an_unreadable_no_op_ref_fails_the_write_and_keeps_the_records() {
     let fault = inject(Op::Read, "refs/planfiles/no-ops", libc::EMFILE, 0);
     let second = keyed("k-2");
     let result = repo
-        .commit_batch(&[&second], &committer, None, &recent)
+        .commit_batch(&[&second], &committer, None, &recent, &Default::default())
         .pop()
         .flatten();
     assert!(fault.fired());
@@ -252,7 +265,7 @@ fn an_unreadable_no_op_ref_fails_the_write_and_keeps_the_records() {
     assert_eq!(git(&path, &["rev-parse", "refs/planfiles/no-ops"]), records);
     // Once it can be read, the chain goes on from the old records.
     outcome(
-        repo.commit_batch(&[&second], &committer, None, &recent)
+        repo.commit_batch(&[&second], &committer, None, &recent, &Default::default())
             .pop()
             .unwrap(),
     )

@@ -30,6 +30,7 @@ impl TenantRepo {
         committer: &Committer,
         sync: Option<&SyncGroup>,
         recent: &RecentKeys,
+        flags: &super::Flags,
     ) -> Vec<BatchResult> {
         let path = reqs
             .first()
@@ -53,12 +54,21 @@ impl TenantRepo {
         if let Err(e) = crate::storage::placement::reread_under_lock(&self.path, &self.tenant) {
             return fail_all(reqs.len(), e);
         }
+        // Read under the write lock, which `tenant set` takes: a write that began before the
+        // tenant required approval and commits after it is refused.
+        let required = match reqs.iter().any(|r| !r.dry_run) {
+            true => match flags.get(&self.tenant, &self.path) {
+                Ok(settings) => settings.required_approvals,
+                Err(e) => return fail_all(reqs.len(), e),
+            },
+            false => 0,
+        };
         let mut attempt = 0;
         // Since when main.lock has been held by someone else, without a break.
         let mut locked_since: Option<Instant> = None;
         loop {
             attempt += 1;
-            match self.try_batch(reqs, committer, sync, recent, path) {
+            match self.try_batch(reqs, committer, sync, recent, path, required) {
                 Ok(results) => return results,
                 // A live git transaction holds main.lock (git never takes another process's
                 // lock away): wait a little, then tell the writers to retry.
@@ -105,6 +115,7 @@ impl TenantRepo {
         sync: Option<&SyncGroup>,
         recent: &RecentKeys,
         path: &'static str,
+        required: u32,
     ) -> Result<Vec<BatchResult>, Retry> {
         let fsync = sync.is_none();
         let failed = |e| Retry::Failed(self.explain_write_failure(e, path));
@@ -124,6 +135,14 @@ impl TenantRepo {
             // is refused, not committed on a stale authority.
             if req.not_after.is_some_and(|last| now >= last) {
                 results.push(Some(Err(StorageError::Expired {
+                    tenant: self.tenant.clone(),
+                })));
+                continue;
+            }
+            // A tenant that requires approval: `main` moves only by an applied proposal (a
+            // dry run still answers what the write would do).
+            if required > 0 && !req.dry_run {
+                results.push(Some(Err(StorageError::ApprovalRequired {
                     tenant: self.tenant.clone(),
                 })));
                 continue;
@@ -224,7 +243,7 @@ impl TenantRepo {
         let advance = Advance {
             staged,
             mark: objects_mark,
-            before: None,
+            before: Vec::new(),
             main,
             after,
         };
@@ -242,7 +261,7 @@ impl TenantRepo {
     }
 
     /// Checks every change's preconditions against `head`; the first that fails names its file.
-    fn check_all(
+    pub(super) fn check_all(
         &self,
         staged: &Staged,
         on_disk: Oid,

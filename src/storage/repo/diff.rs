@@ -22,23 +22,28 @@ impl TenantRepo {
         };
         let from = self.read_at(file, from)?;
         let to = self.read_at(file, to)?;
-        let text = if from.blob == to.blob {
-            String::new()
-        } else {
-            let mut opts = DiffOptions::new();
-            opts.context_lines(3);
-            let name = std::path::Path::new(path);
-            let mut patch = Patch::from_buffers(
-                &from.bytes,
-                Some(name),
-                &to.bytes,
-                Some(name),
-                Some(&mut opts),
-            )
-            .map_err(err("diff"))?;
-            let buf = patch.to_buf().map_err(err("print diff"))?;
-            String::from_utf8_lossy(&buf).into_owned()
-        };
+        let text = self.unified(file, &from.bytes, &to.bytes)?;
         Ok(FileDiff { from, to, text })
+    }
+
+    /// The unified diff of `file` from `old` to `new`, as `git diff` prints it; empty when
+    /// they are equal.
+    pub(super) fn unified(
+        &self,
+        file: PlanFile,
+        old: &[u8],
+        new: &[u8],
+    ) -> Result<String, StorageError> {
+        if old == new {
+            return Ok(String::new());
+        }
+        let err = |op| git_err(&self.tenant, op, file.path());
+        let mut opts = DiffOptions::new();
+        opts.context_lines(3);
+        let name = std::path::Path::new(file.path());
+        let mut patch = Patch::from_buffers(old, Some(name), new, Some(name), Some(&mut opts))
+            .map_err(err("diff"))?;
+        let buf = patch.to_buf().map_err(err("print diff"))?;
+        Ok(String::from_utf8_lossy(&buf).into_owned())
     }
 }

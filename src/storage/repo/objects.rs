@@ -158,8 +158,19 @@ impl TenantRepo {
         checked: &[Checked],
         committer: &Committer,
     ) -> Result<Head, StorageError> {
-        let path = req.changes.first().map_or("", |c| c.file.path());
-        let err = |op| git_err(&self.tenant, op, path);
+        let set = self.stage_blobs(staged, req, checked)?;
+        let forced = checked.iter().any(|k| !k.unchanged() && k.forced);
+        let message = message(req, &set, forced);
+        self.stage_commit(staged, head, &set, &req.author, &message, committer)
+    }
+
+    /// Stages the blob of each change that changes its file; the entries to set.
+    pub(super) fn stage_blobs(
+        &self,
+        staged: &mut Staged,
+        req: &CommitRequest,
+        checked: &[Checked],
+    ) -> Result<Vec<(&'static str, Oid)>, StorageError> {
         let mut set: Vec<(&'static str, Oid)> = Vec::new();
         for (change, k) in req.changes.iter().zip(checked) {
             if k.unchanged() {
@@ -168,7 +179,23 @@ impl TenantRepo {
             let blob = self.stage_object(staged, ObjectType::Blob, &k.bytes)?;
             set.push((change.file.path(), blob));
         }
-        let entries = with_entries(&head.entries, &set);
+        Ok(set)
+    }
+
+    /// Stages `head`'s tree with the entries of `set` (blobs there already or staged) and a
+    /// commit of it on top of `head` by `author` with `message`, signed; the new head.
+    pub(super) fn stage_commit(
+        &self,
+        staged: &mut Staged,
+        head: &Head,
+        set: &[(&'static str, Oid)],
+        author: &crate::domain::Identity,
+        message: &str,
+        committer: &Committer,
+    ) -> Result<Head, StorageError> {
+        let path = set.first().map_or("", |(p, _)| p);
+        let err = |op| git_err(&self.tenant, op, path);
+        let entries = with_entries(&head.entries, set);
         let tree = self.stage_object(staged, ObjectType::Tree, &tree_bytes(&entries))?;
         staged.found.extend(
             head.entries
@@ -176,11 +203,9 @@ impl TenantRepo {
                 .filter(|e| !set.iter().any(|(n, _)| e.name == n.as_bytes()))
                 .map(|e| e.id),
         );
-        let author = signature(&req.author).map_err(err("author signature"))?;
+        let author = signature(author).map_err(err("author signature"))?;
         let who = signature(&committer.identity).map_err(err("committer signature"))?;
-        let forced = checked.iter().any(|k| !k.unchanged() && k.forced);
-        let message = message(req, &set, forced);
-        let text = committer.finish(commit_text(tree, &[head.commit], &author, &who, &message));
+        let text = committer.finish(commit_text(tree, &[head.commit], &author, &who, message));
         let id = self.stage_object(staged, ObjectType::Commit, text.as_bytes())?;
         staged.commits.push(id);
         Ok(Head {
@@ -311,6 +336,11 @@ pub(super) fn entries_of(tree: &git2::Tree<'_>) -> Vec<Entry> {
 /// The bytes of the tree of `entries` with each blob entry of `set` replaced or added.
 pub(super) fn tree_with(entries: &[Entry], set: &[(&str, Oid)]) -> Vec<u8> {
     tree_bytes(&with_entries(entries, set))
+}
+
+/// The bytes of the tree of `entries` (blobs and folders), put in git's order.
+pub(super) fn tree_of(entries: &[Entry]) -> Vec<u8> {
+    tree_with(entries, &[])
 }
 
 /// A tree object's bytes.

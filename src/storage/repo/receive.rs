@@ -289,10 +289,17 @@ impl TenantRepo {
         committer: &Committer,
         sync: Option<&SyncGroup>,
         not_after: std::time::SystemTime,
+        flags: &super::Flags,
     ) -> Result<FastForward, StorageError> {
         const PATH: &str = "";
         let _lock = self.lock_for_write(Instant::now() + WRITE_DEADLINE, PATH)?;
         crate::storage::placement::reread_under_lock(&self.path, &self.tenant)?;
+        // As an API write: read under the lock `tenant set` takes.
+        if flags.get(&self.tenant, &self.path)?.required_approvals > 0 {
+            return Err(StorageError::ApprovalRequired {
+                tenant: self.tenant.clone(),
+            });
+        }
         // Under the write lock, after every wait: a token that ended meanwhile moves nothing.
         if std::time::SystemTime::now() >= not_after {
             return Err(StorageError::Expired {
@@ -339,7 +346,7 @@ impl TenantRepo {
         let advance = Advance {
             staged,
             mark: push.mark,
-            before: notes,
+            before: notes.into_iter().collect(),
             main: Some(MainMove {
                 old,
                 new,

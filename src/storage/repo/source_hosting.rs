@@ -1,4 +1,4 @@
-//! The tenant's source-hosting flag in the repository's config: read without opening the repository, and set under the tenant's write lock.
+//! The tenant's settings in the repository's config (the source-hosting flag, the approvals `main` needs): read without opening the repository, and set under the tenant's write lock.
 use super::{
     backoff, git_err, lock_file_until, remove_if_abandoned, TenantRepo, WRITE_DEADLINE,
     WRITE_LOCK_FILE,
@@ -12,20 +12,32 @@ use std::path::Path;
 use std::time::Instant;
 
 pub(super) const SOURCE_HOSTING_KEY: &str = "planfiles.sourcehosting";
+pub(super) const APPROVALS_KEY: &str = "planfiles.requireapprovals";
 
-/// The source-hosting flag of the repository at `path`, read from its config file alone: no
+/// The most approvals a tenant may require.
+pub const MAX_REQUIRED_APPROVALS: u32 = 10;
+
+/// A tenant's settings, as its repository's config holds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Settings {
+    pub source_hosting: bool,
+    /// Approvals a proposal needs before it is applied; above 0, `main` moves only so.
+    pub required_approvals: u32,
+}
+
+/// The settings of the repository at `path`, read from its config file alone: no
 /// repository is opened (path resolution, `HEAD`, `objects/`, `refs/`), which a check made
 /// before every write does not need. A broken repository is found by the operation after it.
-pub(in crate::storage) fn source_hosting_flag(
+pub(in crate::storage) fn settings_at(
     tenant: &TenantId,
     path: &Path,
-) -> Result<bool, StorageError> {
+) -> Result<Settings, StorageError> {
     if !path.is_dir() {
         return Err(crate::storage::placement::missing(path, tenant));
     }
     let config =
         git2::Config::open(&path.join("config")).map_err(git_err(tenant, "read config", ""))?;
-    source_hosting_in(&config, tenant)
+    settings_in(&config, tenant)
 }
 
 /// The flag as last read from each tenant's config file, with that file's identity then
@@ -35,7 +47,11 @@ pub(in crate::storage) fn source_hosting_flag(
 #[derive(Debug, Default)]
 pub(in crate::storage) struct Flags {
     seen: std::sync::Mutex<
-        std::collections::HashMap<std::path::PathBuf, (Stamp, bool), foldhash::fast::RandomState>,
+        std::collections::HashMap<
+            std::path::PathBuf,
+            (Stamp, Settings),
+            foldhash::fast::RandomState,
+        >,
     >,
 }
 
@@ -65,16 +81,16 @@ impl Stamp {
 }
 
 impl Flags {
-    /// [`source_hosting_flag`], parsed again only when the config file changed since.
+    /// [`settings_at`], parsed again only when the config file changed since.
     pub(in crate::storage) fn get(
         &self,
         tenant: &TenantId,
         path: &Path,
-    ) -> Result<bool, StorageError> {
+    ) -> Result<Settings, StorageError> {
         let config = path.join("config");
         let Ok(meta) = std::fs::metadata(&config) else {
             // Missing or unreadable: the uncached read says why.
-            return source_hosting_flag(tenant, path);
+            return settings_at(tenant, path);
         };
         let stamp = Stamp::of(&meta);
         if let Some((seen, on)) = self.seen.lock().expect("not poisoned").get(&config) {
@@ -84,31 +100,42 @@ impl Flags {
         }
         // A change between the stat and the parse leaves a stamp older than the file: the
         // next check parses it again.
-        let on = source_hosting_flag(tenant, path)?;
+        let settings = settings_at(tenant, path)?;
         let mut seen = self.seen.lock().expect("not poisoned");
         if seen.len() >= MAX_FLAGS {
             seen.clear();
         }
-        seen.insert(config, (stamp, on));
-        Ok(on)
+        seen.insert(config, (stamp, settings));
+        Ok(settings)
     }
 }
 
-fn source_hosting_in(config: &git2::Config, tenant: &TenantId) -> Result<bool, StorageError> {
-    match config.get_bool(SOURCE_HOSTING_KEY) {
-        Ok(on) => Ok(on),
-        Err(e) if e.code() == ErrorCode::NotFound => Ok(false),
-        Err(e) => Err(git_err(tenant, "read config", "")(e)),
-    }
+fn settings_in(config: &git2::Config, tenant: &TenantId) -> Result<Settings, StorageError> {
+    let source_hosting = match config.get_bool(SOURCE_HOSTING_KEY) {
+        Ok(on) => on,
+        Err(e) if e.code() == ErrorCode::NotFound => false,
+        Err(e) => return Err(git_err(tenant, "read config", "")(e)),
+    };
+    // A value set by hand beyond the bounds is held to the nearest bound: a broken setting
+    // never turns the requirement off.
+    let required_approvals = match config.get_i64(APPROVALS_KEY) {
+        Ok(n) => n.clamp(0, i64::from(MAX_REQUIRED_APPROVALS)) as u32,
+        Err(e) if e.code() == ErrorCode::NotFound => 0,
+        Err(e) => return Err(git_err(tenant, "read config", "")(e)),
+    };
+    Ok(Settings {
+        source_hosting,
+        required_approvals,
+    })
 }
 
 impl TenantRepo {
-    pub(in crate::storage) fn source_hosting(&self) -> Result<bool, StorageError> {
+    pub(in crate::storage) fn settings(&self) -> Result<Settings, StorageError> {
         let config = self
             .repo
             .config()
             .map_err(git_err(&self.tenant, "read config", ""))?;
-        source_hosting_in(&config, &self.tenant)
+        settings_in(&config, &self.tenant)
     }
 
     /// Sets the flag in the repository's config. libgit2 writes `config.lock` and renames it
@@ -119,6 +146,20 @@ impl TenantRepo {
     /// was left by a dead process and is removed.
     /// A fresh one is waited on until [`WRITE_DEADLINE`].
     pub(in crate::storage) fn set_source_hosting(&self, on: bool) -> Result<(), StorageError> {
+        self.set_config(|c| c.set_bool(SOURCE_HOSTING_KEY, on))
+    }
+
+    /// Sets the approvals a proposal needs (0: none, and `main` moves by any write), as
+    /// [`TenantRepo::set_source_hosting`] sets its flag.
+    pub(in crate::storage) fn set_required_approvals(&self, n: u32) -> Result<(), StorageError> {
+        let n = i64::from(n.min(MAX_REQUIRED_APPROVALS));
+        self.set_config(|c| c.set_i64(APPROVALS_KEY, n))
+    }
+
+    fn set_config(
+        &self,
+        set: impl Fn(&mut git2::Config) -> Result<(), git2::Error>,
+    ) -> Result<(), StorageError> {
         let deadline = Instant::now() + WRITE_DEADLINE;
         let _turn = self.config_turn(deadline)?;
         let mut config = self
@@ -129,7 +170,7 @@ impl TenantRepo {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match config.set_bool(SOURCE_HOSTING_KEY, on) {
+            match set(&mut config) {
                 Ok(()) => break,
                 Err(e) if e.code() == ErrorCode::Locked => {
                     if let Some(age) = remove_if_abandoned(&lock) {

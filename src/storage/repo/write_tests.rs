@@ -90,10 +90,16 @@ fn write_one(
         Preconditions::default(),
         committer.identity.clone(),
     );
-    repo.commit_batch(&[&req], committer, sync, &Default::default())
-        .pop()
-        .flatten()
-        .expect("tried")
+    repo.commit_batch(
+        &[&req],
+        committer,
+        sync,
+        &Default::default(),
+        &Default::default(),
+    )
+    .pop()
+    .flatten()
+    .expect("tried")
 }
 
 /// What the injected sync function does on its n-th call (1-based), in the repository.

@@ -1,0 +1,88 @@
+//! Proposals through the storage facade: open or update one, take a step (approve, close, apply), read one with its files, list them.
+use super::placement::Access;
+use super::repo::{self, TenantRepo};
+use super::{ProposalRequest, ProposalStep, ProposedFile, Storage, StorageError};
+use crate::domain::{Proposal, ProposalNumber, ProposalState, TenantId};
+
+impl Storage {
+    /// Opens a proposal (or updates the one `req.number` names, by its author): the files
+    /// checked against `main` as a write's are, a signed commit on `main`'s head under
+    /// `refs/proposals/<n>`, and its record; durable before it returns. Runs under the
+    /// tenant's write lock (call it in the tenant's writer turn).
+    pub fn propose(
+        &self,
+        tenant: &TenantId,
+        req: &ProposalRequest,
+    ) -> Result<Proposal, StorageError> {
+        self.with_write_repo(tenant, |repo| {
+            repo.propose(req, &self.committer, self.sync.as_deref())
+        })
+    }
+
+    /// Takes `step` on proposal `n` under the tenant's write lock, durable before it
+    /// returns: an approval of its commit by another person, its author's close, or its
+    /// apply (one signed commit on `main` with the proposal's files and its record, in one
+    /// advance: all or nothing).
+    pub fn proposal_step(
+        &self,
+        tenant: &TenantId,
+        n: ProposalNumber,
+        step: &ProposalStep,
+        not_after: Option<std::time::SystemTime>,
+    ) -> Result<Proposal, StorageError> {
+        self.with_write_repo(tenant, |repo| {
+            repo.proposal_step(
+                n,
+                step,
+                &self.committer,
+                self.sync.as_deref(),
+                &self.flags,
+                not_after,
+            )
+        })
+    }
+
+    /// Proposal `n` as it is now.
+    pub fn proposal(&self, tenant: &TenantId, n: ProposalNumber) -> Result<Proposal, StorageError> {
+        self.read_repo(tenant, Access::Read)?.proposal(n)
+    }
+
+    /// Up to `limit` proposals, newest first, below `before` when given, in `state` when
+    /// given.
+    pub fn proposals(
+        &self,
+        tenant: &TenantId,
+        state: Option<ProposalState>,
+        before: Option<ProposalNumber>,
+        limit: usize,
+    ) -> Result<Vec<Proposal>, StorageError> {
+        self.read_repo(tenant, Access::Read)?
+            .proposals(state, before, limit)
+    }
+
+    /// Each file `p` changes, at its base, in the proposal and on `main` now, with the diffs.
+    pub fn proposed_files(
+        &self,
+        tenant: &TenantId,
+        p: &Proposal,
+    ) -> Result<Vec<ProposedFile>, StorageError> {
+        self.read_repo(tenant, Access::Read)?.proposed_files(p)
+    }
+
+    /// `run` on the tenant's repository kept open for writes (as a batch's), put back after.
+    fn with_write_repo<T>(
+        &self,
+        tenant: &TenantId,
+        run: impl FnOnce(&TenantRepo) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
+        let path = self.repo_path(tenant);
+        let before = repo::open_repos::stamp(&path);
+        let repo = match self.open_repos.take(tenant, before) {
+            Some(repo) => repo,
+            None => TenantRepo::open_to_keep(tenant, &path)?,
+        };
+        let result = run(&repo);
+        self.open_repos.put(tenant, &path, repo, before);
+        result
+    }
+}

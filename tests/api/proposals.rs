@@ -1,0 +1,745 @@
+//! Proposals: four eyes on a tenant's plans. Another person approves the exact commit, the author or an approver applies it as one signed commit with its trailers; an update voids approvals; a file moved on main makes it stale; a tenant that requires approval refuses every other way to move main (PUT, commits, restore, push) while dry runs answer; bad requests are refused with their codes and change nothing.
+use crate::common::{git_in, problem, token, token_as, TestApp, ALL};
+use crate::push::{clone, push, WRITE_BOTH};
+use crate::signing::{allowed_signers, git_verifies};
+use serde_json::{json, Value};
+
+const APPROVE: &str = "planfiles.proposals.approve";
+const WRITER: &[&str] = &["jit.integrations.write", "jit.preferences.write"];
+const APPROVER: &[&str] = &[APPROVE, "jit.integrations.read", "jit.preferences.read"];
+
+fn aws(account: &str) -> Value {
+    json!({"aws": [{"account_id": account, "regions": ["us-east-1"], "type": "aws"}]})
+}
+
+/// Opens a proposal of the integration file as `sub`; its body.
+async fn open(app: &TestApp, tenant: &str, sub: &str, account: &str) -> Value {
+    let res = app
+        .propose(
+            &token_as(tenant, sub, WRITER),
+            &json!({"integration-file": {"content": aws(account)}, "title": format!("Add {account}"),
+                    "message": "Why:\nthe new account"}),
+        )
+        .await;
+    assert_eq!(res.status(), 201);
+    let location = res.headers()["location"].to_str().unwrap().to_owned();
+    let body: Value = res.json().await.unwrap();
+    assert_eq!(location, format!("/plans/proposals/{}", body["number"]));
+    body
+}
+
+async fn step(
+    app: &TestApp,
+    tenant: &str,
+    sub: &str,
+    perms: &[&str],
+    n: u64,
+    what: &str,
+) -> (u16, Value) {
+    let res = app
+        .proposal_step(&token_as(tenant, sub, perms), n, what, None)
+        .await;
+    let status = res.status().as_u16();
+    (status, res.json().await.unwrap())
+}
+
+#[tokio::test]
+async fn another_person_approves_the_exact_commit_and_the_apply_is_one_signed_commit() {
+    let app = TestApp::spawn().await;
+    app.require_approval("globex", 1);
+    let before = app.head("globex");
+    // Every other way to move main is refused; a dry run still answers.
+    let put = json!({"content": aws("111122223333")});
+    let (status, body) = problem(app.put_integration(&token("globex", ALL), &put).await).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("approval_required")),
+        "{body}"
+    );
+    assert!(body["detail"]
+        .as_str()
+        .unwrap()
+        .contains("/plans/proposals"));
+    let dry = app
+        .send(
+            "PUT",
+            "/plans/integration-file?dry_run=true",
+            &token("globex", ALL),
+            Some(&put),
+            &[],
+        )
+        .await;
+    assert_eq!(dry.status(), 200);
+    let both = json!({"integration-file": {"content": aws("111122223333")}});
+    let (status, body) = problem(app.post_commits(&token("globex", ALL), "", &both).await).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("approval_required")),
+        "{body}"
+    );
+    assert_eq!(app.head("globex"), before);
+
+    let p = open(&app, "globex", "ann", "111122223333").await;
+    let n = p["number"].as_u64().unwrap();
+    assert_eq!(p["state"], "open");
+    assert_eq!(p["approvals"], json!([]));
+    assert_eq!(p["approvals_required"], 1);
+    assert_eq!(p["base"], before.as_str());
+    assert_eq!(p["files"], json!(["integration-file"]));
+    // The proposal is a commit on main's head under refs/proposals/<n>; main did not move.
+    let commit = p["commit"].as_str().unwrap().to_owned();
+    assert_eq!(
+        app.git("globex", &["rev-parse", &format!("refs/proposals/{n}")]),
+        commit
+    );
+    assert_eq!(
+        app.git("globex", &["rev-parse", &format!("{commit}^")]),
+        before
+    );
+    assert_eq!(app.head("globex"), before);
+
+    // The author cannot approve; a reader without the permission cannot either.
+    let (status, body) = step(&app, "globex", "ann", &[APPROVE], n, "approve").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("own_proposal")),
+        "{body}"
+    );
+    let (status, _) = step(
+        &app,
+        "globex",
+        "bo",
+        &["jit.integrations.read"],
+        n,
+        "approve",
+    )
+    .await;
+    assert_eq!(status, 403);
+    // Not enough approvals yet.
+    let (status, body) = step(&app, "globex", "ann", WRITER, n, "apply").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("approvals_missing")),
+        "{body}"
+    );
+    // An approval of a commit the proposal is not at is refused.
+    let stale_seen = json!({"commit": before});
+    let res = app
+        .proposal_step(
+            &token_as("globex", "bo", APPROVER),
+            n,
+            "approve",
+            Some(&stale_seen),
+        )
+        .await;
+    assert_eq!(problem(res).await.1["code"], "proposal_changed");
+    let seen = json!({"commit": commit});
+    let res = app
+        .proposal_step(
+            &token_as("globex", "bo", APPROVER),
+            n,
+            "approve",
+            Some(&seen),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    let approved: Value = res.json().await.unwrap();
+    assert_eq!(approved["approvals"][0]["by"]["sub"], "bo");
+    assert_eq!(approved["approvals"][0]["commit"], commit.as_str());
+    // The same person under another token (same sub, other name) cannot approve twice.
+    let twice = crate::common::sign_hs256(
+        crate::common::SECRET,
+        &json!({"alg": "HS256"}),
+        &json!({"tenant_id": "globex", "permissions": [APPROVE], "exp": crate::common::now() + 600,
+                "sub": "bo", "name": "Bo Again", "email": "other@example.com"}),
+    );
+    let res = app.proposal_step(&twice, n, "approve", None).await;
+    assert_eq!(problem(res).await.1["code"], "already_approved");
+    // Someone who neither wrote nor approved it cannot apply it.
+    let (status, body) = step(&app, "globex", "cy", APPROVER, n, "apply").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("not_proposal_participant")),
+        "{body}"
+    );
+    assert_eq!(app.head("globex"), before);
+
+    let (status, applied) = step(&app, "globex", "bo", APPROVER, n, "apply").await;
+    assert_eq!(status, 200, "{applied}");
+    assert_eq!(applied["state"], "applied");
+    let on_main = applied["applied_commit"].as_str().unwrap().to_owned();
+    assert_eq!(app.head("globex"), on_main);
+    assert_eq!(
+        app.git("globex", &["rev-parse", &format!("{on_main}^")]),
+        before
+    );
+    assert_eq!(
+        app.blob("globex", "integrations.yml"),
+        app.git(
+            "globex",
+            &["rev-parse", &format!("{commit}:integrations.yml")]
+        )
+    );
+    let message = app.git("globex", &["log", "-1", "--format=%an <%ae>%n%B", "main"]);
+    assert!(
+        message.starts_with("ann <ann@example.com>\nAdd 111122223333\n\nWhy:\nthe new account\n\n"),
+        "{message}"
+    );
+    let trailers = app.git(
+        "globex",
+        &["log", "-1", "--format=%(trailers:only,unfold)", "main"],
+    );
+    assert!(trailers.contains(&format!("Proposal: {n}\n")), "{trailers}");
+    assert!(
+        trailers.contains("Proposed-by: ann <ann@example.com>\n"),
+        "{trailers}"
+    );
+    assert!(
+        trailers.contains("Approved-by: bo <bo@example.com>"),
+        "{trailers}"
+    );
+    assert!(trailers.contains("Request-Id: "), "{trailers}");
+    let scratch = tempfile::tempdir().unwrap();
+    let allowed = allowed_signers(&app, scratch.path()).await;
+    let (ok, why) = git_verifies(&app.repo("globex"), &allowed, &on_main);
+    assert!(ok, "{why}");
+    let (ok, why) = git_verifies(&app.repo("globex"), &allowed, &commit);
+    assert!(ok, "the proposal's own commit: {why}");
+    let records = app.git("globex", &["rev-parse", "refs/proposals/records"]);
+    let (ok, why) = git_verifies(&app.repo("globex"), &allowed, &records);
+    assert!(ok, "the records' commit: {why}");
+    // Applied once: a second apply, an approval or an update is refused.
+    let (status, body) = step(&app, "globex", "ann", WRITER, n, "apply").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("proposal_not_open")),
+        "{body}"
+    );
+    assert_eq!(app.head("globex"), on_main);
+    let got: Value = app
+        .proposal(&token("globex", ALL), n)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["state"], "applied");
+    assert_eq!(got["applied_commit"], on_main.as_str());
+    // History links the applied commit to its proposal.
+    let history: Value = app
+        .history(&token("globex", ALL), "integration-file", "")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(history["entries"][0]["commit_sha"], on_main.as_str());
+    assert_eq!(history["entries"][0]["proposal"], n, "{history}");
+    assert!(history["entries"][1].get("proposal").is_none(), "{history}");
+}
+
+#[tokio::test]
+async fn an_update_voids_the_approvals_and_only_the_author_updates_or_closes() {
+    let app = TestApp::spawn().await;
+    app.require_approval("globex", 1);
+    let p = open(&app, "globex", "ann", "111122223333").await;
+    let n = p["number"].as_u64().unwrap();
+    let (status, _) = step(&app, "globex", "bo", APPROVER, n, "approve").await;
+    assert_eq!(status, 200);
+    let change = json!({"integration-file": {"content": aws("999988887777")}, "title": "Add 9999"});
+    let res = app
+        .update_proposal(&token_as("globex", "bo", WRITER), n, &change)
+        .await;
+    assert_eq!(problem(res).await.1["code"], "not_proposal_author");
+    let res = app
+        .update_proposal(&token_as("globex", "ann", WRITER), n, &change)
+        .await;
+    assert_eq!(res.status(), 200);
+    let updated: Value = res.json().await.unwrap();
+    assert_ne!(updated["commit"], p["commit"]);
+    assert_eq!(
+        updated["approvals"],
+        json!([]),
+        "an update voids every approval"
+    );
+    assert_eq!(updated["title"], "Add 9999");
+    assert_eq!(
+        app.git("globex", &["rev-parse", &format!("refs/proposals/{n}")]),
+        updated["commit"].as_str().unwrap()
+    );
+    let (status, body) = step(&app, "globex", "ann", WRITER, n, "apply").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("approvals_missing")),
+        "{body}"
+    );
+    // bo approves the new commit (the old approval counted for the old one only).
+    let (status, _) = step(&app, "globex", "bo", APPROVER, n, "approve").await;
+    assert_eq!(status, 200);
+    let (status, body) = step(&app, "globex", "bo", APPROVER, n, "close").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (403, Some("not_proposal_author")),
+        "{body}"
+    );
+    let (status, closed) = step(&app, "globex", "ann", WRITER, n, "close").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (closed["state"].as_str(), closed["closed_by"].as_str()),
+        (Some("closed"), Some("ann"))
+    );
+    let (status, body) = step(&app, "globex", "ann", WRITER, n, "apply").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("proposal_not_open")),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn apply_is_stale_when_its_file_moved_and_keeps_a_file_it_does_not_change() {
+    let app = TestApp::spawn().await;
+    // No approval required: a proposal applies at once, by its author.
+    let p = open(&app, "globex", "ann", "111122223333").await;
+    let n = p["number"].as_u64().unwrap();
+    // The configuration file moves on main: the proposal does not change it.
+    let cfg = app
+        .get_configuration(&token("globex", ALL))
+        .await
+        .json::<Value>()
+        .await
+        .unwrap();
+    let res = app
+        .put_configuration(
+            &token("globex", ALL),
+            &json!({"payload": {"folders": [{"path": "moved"}]}, "file_sha": cfg["sha"]}),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    let cfg_blob = app.blob("globex", "configuration.yml");
+    let (status, applied) = step(&app, "globex", "ann", WRITER, n, "apply").await;
+    assert_eq!(status, 200, "{applied}");
+    assert_eq!(
+        app.blob("globex", "configuration.yml"),
+        cfg_blob,
+        "the file it does not change"
+    );
+    assert_eq!(
+        app.blob("globex", "integrations.yml"),
+        app.git(
+            "globex",
+            &[
+                "rev-parse",
+                &format!("{}:integrations.yml", p["commit"].as_str().unwrap())
+            ]
+        )
+    );
+    // The next one: its file moves on main before the apply.
+    let q = open(&app, "globex", "ann", "444455556666").await;
+    let m = q["number"].as_u64().unwrap();
+    assert_eq!(m, n + 1);
+    let res = app
+        .put_integration(
+            &token("globex", ALL),
+            &json!({"content": aws("777700001111")}),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    let head = app.head("globex");
+    let got: Value = app
+        .proposal(&token("globex", ALL), m)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["stale"], true, "{got}");
+    assert!(got["diffs"][0]["from_main"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("777700001111"));
+    assert!(got["diffs"][0]["from_base"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("444455556666"));
+    let (status, body) = step(&app, "globex", "ann", WRITER, m, "apply").await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (409, Some("proposal_stale")),
+        "{body}"
+    );
+    assert_eq!(
+        body["current_sha"],
+        app.blob("globex", "integrations.yml").as_str()
+    );
+    assert_eq!(app.head("globex"), head, "a stale apply changes nothing");
+    // The author updates it on today's main; then it applies.
+    let res = app
+        .update_proposal(
+            &token_as("globex", "ann", WRITER),
+            m,
+            &json!({"integration-file": {"content": aws("444455556666")}, "title": "Again"}),
+        )
+        .await;
+    assert_eq!(res.status(), 200);
+    let (status, body) = step(&app, "globex", "ann", WRITER, m, "apply").await;
+    assert_eq!(status, 200, "{body}");
+    app.fsck("globex");
+}
+
+#[tokio::test]
+async fn a_push_to_main_of_a_protected_tenant_is_refused() {
+    let app = TestApp::spawn().await;
+    let t = token("acme", WRITE_BOTH);
+    let (_work, dir) = clone(&app, "acme", &t);
+    app.require_approval("acme", 2);
+    let before = app.head("acme");
+    std::fs::write(
+        dir.join("configuration.yml"),
+        "folders:\n  - path: pushed\n",
+    )
+    .unwrap();
+    crate::push::ok(crate::push::git(&dir, "", &["commit", "-qam", "Pushed"]));
+    let (pushed, stderr) = push(&dir, &t, &["main"]);
+    assert!(!pushed);
+    assert!(stderr.contains("approval required"), "{stderr}");
+    assert_eq!(app.head("acme"), before);
+    // Restores too.
+    let res = app
+        .restore(
+            &token("acme", ALL),
+            "integration-file",
+            &json!({"commit": before}),
+        )
+        .await;
+    assert_eq!(problem(res).await.1["code"], "approval_required");
+    // Turned off again: the push lands.
+    app.require_approval("acme", 0);
+    let (pushed, stderr) = push(&dir, &t, &["main"]);
+    assert!(pushed, "{stderr}");
+}
+
+#[tokio::test]
+async fn listing_filters_by_state_and_pages_newest_first() {
+    let app = TestApp::spawn().await;
+    for i in 0..5 {
+        open(&app, "initech", "ann", &format!("10000000000{i}")).await;
+    }
+    let (status, _) = step(&app, "initech", "ann", WRITER, 2, "close").await;
+    assert_eq!(status, 200);
+    let list = |q: &'static str| {
+        let app = &app;
+        async move {
+            let res = app
+                .proposals(&token("initech", &["jit.integrations.read"]), q)
+                .await;
+            assert_eq!(res.status(), 200);
+            res.json::<Value>().await.unwrap()
+        }
+    };
+    let numbers = |v: &Value| -> Vec<u64> {
+        v["proposals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["number"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(numbers(&list("").await), [5, 4, 3, 2, 1]);
+    assert_eq!(numbers(&list("?state=open").await), [5, 4, 3, 1]);
+    assert_eq!(numbers(&list("?state=closed").await), [2]);
+    let page = list("?limit=2").await;
+    assert_eq!(
+        (numbers(&page), page["next"].as_u64()),
+        (vec![5, 4], Some(4))
+    );
+    let page = list("?limit=2&before=4").await;
+    assert_eq!(
+        (numbers(&page), page["next"].as_u64()),
+        (vec![3, 2], Some(2))
+    );
+    let page = list("?limit=2&before=2").await;
+    assert_eq!((numbers(&page), page["next"].as_u64()), (vec![1], None));
+    // A clone carries the proposals (a backup keeps open ones).
+    let mirror = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("git")
+        .args(["clone", "-q", "--mirror", "-c"])
+        .arg(format!(
+            "http.extraHeader=Authorization: Bearer {}",
+            token("initech", &["planfiles.repos.read"])
+        ))
+        .arg(app.url("/git/initech.git"))
+        .arg(mirror.path().join("m.git"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let refs = git_in(
+        &mirror.path().join("m.git"),
+        &["for-each-ref", "--format=%(refname)", "refs/proposals/"],
+    );
+    assert_eq!(refs.lines().count(), 6, "{refs}");
+    assert!(refs.contains("refs/proposals/records"), "{refs}");
+}
+
+#[tokio::test]
+async fn bad_proposal_requests_are_refused_and_change_nothing() {
+    let app = TestApp::spawn().await;
+    let p = open(&app, "globex", "ann", "111122223333").await;
+    let n = p["number"].as_u64().unwrap();
+    let records = app.git("globex", &["rev-parse", "refs/proposals/records"]);
+    let head = app.head("globex");
+    let no_sub = crate::common::sign_hs256(
+        crate::common::SECRET,
+        &json!({"alg": "HS256"}),
+        &json!({"tenant_id": "globex", "permissions": [APPROVE, "jit.integrations.write"], "exp": crate::common::now() + 600}),
+    );
+    let valid = json!({"integration-file": {"content": aws("222233334444")}, "title": "t"});
+    let (one, approve, close, apply) = (
+        format!("/plans/proposals/{n}"),
+        format!("/plans/proposals/{n}/approve"),
+        format!("/plans/proposals/{n}/close"),
+        format!("/plans/proposals/{n}/apply"),
+    );
+    // Method, path, token, body; the status and code it gets.
+    type Case<'a> = (&'a str, &'a str, String, Option<Value>, u16, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "POST",
+            "/plans/proposals",
+            no_sub.clone(),
+            Some(valid.clone()),
+            403,
+            "sub_required",
+        ),
+        ("POST", &approve, no_sub.clone(), None, 403, "sub_required"),
+        (
+            "POST",
+            "/plans/proposals",
+            token_as("globex", "x", &["jit.preferences.write"]),
+            Some(valid.clone()),
+            403,
+            "insufficient_scope",
+        ),
+        (
+            "POST",
+            "/plans/proposals",
+            token_as("globex", "x", WRITER),
+            Some(json!({"integration-file": {"content": {}}})),
+            422,
+            "invalid_content",
+        ),
+        (
+            "POST",
+            "/plans/proposals",
+            token_as("globex", "x", WRITER),
+            Some(json!({"title": "nothing"})),
+            422,
+            "invalid_content",
+        ),
+        (
+            "POST",
+            "/plans/proposals",
+            token_as("globex", "x", WRITER),
+            Some(
+                json!({"integration-file": {"content": {"aws": [{"account_id": "555566667777", "regions": ["ap-southeast-2"], "type": "aws"}]}}, "title": "same"}),
+            ),
+            422,
+            "nothing_proposed",
+        ),
+        (
+            "POST",
+            "/plans/proposals",
+            token_as("globex", "x", WRITER),
+            Some(json!({"configuration-file": {"payload": {"folders": []}}, "title": "no sha"})),
+            428,
+            "precondition_required",
+        ),
+        (
+            "POST",
+            "/plans/proposals",
+            token_as("globex", "x", WRITER),
+            Some(
+                json!({"integration-file": {"content": {"aws": "not a list"}}, "title": "t", "message": 5}),
+            ),
+            422,
+            "invalid_content",
+        ),
+        (
+            "GET",
+            "/plans/proposals/999",
+            token("globex", ALL),
+            None,
+            404,
+            "proposal_not_found",
+        ),
+        (
+            "GET",
+            "/plans/proposals/0",
+            token("globex", ALL),
+            None,
+            404,
+            "not_found",
+        ),
+        (
+            "GET",
+            "/plans/proposals/01",
+            token("globex", ALL),
+            None,
+            404,
+            "not_found",
+        ),
+        (
+            "GET",
+            "/plans/proposals?state=merged",
+            token("globex", ALL),
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/plans/proposals?limit=0",
+            token("globex", ALL),
+            None,
+            400,
+            "invalid_query",
+        ),
+        (
+            "GET",
+            "/plans/proposals",
+            token("globex", &["planfiles.repos.read"]),
+            None,
+            403,
+            "insufficient_scope",
+        ),
+        (
+            "POST",
+            "/plans/proposals/999/approve",
+            token_as("globex", "bo", &[APPROVE]),
+            None,
+            404,
+            "proposal_not_found",
+        ),
+        (
+            "POST",
+            &approve,
+            token_as("globex", "bo", &[APPROVE]),
+            Some(json!({"commit": "xyz"})),
+            422,
+            "invalid_content",
+        ),
+        (
+            "POST",
+            &close,
+            token_as("globex", "bo", WRITER),
+            None,
+            403,
+            "not_proposal_author",
+        ),
+        (
+            "POST",
+            &apply,
+            token_as("globex", "bo", &["jit.integrations.read"]),
+            None,
+            403,
+            "insufficient_scope",
+        ),
+        (
+            "POST",
+            "/plans/proposals?dry_run=true",
+            token_as("globex", "x", WRITER),
+            Some(valid.clone()),
+            400,
+            "invalid_query",
+        ),
+        (
+            "DELETE",
+            &one,
+            token("globex", ALL),
+            None,
+            405,
+            "method_not_allowed",
+        ),
+    ];
+    for (method, path, tok, body, status, code) in cases {
+        let res = app.send(method, path, &tok, body.as_ref(), &[]).await;
+        let (got, body) = problem(res).await;
+        assert_eq!(
+            (got, body["code"].as_str().unwrap_or("")),
+            (status, code),
+            "{method} {path}: {body}"
+        );
+    }
+    assert_eq!(
+        app.git("globex", &["rev-parse", "refs/proposals/records"]),
+        records
+    );
+    assert_eq!(app.head("globex"), head);
+    let got: Value = app
+        .proposal(&token("globex", ALL), n)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            got["state"].as_str(),
+            got["approvals"].as_array().map(Vec::len)
+        ),
+        (Some("open"), Some(0))
+    );
+    app.fsck("globex");
+}
+
+/// The state a crash between an apply's record and its move of `main` leaves (the record
+/// says applied, `main` does not hold the commit; made here by putting `main` back with plain
+/// git): the proposal reads as open, the list says so, and it applies again.
+#[tokio::test]
+async fn an_apply_whose_main_move_was_lost_reads_open_and_applies_again() {
+    let app = TestApp::spawn().await;
+    let before = app.head("globex");
+    let p = open(&app, "globex", "ann", "111122223333").await;
+    let n = p["number"].as_u64().unwrap();
+    let (status, _) = step(&app, "globex", "bo", APPROVER, n, "approve").await;
+    assert_eq!(status, 200);
+    let (status, applied) = step(&app, "globex", "ann", WRITER, n, "apply").await;
+    assert_eq!(status, 200);
+    let lost = applied["applied_commit"].as_str().unwrap().to_owned();
+    app.git("globex", &["update-ref", "refs/heads/main", &before, &lost]);
+    let got: Value = app
+        .proposal(&token("globex", ALL), n)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["state"], "open", "{got}");
+    assert!(got.get("applied_commit").is_none(), "{got}");
+    assert_eq!(
+        got["approvals"][0]["by"]["sub"], "bo",
+        "the approval is kept"
+    );
+    let open_ones: Value = app
+        .proposals(&token("globex", ALL), "?state=open")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(open_ones["proposals"][0]["number"], n);
+    let (status, again) = step(&app, "globex", "ann", WRITER, n, "apply").await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(
+        app.head("globex"),
+        again["applied_commit"].as_str().unwrap()
+    );
+    // A later step settles the record: it stays applied once main holds the commit.
+    let q = open(&app, "globex", "ann", "444455556666").await;
+    let got: Value = app
+        .proposal(&token("globex", ALL), n)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["state"], "applied");
+    assert_ne!(q["number"], n);
+}
