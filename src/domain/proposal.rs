@@ -81,15 +81,25 @@ pub const MAX_SUB_CHARS: usize = 256;
 impl Reviewer {
     /// A reviewer with `sub`; `None` when the token has no `sub` (or an empty or over-long
     /// one): four eyes need to tell people apart.
+    /// A `sub` with spaces at its ends, or a control, bidirectional or zero-width
+    /// character, is refused too: two tokens whose subs differ only by what a reader cannot
+    /// see must not pass for two people. Those characters are removed from the name and
+    /// email the trailers show.
     pub fn new(sub: Option<&str>, name: &str, email: &str) -> Option<Self> {
         let sub = sub?;
+        let hidden = |c: char| {
+            super::commit_message::is_removed(c)
+                || matches!(c, '\u{200b}'..='\u{200d}' | '\u{2060}' | '\u{180e}')
+        };
         let ok = !sub.is_empty()
             && sub.chars().count() <= MAX_SUB_CHARS
-            && !sub.chars().any(char::is_control);
+            && sub.trim() == sub
+            && !sub.chars().any(hidden);
+        let shown = |s: &str| s.chars().filter(|c| !hidden(*c)).collect::<String>();
         ok.then(|| Self {
             sub: sub.to_owned(),
-            name: name.to_owned(),
-            email: email.to_owned(),
+            name: shown(name),
+            email: shown(email),
         })
     }
 
@@ -329,6 +339,14 @@ mod tests {
         assert!(Reviewer::new(Some(""), "a", "a@x").is_none());
         assert!(Reviewer::new(Some("a\nb"), "a", "a@x").is_none());
         assert!(Reviewer::new(Some(&"s".repeat(257)), "a", "a@x").is_none());
+        for hidden in [" ann", "ann ", "ann\u{200b}", "\u{202e}bo", "a\u{2066}b"] {
+            assert!(
+                Reviewer::new(Some(hidden), "a", "a@x").is_none(),
+                "{hidden:?}"
+            );
+        }
+        let shown = Reviewer::new(Some("bo"), "\u{202e}Bo", "b\u{200b}o@x").unwrap();
+        assert_eq!(shown.signature(), "Bo <bo@x>");
         assert_eq!(person("bo").signature(), "bo <bo@x>");
     }
 

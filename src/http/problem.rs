@@ -149,7 +149,7 @@ pub enum ApiError {
     },
     #[error("the proposal changes nothing: every file it sends is as on main")]
     NothingProposed,
-    #[error("the tenant has made {0} proposals, the most it may")]
+    #[error("the tenant has {0} open proposals, the most it may have: apply or close some first")]
     ProposalLimit(u64),
     #[error("internal error: {0}")]
     Internal(String),

@@ -42,11 +42,8 @@ pub async fn create(
     req: HttpRequest,
     payload: web::Payload,
 ) -> Reply {
-    let p = state.propose(&who, &req, payload, None).await?;
-    let required = state
-        .tenant(&who, PlanFile::Integration)
-        .await?
-        .required_approvals;
+    let (p, tenant) = state.propose(&who, &req, payload, None).await?;
+    let required = tenant.required_approvals;
     Ok(HttpResponse::Created()
         .insert_header(("Location", format!("/plans/proposals/{}", p.number)))
         .insert_header(("Cache-Control", "no-store"))
@@ -75,16 +72,12 @@ pub async fn update(
     payload: web::Payload,
 ) -> Reply {
     let n = number_of(&number)?;
-    let p = state.propose(&who, &req, payload, Some(n)).await?;
-    let required = state
-        .tenant(&who, PlanFile::Integration)
-        .await?
-        .required_approvals;
-    Ok(json(&ProposalView::new(&p, required)))
+    let (p, tenant) = state.propose(&who, &req, payload, Some(n)).await?;
+    Ok(json(&ProposalView::new(&p, tenant.required_approvals)))
 }
 
 #[utoipa::path(get, path = "/plans/proposals", tag = "proposals", operation_id = "list_proposals",
-    description = "The tenant's proposals, newest first, without their diffs. Any token that may read a file or approve.",
+    description = "The tenant's proposals, newest first, without their diffs: those whose every file the token may read (all of them with planfiles.proposals.approve).",
     params(
         ("state" = Option<String>, Query, description = "open, applied or closed (default: all)"),
         ("before" = Option<u64>, Query, description = "Only numbers below this one (the `next` of the page before)"),
@@ -119,9 +112,12 @@ pub async fn list(state: web::Data<AppState>, who: Principal, req: HttpRequest) 
             .filter(|n| (1..=MAX_PAGE).contains(n))
             .ok_or_else(|| ApiError::InvalidQuery(format!("limit must be 1 to {MAX_PAGE}")))?,
     };
-    let (storage, id) = (state.storage.clone(), who.tenant().clone());
+    let (storage, id, reader) = (state.storage.clone(), who.tenant().clone(), who.clone());
     let found = blocking(
-        move || storage.proposals(&id, wanted, before, limit + 1),
+        move || {
+            let visible = |p: &Proposal| may_read(&reader, p);
+            storage.proposals(&id, wanted, before, limit + 1, &visible)
+        },
         PlanFile::Integration,
     )
     .await?;
@@ -136,7 +132,7 @@ pub async fn list(state: web::Data<AppState>, who: Principal, req: HttpRequest) 
 }
 
 #[utoipa::path(get, path = "/plans/proposals/{number}", tag = "proposals", operation_id = "get_proposal",
-    description = "One proposal with each file it changes: the diff (RFC 6902 patch and unified text) from its base and from main now, and whether a file moved on main since its base (`stale`). Files the token may not read are left out; planfiles.proposals.approve reads them all.",
+    description = "One proposal with each file it changes: the diff (RFC 6902 patch and unified text) from its base and from main now, and whether a file moved on main since its base (`stale`). It needs the read permission of every file it changes, or planfiles.proposals.approve.",
     params(("number" = u64, Path, description = "The proposal's number")),
     responses(
         (status = 200, description = "The proposal", body = ProposalView),
@@ -153,22 +149,23 @@ pub async fn get(state: web::Data<AppState>, who: Principal, number: web::Path<S
     let view = blocking(
         move || {
             let _turn = turn;
-            let mut p = storage.proposal(&id, n)?;
-            let all = p.files.clone();
-            p.files
-                .retain(|f| reader.can_read(*f) || reader.has(PROPOSALS_APPROVE));
+            let p = storage.proposal(&id, n)?;
+            if !may_read(&reader, &p) {
+                return Ok(Err(unreadable(&p)));
+            }
             let files = storage.proposed_files(&id, &p)?;
-            p.files = all;
-            Ok(ProposalView::new(&p, tenant.required_approvals).with_files(&files))
+            Ok(Ok(
+                ProposalView::new(&p, tenant.required_approvals).with_files(&files)
+            ))
         },
         PlanFile::Integration,
     )
-    .await?;
+    .await??;
     Ok(json(&view))
 }
 
 #[utoipa::path(post, path = "/plans/proposals/{number}/approve", tag = "proposals", operation_id = "approve_proposal",
-    description = "Approve the proposal's commit: needs planfiles.proposals.approve and a sub that is neither the author's nor an earlier approver's. The optional body `{\"commit\"}` names the commit the approver reviewed: if the proposal moved on since, 409 proposal_changed.",
+    description = "Approve the proposal's commit: needs planfiles.proposals.approve and a sub that is neither the author's nor an earlier approver's. The body `{\"commit\"}` (required) names the commit the approver reviewed: if the proposal moved on since, 409 proposal_changed.",
     params(("number" = u64, Path, description = "The proposal's number")),
     responses(
         (status = 200, description = "Approved (durable)", body = ProposalView),
@@ -197,7 +194,7 @@ pub async fn approve(
 }
 
 #[utoipa::path(post, path = "/plans/proposals/{number}/apply", tag = "proposals", operation_id = "apply_proposal",
-    description = "The author or an approver applies an open proposal with the approvals the tenant requires: one signed commit on main with the proposal's files and the trailers Proposal, Proposed-by and Approved-by. 409 proposal_stale when a file it changes moved on main since its base (a file it does not change may have).",
+    description = "The author or an approver applies an open proposal with the approvals the tenant requires: one signed commit on main with the proposal's files and the trailers Proposal, Proposed-by and Approved-by. Its files are held to today's validators first (422 schema_violation). 409 proposal_stale when a file it changes moved on main since its base (a file it does not change may have).",
     params(("number" = u64, Path, description = "The proposal's number")),
     responses(
         (status = 200, description = "Applied (durable): applied_commit is on main", body = ProposalView),
@@ -221,9 +218,28 @@ pub async fn apply(
     let by = rules::reviewer(who.sub(), &who.author())?.sub;
     state.step_body(&req, payload).await?;
     let request_id = request_id(&req);
-    state
-        .step(&who, &tenant, n, ProposalStep::Apply { by, request_id })
-        .await
+    // Its files against today's validators first, on the blocking pool; the apply is bound to
+    // the commit checked.
+    let (storage, id, schemas) = (
+        state.storage.clone(),
+        who.tenant().clone(),
+        state.validators.current(),
+    );
+    let checked = blocking(
+        move || {
+            let (p, files) = storage.proposal_texts(&id, n)?;
+            Ok(rules::recheck(p.commit, &files, &schemas))
+        },
+        PlanFile::Integration,
+    )
+    .await?
+    .map_err(|e| state.counted(e.into()))?;
+    let step = ProposalStep::Apply {
+        by,
+        request_id,
+        checked,
+    };
+    state.step(&who, &tenant, n, step).await
 }
 
 #[utoipa::path(post, path = "/plans/proposals/{number}/close", tag = "proposals", operation_id = "close_proposal",
@@ -253,6 +269,20 @@ pub async fn close(
         .await
 }
 
+/// Whether `who` may see proposal `p`: it reads every file `p` changes, or approves.
+fn may_read(who: &Principal, p: &Proposal) -> bool {
+    who.has(PROPOSALS_APPROVE) || p.files.iter().all(|f| who.can_read(*f))
+}
+
+/// The refusal of a proposal `who` may not read: the read permission of its first file.
+fn unreadable(p: &Proposal) -> ApiError {
+    ApiError::Forbidden(
+        p.files
+            .first()
+            .map_or(PROPOSALS_APPROVE, |f| f.read_permission()),
+    )
+}
+
 fn number_of(raw: &str) -> Result<ProposalNumber, ApiError> {
     ProposalNumber::parse(raw).map_err(|_| ApiError::NotFound(format!("/plans/proposals/{raw}")))
 }
@@ -266,14 +296,15 @@ fn request_id(req: &HttpRequest) -> RequestId {
 
 impl AppState {
     /// Opens a proposal, or updates proposal `n`: the write's intake (403 per file, the
-    /// body), the person (a `sub`), the plan, then the step in the tenant's turn.
+    /// body), the person (a `sub`), the plan, then the step in the tenant's turn; the
+    /// proposal and the tenant's settings as the intake read them.
     async fn propose(
         &self,
         who: &Principal,
         req: &HttpRequest,
         payload: web::Payload,
         n: Option<ProposalNumber>,
-    ) -> Result<Proposal, ApiError> {
+    ) -> Result<(Proposal, TenantInfo), ApiError> {
         let any = if who.can_write(PlanFile::Integration) {
             PlanFile::Integration
         } else {
@@ -281,7 +312,7 @@ impl AppState {
         };
         let intake = self.intake(who, req, payload, any).await?;
         let author = rules::reviewer(who.sub(), &who.author())?;
-        let source_hosting = intake.tenant.source_hosting;
+        let (source_hosting, tenant) = (intake.tenant.source_hosting, intake.tenant.clone());
         let granted = PlanFile::ALL.map(|f| who.can_write(f));
         let schemas = self.validators.current();
         let (plan, meta) = intake
@@ -294,9 +325,10 @@ impl AppState {
             ));
         }
         let request = plan.request(n, author, request_id(req), who.valid_until());
-        rules::propose(&self.writers, who.tenant(), request)
+        let p = rules::propose(&self.writers, who.tenant(), request)
             .await
-            .map_err(|e| ApiError::from_write(e, any))
+            .map_err(|e| ApiError::from_write(e, any))?;
+        Ok((p, tenant))
     }
 
     /// Takes `step` on proposal `n` in the tenant's turn; the proposal after it.

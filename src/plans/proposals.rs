@@ -69,6 +69,20 @@ fn title_and_message(body: &PutBody) -> Result<(CommitMessage, Option<Descriptio
         .ok_or_else(|| PlanError::InvalidContent(ContentError::new("/title", "is required")))?;
     let message = Description::from_field(body.get("message"), "/message")
         .map_err(PlanError::InvalidContent)?;
+    // The description goes into the commits' messages: no line a reader could take for the
+    // service's own trailers (`Approved-by:` and the like), as a push may not carry one.
+    if let Some(found) = message
+        .as_ref()
+        .and_then(|m| crate::domain::trailers::first_reserved(m.as_str().as_bytes()))
+    {
+        return Err(PlanError::InvalidContent(ContentError::new(
+            "/message",
+            format!(
+                "a line starting with {}: is the service's own trailer; reword it",
+                found.key()
+            ),
+        )));
+    }
     Ok((title, message))
 }
 
@@ -78,24 +92,55 @@ pub fn reviewer(sub: Option<&str>, author: &Identity) -> Result<Reviewer, PlanEr
     Reviewer::new(sub, author.name(), author.email()).ok_or(PlanError::SubRequired)
 }
 
-/// An approval's optional body: `{"commit": "<the proposal's commit as the approver saw it>"}`
-/// (an empty body approves the commit the proposal is at).
-pub fn approve_body(bytes: &[u8]) -> Result<Option<CommitId>, PlanError> {
+/// An approval's body: `{"commit": "<the proposal's commit the approver reviewed>"}`. It is
+/// required: an approval approves those bytes, and nothing the author sends after them.
+pub fn approve_body(bytes: &[u8]) -> Result<CommitId, PlanError> {
+    let bad = |m: &str| PlanError::InvalidContent(ContentError::new("/commit", m));
     if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(None);
+        return Err(bad(
+            "is required: send {\"commit\": \"<the proposal's commit you reviewed>\"}",
+        ));
     }
     let body = parse_put_body(bytes)?;
-    let bad = |m: String| PlanError::InvalidContent(ContentError::new("/commit", m));
     match body.get("commit") {
-        None | Some(Value::Null) => Ok(None),
+        None | Some(Value::Null) => Err(bad("is required: the proposal's commit you reviewed")),
         Some(Value::String(s)) => ObjectId::parse(s)
-            .map(|id| Some(CommitId(id)))
-            .map_err(|_| bad("must be the proposal's commit id: 40 hexadecimal digits".into())),
-        Some(other) => Err(bad(format!(
-            "must be a string, found {}",
-            yaml::kind(other)
+            .map(CommitId)
+            .map_err(|_| bad("must be the proposal's commit id: 40 hexadecimal digits")),
+        Some(other) => Err(PlanError::InvalidContent(ContentError::new(
+            "/commit",
+            format!("must be a string, found {}", yaml::kind(other)),
         ))),
     }
+}
+
+/// A proposal's files held to today's rules before it applies (the validators may have
+/// changed since it was opened): the commit they were checked at, which the apply is bound
+/// to; a 422 for the first file that breaks them.
+pub fn recheck(
+    commit: CommitId,
+    files: &[(crate::domain::PlanFile, Vec<u8>)],
+    schemas: &SchemaSet,
+) -> Result<CommitId, PlanError> {
+    for (file, bytes) in files {
+        let text = String::from_utf8_lossy(bytes);
+        match super::rules::text(*file, &text, schemas) {
+            Ok(_) => {}
+            Err(super::rules::Refusal::Breaks(violations)) => {
+                return Err(PlanError::SchemaViolation {
+                    files: vec![*file],
+                    violations,
+                })
+            }
+            Err(super::rules::Refusal::Unreadable(why)) => {
+                return Err(PlanError::InvalidContent(ContentError::new(
+                    "",
+                    format!("{}: {why}", file.path()),
+                )))
+            }
+        }
+    }
+    Ok(commit)
 }
 
 /// Opens or updates a proposal in the tenant's writer turn.
@@ -106,7 +151,7 @@ pub async fn propose(
 ) -> Result<Proposal, WriteError> {
     let owned = tenant.clone();
     writers
-        .alone(tenant, move |s| s.propose(&owned, &req), |_| false)
+        .alone(tenant, move |s| s.propose(&owned, &req), |_| true)
         .await
 }
 
@@ -119,17 +164,11 @@ pub async fn step(
     not_after: std::time::SystemTime,
 ) -> Result<Proposal, WriteError> {
     let owned = tenant.clone();
-    let applies = matches!(step, ProposalStep::Apply { .. });
-    let moved = if applies {
-        |_: &Proposal| true
-    } else {
-        |_: &Proposal| false
-    };
     writers
         .alone(
             tenant,
             move |s| s.proposal_step(&owned, n, &step, Some(not_after)),
-            moved,
+            |_| true,
         )
         .await
 }
@@ -174,14 +213,34 @@ mod tests {
     }
 
     #[test]
-    fn an_approval_names_a_commit_or_nothing() {
-        assert_eq!(approve_body(b"").unwrap(), None);
-        assert_eq!(approve_body(b"{}").unwrap(), None);
+    fn an_approval_names_the_commit_reviewed() {
+        assert!(approve_body(b"").is_err(), "an empty body approves nothing");
+        assert!(approve_body(b"{}").is_err());
         let id = "ab".repeat(20);
         let named = approve_body(format!(r#"{{"commit": "{id}"}}"#).as_bytes()).unwrap();
-        assert_eq!(named.unwrap().as_str(), id);
+        assert_eq!(named.as_str(), id);
         assert!(approve_body(br#"{"commit": "abc"}"#).is_err());
         assert!(approve_body(br#"{"commit": 1}"#).is_err());
         assert!(matches!(approve_body(b"{"), Err(PlanError::InvalidJson(_))));
+    }
+
+    #[test]
+    fn a_description_may_not_forge_a_trailer() {
+        let body = |m: &str| {
+            serde_json::to_vec(&serde_json::json!({"integration-file": {"content": {}}, "title": "t", "message": m}))
+                .unwrap()
+        };
+        let open = |m: &str| open_body(&body(m), false, [true, true], &schemas());
+        assert!(open("why\n\nsee the ticket").is_ok());
+        for forged in [
+            "body\n\nApproved-by: eve <e@x>",
+            "x\nproposal: 9",
+            "Request-Id: r",
+        ] {
+            assert!(
+                matches!(open(forged), Err(PlanError::InvalidContent(e)) if e.pointer == "/message"),
+                "{forged}"
+            );
+        }
     }
 }

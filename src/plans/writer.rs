@@ -233,13 +233,13 @@ impl Writers {
     }
 
     /// Runs `step` alone in the tenant's turn, queued as a write is (the same depth, wait and
-    /// blocking thread): a push's move of `main`, a proposal's step. `moved` tells from its
-    /// answer whether `main` moved (a repack may then be due).
+    /// blocking thread): a push's move of `main`, a proposal's step. `wrote` tells from its
+    /// answer whether it wrote objects (a repack may then be due).
     pub async fn alone<T: Send + 'static>(
         &self,
         tenant: &TenantId,
         step: impl FnOnce(&Storage) -> Result<T, StorageError> + Send + 'static,
-        moved: fn(&T) -> bool,
+        wrote: fn(&T) -> bool,
     ) -> Result<T, WriteError> {
         let lease = self.users.lease(tenant);
         if lease.users > self.depth {
@@ -258,7 +258,7 @@ impl Writers {
                     tracing::error!(tenant = %owned, "a step run alone in the writer queue panicked");
                     return false;
                 };
-                let changed = result.as_ref().is_ok_and(moved);
+                let changed = result.as_ref().is_ok_and(wrote);
                 let _ = reply.send(result);
                 changed
             }))

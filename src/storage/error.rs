@@ -108,7 +108,7 @@ pub enum StorageError {
     },
     #[error("tenant {tenant}: the proposal changes nothing: every file it sends is as on main")]
     NothingProposed { tenant: TenantId },
-    #[error("tenant {tenant}: {limit} proposals were made, the most a tenant may have")]
+    #[error("tenant {tenant} has {limit} open proposals (or made the last number), the most it may have")]
     ProposalLimit { tenant: TenantId, limit: u64 },
     #[error("tenant {tenant}: git upload-pack failed: {message}")]
     UploadPack { tenant: TenantId, message: String },

@@ -480,17 +480,19 @@ pub struct ProposalRequest {
 /// A step of an open proposal, taken under the tenant's write lock.
 #[derive(Debug, Clone)]
 pub enum ProposalStep {
-    /// `seen`: the proposal's commit as the approver saw it, when they name it.
+    /// `seen`: the proposal's commit as the approver reviewed it.
     Approve {
         by: crate::domain::Reviewer,
-        seen: Option<CommitId>,
+        seen: CommitId,
     },
     Close {
         by: String,
     },
+    /// `checked`: the proposal's commit whose files were held to today's rules.
     Apply {
         by: String,
         request_id: RequestId,
+        checked: CommitId,
     },
 }
 
@@ -503,6 +505,9 @@ impl ProposalStep {
         }
     }
 }
+
+/// Each file a proposal changes, with its bytes as the proposal's commit holds them.
+pub type ProposedTexts = Vec<(PlanFile, Vec<u8>)>;
 
 /// A proposal's file in three commits: its base, the proposal, and `main` now.
 #[derive(Debug, Clone)]

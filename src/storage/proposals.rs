@@ -48,16 +48,26 @@ impl Storage {
     }
 
     /// Up to `limit` proposals, newest first, below `before` when given, in `state` when
-    /// given.
+    /// given, of those `visible` keeps.
     pub fn proposals(
         &self,
         tenant: &TenantId,
         state: Option<ProposalState>,
         before: Option<ProposalNumber>,
         limit: usize,
-    ) -> Result<Vec<Proposal>, StorageError> {
+        visible: &dyn Fn(&Proposal) -> bool,
+    ) -> Result<Vec<std::sync::Arc<Proposal>>, StorageError> {
         self.read_repo(tenant, Access::Read)?
-            .proposals(state, before, limit)
+            .proposals(state, before, limit, visible)
+    }
+
+    /// Proposal `n` and the bytes of each file it changes, as its commit holds them.
+    pub fn proposal_texts(
+        &self,
+        tenant: &TenantId,
+        n: ProposalNumber,
+    ) -> Result<(Proposal, super::ProposedTexts), StorageError> {
+        self.read_repo(tenant, Access::Read)?.proposal_texts(n)
     }
 
     /// Each file `p` changes, at its base, in the proposal and on `main` now, with the diffs.

@@ -590,9 +590,11 @@ fn a_move_carries_the_approval_rule_and_the_proposals() {
         .send()
         .unwrap();
     assert_eq!(opened.status(), 201);
+    let commit = opened.json::<Value>().unwrap()["commit"].clone();
     let approved = http
         .post(format!("{}/plans/proposals/1/approve", pair.a.url))
         .bearer_auth(common::token_as(TENANT, "bo", approver))
+        .json(&json!({"commit": commit}))
         .send()
         .unwrap();
     assert_eq!(approved.status(), 200);
@@ -631,6 +633,7 @@ fn a_move_carries_the_approval_rule_and_the_proposals() {
     let approved = http
         .post(format!("{}/plans/proposals/1/approve", pair.b.url))
         .bearer_auth(common::token_as(TENANT, "cy", approver))
+        .json(&json!({"commit": commit}))
         .send()
         .unwrap();
     assert_eq!(approved.status(), 200);

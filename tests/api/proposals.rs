@@ -36,8 +36,21 @@ async fn step(
     n: u64,
     what: &str,
 ) -> (u16, Value) {
+    // An approval names the commit reviewed: the one the proposal is at now.
+    let body = match what {
+        "approve" => {
+            let p: Value = app
+                .proposal(&token(tenant, ALL), n)
+                .await
+                .json()
+                .await
+                .unwrap();
+            Some(json!({"commit": p["commit"]}))
+        }
+        _ => None,
+    };
     let res = app
-        .proposal_step(&token_as(tenant, sub, perms), n, what, None)
+        .proposal_step(&token_as(tenant, sub, perms), n, what, body.as_ref())
         .await;
     let status = res.status().as_u16();
     (status, res.json().await.unwrap())
@@ -153,8 +166,18 @@ async fn another_person_approves_the_exact_commit_and_the_apply_is_one_signed_co
         &json!({"tenant_id": "globex", "permissions": [APPROVE], "exp": crate::common::now() + 600,
                 "sub": "bo", "name": "Bo Again", "email": "other@example.com"}),
     );
-    let res = app.proposal_step(&twice, n, "approve", None).await;
+    let res = app.proposal_step(&twice, n, "approve", Some(&seen)).await;
     assert_eq!(problem(res).await.1["code"], "already_approved");
+    // Without naming the commit reviewed, nobody approves anything.
+    let res = app
+        .proposal_step(&token_as("globex", "cy", APPROVER), n, "approve", None)
+        .await;
+    let (status, body) = problem(res).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("invalid_content")),
+        "{body}"
+    );
     // Someone who neither wrote nor approved it cannot apply it.
     let (status, body) = step(&app, "globex", "cy", APPROVER, n, "apply").await;
     assert_eq!(
@@ -443,6 +466,14 @@ async fn listing_filters_by_state_and_pages_newest_first() {
             .collect()
     };
     assert_eq!(numbers(&list("").await), [5, 4, 3, 2, 1]);
+    // A reader of the configuration file alone sees none of these (they change the other).
+    let other: Value = app
+        .proposals(&token("initech", &["jit.preferences.read"]), "")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(numbers(&other), Vec::<u64>::new());
     assert_eq!(numbers(&list("?state=open").await), [5, 4, 3, 1]);
     assert_eq!(numbers(&list("?state=closed").await), [2]);
     let page = list("?limit=2").await;
@@ -617,9 +648,28 @@ async fn bad_proposal_requests_are_refused_and_change_nothing() {
             "POST",
             "/plans/proposals/999/approve",
             token_as("globex", "bo", &[APPROVE]),
-            None,
+            Some(json!({"commit": "ab".repeat(20)})),
             404,
             "proposal_not_found",
+        ),
+        (
+            "GET",
+            &one,
+            token("globex", &["jit.preferences.read"]),
+            None,
+            403,
+            "insufficient_scope",
+        ),
+        (
+            "POST",
+            "/plans/proposals",
+            token_as("globex", "x", WRITER),
+            Some(
+                json!({"integration-file": {"content": aws("222233334444")}, "title": "t",
+                        "message": "why\n\nApproved-by: eve <e@x>"}),
+            ),
+            422,
+            "invalid_content",
         ),
         (
             "POST",
@@ -698,6 +748,8 @@ async fn bad_proposal_requests_are_refused_and_change_nothing() {
 #[tokio::test]
 async fn an_apply_whose_main_move_was_lost_reads_open_and_applies_again() {
     let app = TestApp::spawn().await;
+    // A history longer than the first parents looked at before git's ancestry is asked.
+    crate::common::fast_commits(&app.repo("globex"), 100, "configuration.yml");
     let before = app.head("globex");
     let p = open(&app, "globex", "ann", "111122223333").await;
     let n = p["number"].as_u64().unwrap();
@@ -707,6 +759,12 @@ async fn an_apply_whose_main_move_was_lost_reads_open_and_applies_again() {
     assert_eq!(status, 200);
     let lost = applied["applied_commit"].as_str().unwrap().to_owned();
     app.git("globex", &["update-ref", "refs/heads/main", &before, &lost]);
+    // Nothing keeps the lost commit: git's gc takes it, and the records still name it.
+    app.git("globex", &["gc", "--quiet", "--prune=now"]);
+    assert!(!crate::common::git_succeeds(
+        &app.repo("globex"),
+        &["cat-file", "-e", &lost]
+    ));
     let got: Value = app
         .proposal(&token("globex", ALL), n)
         .await
@@ -742,4 +800,80 @@ async fn an_apply_whose_main_move_was_lost_reads_open_and_applies_again() {
         .unwrap();
     assert_eq!(got["state"], "applied");
     assert_ne!(q["number"], n);
+}
+
+/// A proposal opened while the validators allowed it is held to today's at its apply: the
+/// operator added a rule since (SIGHUP), and the apply is refused with the rule it breaks.
+#[tokio::test]
+async fn an_apply_is_held_to_todays_validators() {
+    let dir = crate::common::process::data_dir_with_fixture();
+    let schemas = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("config.toml"),
+        format!(
+            "[validation]\nschemas_dir = {:?}\n",
+            schemas.path().display().to_string()
+        ),
+    )
+    .unwrap();
+    let server = crate::common::process::serve(dir.path(), &[]);
+    let client = reqwest::Client::new();
+    let bad = json!({"integration-file": {"content": {"aws": [{"account_id": "12345", "regions": ["mars-1"], "type": "aws"}]}}, "title": "t"});
+    let res = client
+        .post(server.url("/plans/proposals"))
+        .bearer_auth(token_as("globex", "ann", WRITER))
+        .json(&bad)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201, "no rule yet");
+    let p: Value = res.json().await.unwrap();
+    crate::common::copy_tree(&crate::common::shipped_schemas(), schemas.path());
+    server.signal("HUP");
+    let mut reloaded = false;
+    for _ in 0..100 {
+        let m = client
+            .get(server.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if m.contains("planfiles_schema_reloads_total{result=\"changed\"} 1") {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(reloaded, "the schemas were not read again");
+    let res = client
+        .post(server.url("/plans/proposals/1/apply"))
+        .bearer_auth(token_as("globex", "ann", WRITER))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 422);
+    let refused: Value = res.json().await.unwrap();
+    assert_eq!(refused["code"], "schema_violation", "{refused}");
+    assert!(
+        refused["errors"][0]["pointer"]
+            .as_str()
+            .unwrap()
+            .starts_with("/aws/0"),
+        "{refused}"
+    );
+    let got: Value = client
+        .get(server.url("/plans/proposals/1"))
+        .bearer_auth(token("globex", ALL))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (got["state"].as_str(), got["commit"].clone()),
+        (Some("open"), p["commit"].clone())
+    );
 }

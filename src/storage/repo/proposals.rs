@@ -1,4 +1,4 @@
-//! Proposals in a tenant's repository: each one's commit under `refs/proposals/<n>` and every proposal's record on `refs/proposals/records` (a signed commit per step; its tree: `last`, `pending`, `<nn>/<n>` JSON records); read without a lock, changed under the tenant's write lock in a write's durability order; an apply moves `main` and its record in one advance.
+//! Proposals in a tenant's repository: each one's commit under `refs/proposals/<n>` and every proposal's record on `refs/proposals/records` (a signed commit per step; its tree: `pending`, `<nn>/<n>` JSON records); read without a lock, changed under the tenant's write lock in a write's durability order; an apply moves `main` and its record in one advance.
 mod record;
 
 use super::advance::{Advance, MainMove};
@@ -36,18 +36,47 @@ fn shard(n: u64) -> String {
 
 const FOLDER_MODE: i32 = 0o040000;
 
+/// Open proposals a tenant may have at once.
+pub(in crate::storage) const MAX_OPEN: usize = 10_000;
+
+/// First parents of `main` looked at for an apply's commit before git's ancestry is asked.
+const LANDED_WALK: usize = 64;
+
 /// Every proposal's record at one commit of the records ref.
 #[derive(Default)]
 pub(super) struct Records {
     commit: Option<Oid>,
-    /// By number, with the blob each was read from.
-    by_number: BTreeMap<u64, (Oid, Proposal)>,
-    /// Each folder's tree, by name.
-    shards: HashMap<String, Oid>,
+    /// Each folder, by name: shared with the records read before while its tree is the same,
+    /// so that reading a step's records reads one folder.
+    folders: HashMap<String, Arc<Folder>>,
+    /// The highest number recorded.
     last: u64,
     /// An apply whose move of `main` may not have happened: the proposal, and the commit it
     /// put on `main`.
     pending: Option<(u64, Oid)>,
+    /// Every record by number, made on the first list (a writer never needs it).
+    index: std::sync::OnceLock<BTreeMap<u64, Arc<Proposal>>>,
+}
+
+/// One folder of the records tree: its tree, and its records by number with their blobs.
+struct Folder {
+    tree: Oid,
+    entries: BTreeMap<u64, (Oid, Arc<Proposal>)>,
+}
+
+impl Records {
+    fn get(&self, n: u64) -> Option<&(Oid, Arc<Proposal>)> {
+        self.folders.get(&shard(n))?.entries.get(&n)
+    }
+
+    fn index(&self) -> &BTreeMap<u64, Arc<Proposal>> {
+        self.index.get_or_init(|| {
+            self.folders
+                .values()
+                .flat_map(|f| f.entries.iter().map(|(n, (_, p))| (*n, p.clone())))
+                .collect()
+        })
+    }
 }
 
 /// The records last read, to read only what changed at the next commit.
@@ -96,13 +125,6 @@ impl TenantRepo {
         for entry in tree.iter() {
             let name = entry.name().unwrap_or_default().to_owned();
             match name.as_str() {
-                "last" => {
-                    let blob = self.repo.find_blob(entry.id()).map_err(err("read last"))?;
-                    records.last = std::str::from_utf8(blob.content())
-                        .ok()
-                        .and_then(|t| t.trim().parse().ok())
-                        .ok_or_else(|| broken("`last` is not a number".into()))?;
-                }
                 "pending" => {
                     let blob = self
                         .repo
@@ -118,70 +140,108 @@ impl TenantRepo {
                     records.pending = Some((n, c));
                 }
                 _ => {
-                    records.shards.insert(name.clone(), entry.id());
-                    let same = previous.and_then(|p| p.shards.get(&name)) == Some(&entry.id());
-                    if same {
-                        let p = previous.expect("compared");
-                        records.by_number.extend(
-                            p.by_number
-                                .iter()
-                                .filter(|(n, _)| shard(**n) == name)
-                                .map(|(n, v)| (*n, v.clone())),
-                        );
+                    let known = previous
+                        .and_then(|p| p.folders.get(&name))
+                        .filter(|f| f.tree == entry.id());
+                    if let Some(folder) = known {
+                        records.folders.insert(name, folder.clone());
                         continue;
                     }
+                    let old = previous.and_then(|p| p.folders.get(&name));
                     let sub = self
                         .repo
                         .find_tree(entry.id())
                         .map_err(err("read a records folder"))?;
+                    let mut entries = BTreeMap::new();
                     for e in sub.iter() {
                         let n: u64 = e
                             .name()
                             .ok()
                             .and_then(|n| n.parse().ok())
                             .ok_or_else(|| broken(format!("{name}/{:?}", e.name())))?;
-                        let known = previous
-                            .and_then(|p| p.by_number.get(&n))
+                        let same = old
+                            .and_then(|f| f.entries.get(&n))
                             .filter(|(blob, _)| *blob == e.id());
-                        let proposal = match known {
+                        let proposal = match same {
                             Some((_, p)) => p.clone(),
                             None => {
                                 let blob =
                                     self.repo.find_blob(e.id()).map_err(err("read a record"))?;
-                                record::decode(blob.content())
-                                    .map_err(|why| broken(format!("proposal {n}: {why}")))?
+                                Arc::new(
+                                    record::decode(blob.content())
+                                        .map_err(|why| broken(format!("proposal {n}: {why}")))?,
+                                )
                             }
                         };
-                        records.by_number.insert(n, (e.id(), proposal));
+                        entries.insert(n, (e.id(), proposal));
                     }
+                    records.folders.insert(
+                        name,
+                        Arc::new(Folder {
+                            tree: entry.id(),
+                            entries,
+                        }),
+                    );
                 }
             }
         }
+        records.last = records
+            .folders
+            .values()
+            .filter_map(|f| f.entries.keys().next_back())
+            .max()
+            .copied()
+            .unwrap_or(0);
         Ok(records)
     }
 
     /// Whether the apply that `pending` names reached `main` (`main` at its commit or past
     /// it): when it did not (a crash or a failed sync between the record and `main`), its
-    /// proposal is still open.
+    /// proposal is still open. `main`'s first parents are walked back (an apply's commit is
+    /// on that line, a few commits down when it landed); past [`LANDED_WALK`] of them, git's
+    /// ancestry answers.
     fn landed(&self, commit: Oid) -> Result<bool, StorageError> {
-        let main = self.read_head("")?.commit;
-        Ok(main == commit
-            || self
-                .repo
-                .graph_descendant_of(main, commit)
-                .map_err(git_err(&self.tenant, "look for an applied proposal", ""))?)
+        let err = git_err(&self.tenant, "look for an applied proposal", "");
+        // Not in the store (a crash left it unreachable and `git gc` pruned it): `main`, whose
+        // history is never pruned, does not hold it.
+        if self.repo.find_commit(commit).is_err() {
+            return Ok(false);
+        }
+        let main = match read_ref_checked(&self.path, super::MAIN) {
+            Ok(Some(main)) => main,
+            Ok(None) => self.repo.refname_to_id(super::MAIN).map_err(&err)?,
+            Err(e) => {
+                return Err(StorageError::io(
+                    "read main",
+                    &self.path.join(super::MAIN),
+                    e,
+                ))
+            }
+        };
+        let mut at = main;
+        for _ in 0..LANDED_WALK {
+            if at == commit {
+                return Ok(true);
+            }
+            let c = self.repo.find_commit(at).map_err(&err)?;
+            match c.parent_id(0) {
+                Ok(parent) => at = parent,
+                Err(_) => return Ok(false),
+            }
+        }
+        self.repo.graph_descendant_of(main, commit).map_err(err)
     }
 
     /// Proposal `n` as it is: its record, open again when its apply did not land.
     fn settled(&self, records: &Records, n: u64) -> Result<Option<Proposal>, StorageError> {
-        let Some((_, p)) = records.by_number.get(&n) else {
+        let Some((_, p)) = records.get(n) else {
             return Ok(None);
         };
         match records.pending {
             Some((pending, commit)) if pending == n && !self.landed(commit)? => {
-                Ok(Some(reopened(p.clone())))
+                Ok(Some(reopened((**p).clone())))
             }
-            _ => Ok(Some(p.clone())),
+            _ => Ok(Some((**p).clone())),
         }
     }
 
@@ -201,28 +261,45 @@ impl TenantRepo {
         state: Option<ProposalState>,
         before: Option<ProposalNumber>,
         limit: usize,
-    ) -> Result<Vec<Proposal>, StorageError> {
+        visible: &dyn Fn(&Proposal) -> bool,
+    ) -> Result<Vec<Arc<Proposal>>, StorageError> {
         let records = self.records()?;
         let lost = match records.pending {
             Some((n, commit)) if !self.landed(commit)? => Some(n),
             _ => None,
         };
         let end = before.map_or(u64::MAX, ProposalNumber::get);
-        let mut out = Vec::with_capacity(limit.min(records.by_number.len()));
-        for (n, (_, p)) in records.by_number.range(..end).rev() {
+        let index = records.index();
+        let mut out = Vec::with_capacity(limit.min(index.len()));
+        for (n, p) in index.range(..end).rev() {
             if out.len() == limit {
                 break;
             }
             let p = if Some(*n) == lost {
-                reopened(p.clone())
+                Arc::new(reopened((**p).clone()))
             } else {
                 p.clone()
             };
-            if state.is_none_or(|s| s == p.state) {
+            if state.is_none_or(|s| s == p.state) && visible(&p) {
                 out.push(p);
             }
         }
         Ok(out)
+    }
+
+    /// See [`crate::storage::Storage::proposal_texts`].
+    pub(in crate::storage) fn proposal_texts(
+        &self,
+        n: ProposalNumber,
+    ) -> Result<(Proposal, crate::storage::ProposedTexts), StorageError> {
+        let p = self.proposal(n)?;
+        let at = to_oid(&p.commit.0);
+        let files = p
+            .files
+            .iter()
+            .map(|&f| Ok((f, self.snapshot(at, f)?.bytes)))
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok((p, files))
     }
 
     /// See [`crate::storage::Storage::proposed_files`].
@@ -356,12 +433,18 @@ impl TenantRepo {
                 (n, p.created)
             }
             None => {
-                let n = ProposalNumber::new(records.last + 1).ok_or_else(|| {
-                    StorageError::ProposalLimit {
+                let open = records
+                    .folders
+                    .values()
+                    .flat_map(|f| f.entries.values())
+                    .filter(|(_, p)| p.state == ProposalState::Open)
+                    .count();
+                let n = ProposalNumber::new(records.last + 1)
+                    .filter(|_| open < MAX_OPEN)
+                    .ok_or_else(|| StorageError::ProposalLimit {
                         tenant: self.tenant.clone(),
-                        limit: ProposalNumber::MAX,
-                    }
-                })?;
+                        limit: MAX_OPEN as u64,
+                    })?;
                 (n, a.now)
             }
         };
@@ -472,7 +555,8 @@ impl TenantRepo {
         let mut pending = None;
         let (subject, who) = match step {
             ProposalStep::Approve { by, seen } => {
-                p.may_approve(&by.sub, *seen).map_err(|r| self.refused(r))?;
+                p.may_approve(&by.sub, Some(*seen))
+                    .map_err(|r| self.refused(r))?;
                 p.approvals.push(Approval {
                     by: by.clone(),
                     commit: p.commit,
@@ -486,9 +570,23 @@ impl TenantRepo {
                 p.closed_by = Some(by.clone());
                 (format!("Close proposal {n}"), self.named(&p, by))
             }
-            ProposalStep::Apply { by, request_id } => {
+            ProposalStep::Apply {
+                by,
+                request_id,
+                checked,
+            } => {
                 let need = flags.get(&self.tenant, &self.path)?.required_approvals as usize;
                 p.may_apply(by, need).map_err(|r| self.refused(r))?;
+                // Its files were held to today's rules at this commit: an update since is
+                // not applied unchecked.
+                if p.commit != *checked {
+                    return Err(self
+                        .refused(Refusal::Changed {
+                            number: n,
+                            current: p.commit,
+                        })
+                        .into());
+                }
                 let head = self.read_head("")?;
                 let applied = self.stage_apply(&mut staged, &head, &p, request_id, committer)?;
                 let lock = match self.lock_main(head.commit, applied, fsync) {
@@ -595,10 +693,16 @@ impl TenantRepo {
         let mut writes = vec![p.clone()];
         if let Some((m, commit)) = records.pending.filter(|(m, _)| *m != p.number.get()) {
             if !self.landed(commit)? {
-                writes.push(reopened(records.by_number[&m].1.clone()));
+                if let Some((_, was)) = records.get(m) {
+                    writes.push(reopened((**was).clone()));
+                }
             }
         }
-        let mut folders: HashMap<String, Oid> = records.shards.clone();
+        let mut folders: HashMap<String, Oid> = records
+            .folders
+            .iter()
+            .map(|(k, f)| (k.clone(), f.tree))
+            .collect();
         let mut changed: BTreeMap<String, Vec<(u64, Oid)>> = BTreeMap::new();
         for w in &writes {
             let blob = self.stage_object(staged, ObjectType::Blob, &record::encode(w))?;
@@ -609,9 +713,11 @@ impl TenantRepo {
         }
         for (name, new) in changed {
             let mut list: Vec<(u64, Oid)> = records
-                .by_number
-                .iter()
-                .filter(|(k, _)| shard(**k) == name && !new.iter().any(|(m, _)| m == *k))
+                .folders
+                .get(&name)
+                .into_iter()
+                .flat_map(|f| f.entries.iter())
+                .filter(|(k, _)| !new.iter().any(|(m, _)| m == *k))
                 .map(|(k, (blob, _))| (*k, *blob))
                 .collect();
             list.extend(new);
@@ -635,7 +741,6 @@ impl TenantRepo {
                 id,
             })
             .collect();
-        let last = records.last.max(p.number.get());
         let mut file = |name: &str, text: String| -> Result<(), StorageError> {
             let id = self.stage_object(staged, ObjectType::Blob, text.as_bytes())?;
             root.push(Entry {
@@ -645,7 +750,6 @@ impl TenantRepo {
             });
             Ok(())
         };
-        file("last", format!("{last}\n"))?;
         if let Some((m, commit)) = pending {
             file("pending", format!("{m} {commit}\n"))?;
         }
