@@ -479,3 +479,31 @@ async fn a_get_that_asks_for_yaml_gets_the_stored_text() {
         .await;
     assert_eq!(bad.status(), 400);
 }
+
+/// Proposals in the console, in three browser tabs (`tests/browser/proposals_test.py`): on a
+/// tenant that requires approval, Save is refused and Propose opens a proposal in ann's tab;
+/// bo sees it arrive, reads its changes, approves and applies it in his; cy's tab shows the
+/// applied change live; the commit carries the trailers.
+#[actix_web::test]
+async fn a_proposal_made_approved_and_applied_in_three_tabs() {
+    if !browser_available() {
+        return;
+    }
+    let app = TestApp::spawn().await;
+    let artefacts = format!("{}/target/console-artefacts", env!("CARGO_MANIFEST_DIR"));
+    let data_dir = app.data_dir.path().to_str().unwrap().to_owned();
+    python(
+        "proposals_test.py",
+        &[
+            "--base-url",
+            &app.addr,
+            "--planfiles",
+            env!("CARGO_BIN_EXE_planfiles"),
+            "--data-dir",
+            &data_dir,
+            "--artefacts",
+            &artefacts,
+        ],
+        &[("PLANFILES_JWT_SECRET", common::SECRET)],
+    );
+}

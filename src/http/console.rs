@@ -64,6 +64,10 @@ static FILES: &[(&str, &[u8])] = &[
         include_bytes!(concat!(env!("OUT_DIR"), "/patch.js.gz")),
     ),
     (
+        "proposals.js",
+        include_bytes!(concat!(env!("OUT_DIR"), "/proposals.js.gz")),
+    ),
+    (
         "restore.js",
         include_bytes!(concat!(env!("OUT_DIR"), "/restore.js.gz")),
     ),

@@ -80,6 +80,23 @@ export class Api {
     if (message) body.message = message;
     return this.call("POST", `/plans/${file}/restore`, { body, ifMatch: sha, query: dryRun ? { dry_run: "true" } : undefined });
   }
+  proposals(state) {
+    return this.call("GET", "/plans/proposals", { query: state ? { state } : undefined });
+  }
+  proposal(n) {
+    return this.call("GET", `/plans/proposals/${n}`);
+  }
+  propose(body) {
+    return this.call("POST", "/plans/proposals", { body });
+  }
+  /** An approval names the commit the approver reviewed. */
+  approve(n, commit) {
+    return this.call("POST", `/plans/proposals/${n}/approve`, { body: { commit } });
+  }
+  /** `apply` or `close`. */
+  proposalStep(n, step) {
+    return this.call("POST", `/plans/proposals/${n}/${step}`);
+  }
   ticket() {
     return this.call("POST", "/plans/events/tickets");
   }

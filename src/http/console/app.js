@@ -10,6 +10,7 @@ import { renderHistory } from "./historyview.js";
 import * as compare from "./compare.js";
 import * as editor from "./editor.js";
 import * as restore from "./restore.js";
+import * as proposals from "./proposals.js";
 import { sync, fileState } from "./sync.js";
 
 const NAMES = Object.keys(FILES);
@@ -81,6 +82,7 @@ const app = {
       "configuration-file": (d, id) => this.onFileEvent("configuration-file", d, id),
     }, liveStatus);
     this.live.start();
+    proposals.start(this);
     // Read after the stream's first `head` (then no change can fall in between); without a stream, soon anyway.
     this.timers.push(setTimeout(() => this.loadOnce(), 2500));
     focusAtTop($("main"));
@@ -109,11 +111,15 @@ const app = {
     if (!this.session) return;
     if (this.files && this.current) editor.remember(this, this.files[this.current]);
     if (this.live) this.live.stop();
-    this.timers.forEach(clearTimeout);
+    this.timers.forEach((t) => {
+      clearTimeout(t);
+      clearInterval(t);
+    });
     this.timers = [];
     forget();
     this.session = this.api = this.live = this.files = this.current = this.head = null;
-    for (const id of ["current-body", "history-body", "compare-body", "compare-from", "compare-to", "editor-result", "restore-body", "who-tenant", "who-perms", "who-exp"]) fill($(id));
+    this.proposals = null;
+    for (const id of ["proposals-body", "current-body", "history-body", "compare-body", "compare-from", "compare-to", "editor-result", "restore-body", "who-tenant", "who-perms", "who-exp"]) fill($(id));
     $("editor-text").value = "";
     $("editor-message").value = "";
     $("editor").hidden = $("restore").hidden = $("flash").hidden = $("expiry").hidden = true;
@@ -282,6 +288,14 @@ function wire() {
   $("editor-form").addEventListener("submit", (e) => {
     e.preventDefault();
     editor.save(app, st());
+  });
+  $("editor-propose").addEventListener("click", async () => {
+    const p = await proposals.propose(app, st());
+    if (!p) return;
+    editor.close(app, st());
+    app.flash(`Proposed as #${p.number}: it applies once ${p.approvals_required || "no"} other ${p.approvals_required === 1 ? "person approves" : "people approve"} it.`);
+    await proposals.load(app);
+    focusOn($("proposals-h"));
   });
   $("editor-cancel").addEventListener("click", () => {
     editor.close(app, st());
