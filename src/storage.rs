@@ -19,7 +19,7 @@ pub use disk::volume::{volume, volume_at_or_above, Volume, VolumeKind};
 pub use error::StorageError;
 pub use model::*;
 pub use placement::seed::seed_if_empty;
-pub use repo::receive::StagedPush;
+pub use repo::receive::{PushedTip, StagedPush};
 pub use repo::upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
 pub use repo::{Settings, MAX_REQUIRED_APPROVALS};
 pub use watch::feed::{ChangeFeed, Subscription, Update, Wants};

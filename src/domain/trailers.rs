@@ -97,6 +97,20 @@ pub fn values(message: &str, which: Reserved) -> impl Iterator<Item = &str> {
         .map(|(_, value)| value)
 }
 
+/// `message` without the `which` lines of its trailer block (the text before it as it is).
+pub fn without(message: &str, which: Reserved) -> String {
+    let text = message.trim_end();
+    let start = text.rfind("\n\n").map_or(text.len(), |i| i + 2);
+    let (body, block) = text.split_at(start);
+    let kept: Vec<&str> = block
+        .lines()
+        .filter(|l| split(l).is_none_or(|(key, _)| Reserved::named(key) != Some(which)))
+        .collect();
+    let mut out = body.to_owned();
+    out.push_str(&kept.join("\n"));
+    out
+}
+
 /// True when the trailer block says `Forced: true` (in any case).
 pub fn is_forced(message: &str) -> bool {
     value(message, Reserved::Forced).is_some_and(|v| v.eq_ignore_ascii_case("true"))
@@ -131,6 +145,18 @@ mod tests {
             values(two, Reserved::Replays).collect::<Vec<_>>(),
             ["a", "b"]
         );
+    }
+
+    #[test]
+    fn without_drops_one_trailer_of_the_last_paragraph() {
+        let m = "Add x\n\nProposal: in the body stays\n\nSigned-off-by: d\nproposal: 4\n";
+        let left = without(m, Reserved::Proposal);
+        assert_eq!(
+            left,
+            "Add x\n\nProposal: in the body stays\n\nSigned-off-by: d"
+        );
+        assert_eq!(value(m, Reserved::Proposal), Some("4"));
+        assert_eq!(without("One line", Reserved::Proposal), "One line");
     }
 
     #[test]

@@ -9,6 +9,8 @@ use std::time::SystemTime;
 
 /// The only ref a push may move.
 pub const MAIN: &str = "refs/heads/main";
+/// Where a push proposes instead (Gerrit's convention): `git push origin HEAD:refs/for/main`.
+pub const FOR_MAIN: &str = "refs/for/main";
 /// Violations listed per refused file (the rest are counted).
 const LISTED: usize = 5;
 /// Why a push of a tenant that began to move is refused.
@@ -26,6 +28,8 @@ pub struct Command {
 /// API write takes, the token's last moment (checked again under the tenant's write lock).
 #[derive(Debug, Clone)]
 pub struct Pusher {
+    /// The token's `sub`: a push that proposes needs one, as every proposal does.
+    pub sub: Option<String>,
     pub granted: [bool; 2],
     pub file_limit: usize,
     pub not_after: SystemTime,
@@ -62,6 +66,11 @@ pub async fn push(
     pusher: Pusher,
     schemas: Arc<SchemaSet>,
 ) -> Result<Outcome, WriteError> {
+    if let [c] = commands {
+        if c.name == FOR_MAIN {
+            return propose(storage, writers, tenant, c, pack, pusher, schemas).await;
+        }
+    }
     if let Some(reason) = only_main(commands) {
         return Ok(Outcome::refused(reason));
     }
@@ -73,7 +82,7 @@ pub async fn push(
         let mut check = |commit: CommitId, file: PlanFile, bytes: &[u8]| {
             check(commit, file, bytes, &rules, &schemas, &mut messages)
         };
-        let staged = storage2.stage_push(&owned, pack.as_ref(), old, new, &mut check);
+        let staged = storage2.stage_push(&owned, pack.as_ref(), old, new, &mut check, false);
         (staged, messages)
     })
     .await
@@ -126,7 +135,7 @@ pub async fn push(
         Err(WriteError::Storage(StorageError::TenantMoving { .. })) => Outcome::refused(MOVING),
         Err(WriteError::Storage(StorageError::ApprovalRequired { .. })) => Outcome::refused(
             "approval required: this tenant's main moves only by applying an approved proposal; \
-             open one with POST /plans/proposals (nothing was written)",
+             propose instead: git push origin HEAD:refs/for/main (nothing was written)",
         ),
         Err(WriteError::Storage(StorageError::Expired { .. })) => Outcome::refused(
             "the token expired while the push waited its turn; nothing was written: put a fresh \
@@ -143,12 +152,151 @@ pub async fn push(
     })
 }
 
+/// A push to `refs/for/main`: its commits on top of `main` under the push's checks (each
+/// changed file as an API write of it), then a proposal of its head's files (updating the
+/// one its `Proposal: <n>` trailer names), titled by its subject; nothing of the pack is
+/// kept. git prints the proposal's number.
+async fn propose(
+    storage: &Storage,
+    writers: &Writers,
+    tenant: &TenantId,
+    c: &Command,
+    pack: impl AsRef<[u8]> + Send + 'static,
+    pusher: Pusher,
+    schemas: Arc<SchemaSet>,
+) -> Result<Outcome, WriteError> {
+    use crate::domain::proposal::Description;
+    use crate::domain::trailers::{self, Reserved};
+    let Some(author) = pusher.sub.as_deref().and_then(|sub| {
+        crate::domain::Reviewer::new(Some(sub), pusher.who.name(), pusher.who.email())
+    }) else {
+        return Ok(Outcome::refused(
+            "a proposal needs a token with a sub claim: approvals tell people apart by it",
+        ));
+    };
+    let new = CommitId(c.new);
+    let (owned, storage2, rules) = (tenant.clone(), storage.clone(), pusher.clone());
+    let staged = tokio::task::spawn_blocking(move || {
+        let main = storage2.read(&owned, PlanFile::Integration)?.commit;
+        let mut messages = Vec::new();
+        let mut check = |commit: CommitId, file: PlanFile, bytes: &[u8]| {
+            check(commit, file, bytes, &rules, &schemas, &mut messages)
+        };
+        let staged = storage2.stage_push(&owned, pack.as_ref(), main, new, &mut check, true)?;
+        Ok::<_, StorageError>((staged, messages))
+    })
+    .await
+    .map_err(|e| WriteError::Task {
+        tenant: tenant.clone(),
+        message: e.to_string(),
+    })?;
+    let staged = match staged {
+        Ok((Ok(staged), _)) => staged,
+        Ok((Err(reason), messages)) => {
+            return Ok(Outcome {
+                refused: Some(reason),
+                messages,
+            })
+        }
+        Err(StorageError::TenantMoving { .. }) => return Ok(Outcome::refused(MOVING)),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(tip) = staged.tip() else {
+        return Ok(Outcome::refused(
+            "the push adds no commit to main: commit your change, then push it to refs/for/main",
+        ));
+    };
+    let number = match trailers::value(&tip.message, Reserved::Proposal) {
+        None => None,
+        Some(n) => match crate::domain::ProposalNumber::parse(n) {
+            Ok(n) => Some(n),
+            Err(why) => {
+                return Ok(Outcome::refused(format!(
+                    "the trailer Proposal: {n}: {why}"
+                )))
+            }
+        },
+    };
+    let message = trailers::without(&tip.message, Reserved::Proposal);
+    let (subject, body) = message.split_once('\n').unwrap_or((&message, ""));
+    let title: String = subject
+        .chars()
+        .take(crate::domain::commit_message::MAX_CHARS)
+        .collect();
+    let title = match crate::domain::CommitMessage::from_field(Some(&title.into()), "/title") {
+        Ok(Some(title)) => title,
+        _ => {
+            return Ok(Outcome::refused(
+                "the pushed commit needs a subject line: it becomes the proposal's title",
+            ))
+        }
+    };
+    let description = match Description::from_field(Some(&body.trim().into()), "/message") {
+        Ok(d) => d,
+        Err(e) => {
+            return Ok(Outcome::refused(format!(
+                "the commit message's body: {}",
+                e.message
+            )))
+        }
+    };
+    let req = crate::storage::ProposalRequest {
+        number,
+        changes: tip
+            .files
+            .iter()
+            .map(|(file, bytes)| crate::storage::Change {
+                file: *file,
+                bytes: bytes.clone(),
+                content: None,
+                preconditions: Default::default(),
+            })
+            .collect(),
+        title,
+        message: description,
+        author,
+        request_id: pusher.request_id.clone(),
+        not_after: Some(pusher.not_after),
+    };
+    Ok(match super::proposals::propose(writers, tenant, req).await {
+        Ok(p) => Outcome {
+            refused: None,
+            messages: vec![format!(
+                "planfiles: proposal #{} {}: {} (GET /plans/proposals/{})",
+                p.number,
+                if number.is_some() { "updated" } else { "opened" },
+                p.title,
+                p.number
+            )],
+        },
+        Err(WriteError::Storage(e @ (StorageError::ProposalNotFound { .. }
+        | StorageError::ProposalRefused { .. }
+        | StorageError::NothingProposed { .. }
+        | StorageError::ProposalLimit { .. }))) => Outcome::refused(strip_tenant(&e.to_string())),
+        Err(WriteError::Storage(StorageError::TenantMoving { .. })) => Outcome::refused(MOVING),
+        Err(WriteError::QueueFull { waiting, .. }) => Outcome::refused(format!(
+            "busy: {waiting} writes of this tenant are queued; nothing was written: push again in a moment"
+        )),
+        Err(e) => return Err(e),
+    })
+}
+
+/// An error's text without its `tenant <id>: ` prefix (the pusher knows their tenant).
+fn strip_tenant(text: &str) -> String {
+    text.split_once(": ")
+        .map_or(text, |(_, rest)| rest)
+        .to_owned()
+}
+
 /// Why `commands` are not a fast-forward of `main` alone (any other command refuses the
 /// whole push).
 fn only_main(commands: &[Command]) -> Option<String> {
     commands.iter().find_map(|c| {
         if c.name != MAIN {
-            Some(format!("only {MAIN} can be pushed here, not {}", c.name))
+            Some(format!(
+                "only {MAIN} can be pushed here (or {FOR_MAIN}, to propose), not {}",
+                c.name
+            ))
         } else if c.new.as_str().bytes().all(|b| b == b'0') {
             Some("main cannot be deleted".into())
         } else if commands.len() > 1 {

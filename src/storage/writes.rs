@@ -10,7 +10,9 @@ impl Storage {
     /// A push's first half: the pack indexed into a quarantine, every commit it adds to
     /// `main`'s first-parent line checked (its tree's shape and trailers here, each changed
     /// file by `check`), and only then its pack moved into the store (`Ok(Err(reason))`:
-    /// refused, nothing kept). Nothing moves `main`.
+    /// refused, nothing kept). Nothing moves `main`. With `proposes` (a push to
+    /// `refs/for/main`), nothing of the pack is kept either: the pushed head's message and
+    /// files are read from it, for a proposal.
     pub fn stage_push(
         &self,
         tenant: &TenantId,
@@ -18,6 +20,7 @@ impl Storage {
         old: CommitId,
         new: CommitId,
         check: &mut PushCheck<'_>,
+        proposes: bool,
     ) -> Result<Result<StagedPush, String>, StorageError> {
         self.repo_for(tenant, Access::Follow)?.stage_push(
             pack,
@@ -25,6 +28,7 @@ impl Storage {
             new,
             self.sync.as_deref(),
             check,
+            proposes,
         )
     }
 

@@ -433,9 +433,97 @@ async fn a_push_to_main_of_a_protected_tenant_is_refused() {
         )
         .await;
     assert_eq!(problem(res).await.1["code"], "approval_required");
-    // Turned off again: the push lands.
+    // refs/for/main proposes instead, under the push's checks; git's output names it.
+    let (pushed, stderr) = push(&dir, &t, &["HEAD:refs/for/main"]);
+    assert!(pushed, "{stderr}");
+    assert!(
+        stderr.contains("planfiles: proposal #1 opened: Pushed"),
+        "{stderr}"
+    );
+    let local = git_in(&dir.join(".git"), &["rev-parse", "HEAD"]);
+    assert!(
+        !crate::common::git_succeeds(&app.repo("acme"), &["cat-file", "-e", &local]),
+        "nothing of the pack is kept"
+    );
+    assert_eq!(app.head("acme"), before);
+    let p: Value = app
+        .proposal(&token("acme", ALL), 1)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&p["title"], &p["files"], &p["author"]["sub"]),
+        (
+            &json!("Pushed"),
+            &json!(["configuration-file"]),
+            &json!("tester")
+        ),
+        "{p}"
+    );
+    let proposed = |p: &Value| {
+        app.git(
+            "acme",
+            &[
+                "show",
+                &format!("{}:configuration.yml", p["commit"].as_str().unwrap()),
+            ],
+        )
+    };
+    assert_eq!(proposed(&p), "folders:\n  - path: pushed");
+    // The next commit's `Proposal: 1` trailer updates it (the head's files count).
+    std::fs::write(
+        dir.join("configuration.yml"),
+        "folders:\n  - path: pushed-again\n",
+    )
+    .unwrap();
+    crate::push::ok(crate::push::git(
+        &dir,
+        "",
+        &[
+            "commit",
+            "-qam",
+            "Pushed again",
+            "-m",
+            "It scans more.",
+            "-m",
+            "Proposal: 1",
+        ],
+    ));
+    let (pushed, stderr) = push(&dir, &t, &["HEAD:refs/for/main"]);
+    assert!(pushed, "{stderr}");
+    assert!(
+        stderr.contains("planfiles: proposal #1 updated: Pushed again"),
+        "{stderr}"
+    );
+    let p: Value = app
+        .proposal(&token("acme", ALL), 1)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (&p["title"], &p["message"]),
+        (&json!("Pushed again"), &json!("It scans more.")),
+        "{p}"
+    );
+    assert_eq!(proposed(&p), "folders:\n  - path: pushed-again");
+    // Another's proposal is not the pusher's to update; another ref is refused.
+    let (pushed, stderr) = push(
+        &dir,
+        &token_as("acme", "someone-else", WRITE_BOTH),
+        &["HEAD:refs/for/main"],
+    );
+    assert!(!pushed && stderr.contains("only the author"), "{stderr}");
+    let (pushed, stderr) = push(&dir, &t, &["HEAD:refs/for/other"]);
+    assert!(
+        !pushed && stderr.contains("refs/for/main, to propose"),
+        "{stderr}"
+    );
+    assert_eq!(app.head("acme"), before);
+    // Turned off again: the push of the first commit (its message names no proposal) lands.
     app.require_approval("acme", 0);
-    let (pushed, stderr) = push(&dir, &t, &["main"]);
+    let (pushed, stderr) = push(&dir, &t, &["HEAD~1:main"]);
     assert!(pushed, "{stderr}");
 }
 

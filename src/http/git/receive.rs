@@ -117,6 +117,7 @@ pub(in crate::http) async fn receive_pack(
         .cloned()
         .unwrap_or_else(RequestId::generate);
     let pusher = Pusher {
+        sub: who.sub().map(str::to_owned),
         granted: PlanFile::ALL.map(|f| who.can_write(f)),
         file_limit: state.body_limit,
         not_after: who.valid_until(),

@@ -32,6 +32,22 @@ pub struct StagedPush {
     line: Vec<Oid>,
     /// The pushed pack, unless the push adds no commit (then nothing of it is kept).
     quarantine: Option<Quarantine>,
+    /// For a push that proposes (`refs/for/main`): the pushed head's message and files.
+    tip: Option<PushedTip>,
+}
+
+/// The head of a push that proposes: its message, and the bytes of each file in its tree.
+#[derive(Debug, Clone)]
+pub struct PushedTip {
+    pub message: String,
+    pub files: Vec<(PlanFile, Vec<u8>)>,
+}
+
+impl StagedPush {
+    /// The pushed head, when the push was staged to propose.
+    pub fn tip(&self) -> Option<&PushedTip> {
+        self.tip.as_ref()
+    }
 }
 
 impl std::fmt::Debug for StagedPush {
@@ -66,6 +82,7 @@ impl TenantRepo {
         new: CommitId,
         sync: Option<&SyncGroup>,
         check: &mut PushCheck<'_>,
+        proposes: bool,
     ) -> Result<Result<StagedPush, String>, StorageError> {
         // The durability of everything written from here on is what the move of main waits
         // for (a syncfs round that fails after this mark is seen).
@@ -78,16 +95,49 @@ impl TenantRepo {
             )));
         }
         let quarantine = Quarantine::new(&self.path)?;
-        let staged = self.check_push(&quarantine, pack, old, new, check)?;
+        let staged = self.check_push(&quarantine, pack, old, new, check, proposes)?;
         match staged {
-            Ok(line) => Ok(Ok(StagedPush {
-                commits: line.len(),
-                mark,
-                quarantine: (!line.is_empty()).then_some(quarantine),
-                line,
-            })),
+            Ok(line) => {
+                let tip = match (proposes, line.first()) {
+                    (true, Some(&head)) => Some(self.pushed_tip(&quarantine, head)?),
+                    _ => None,
+                };
+                Ok(Ok(StagedPush {
+                    commits: line.len(),
+                    mark,
+                    quarantine: (!line.is_empty() && !proposes).then_some(quarantine),
+                    line,
+                    tip,
+                }))
+            }
             Err(reason) => Ok(Err(reason)),
         }
+    }
+
+    /// The message and files of pushed commit `head` (checked already), read from the
+    /// quarantine.
+    fn pushed_tip(&self, quarantine: &Quarantine, head: Oid) -> Result<PushedTip, StorageError> {
+        let err = |op| git_err(&self.tenant, op, "");
+        let commit = quarantine
+            .repo
+            .find_commit(head)
+            .map_err(err("read a pushed commit"))?;
+        let tree = commit.tree().map_err(err("read a pushed tree"))?;
+        let files = PlanFile::ALL
+            .into_iter()
+            .map(|file| {
+                let entry = tree.get_name(file.path()).expect("checked: both files");
+                let blob = quarantine
+                    .repo
+                    .find_blob(entry.id())
+                    .map_err(err("read a pushed file"))?;
+                Ok((file, blob.content().to_vec()))
+            })
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        Ok(PushedTip {
+            message: String::from_utf8_lossy(commit.message_bytes()).into_owned(),
+            files,
+        })
     }
 
     fn check_push(
@@ -97,6 +147,7 @@ impl TenantRepo {
         old: CommitId,
         new: CommitId,
         check: &mut PushCheck<'_>,
+        proposes: bool,
     ) -> Result<Result<Vec<Oid>, String>, StorageError> {
         let err = |op| git_err(&self.tenant, op, "");
         let repo = &quarantine.repo;
@@ -182,7 +233,14 @@ impl TenantRepo {
                     )));
                 }
             }
-            if let Some(trailer) = trailers::first_reserved(commit.message_bytes()) {
+            // The head of a push that proposes may name the proposal it updates.
+            let message = String::from_utf8_lossy(commit.message_bytes());
+            let message = if proposes && commit.id() == line[0].id() {
+                trailers::without(&message, trailers::Reserved::Proposal)
+            } else {
+                message.into_owned()
+            };
+            if let Some(trailer) = trailers::first_reserved(message.as_bytes()) {
                 return Ok(Err(format!(
                     "commit {id}: the trailer {} is the service's own (in any spelling); leave it out",
                     trailer.key()
@@ -559,7 +617,14 @@ mod tests {
             let pack = packer.wait_with_output().unwrap().stdout;
             let stage = || {
                 storage
-                    .stage_push(&tenant, &pack, id(&old), id(&new), &mut |_, _, _| Ok(()))
+                    .stage_push(
+                        &tenant,
+                        &pack,
+                        id(&old),
+                        id(&new),
+                        &mut |_, _, _| Ok(()),
+                        false,
+                    )
                     .unwrap()
                     .unwrap()
             };
