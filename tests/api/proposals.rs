@@ -965,3 +965,220 @@ async fn an_apply_is_held_to_todays_validators() {
         (Some("open"), p["commit"].clone())
     );
 }
+
+/// What one client's loop of proposal steps was told: (number, commit) of each 200.
+#[derive(Default)]
+struct Acked {
+    opened: Vec<(u64, String)>,
+    approved: Vec<(u64, String)>,
+    applied: Vec<(u64, String)>,
+}
+
+/// Opens, approves and applies proposals of the integration file on `addr` until the server
+/// goes away; what was acknowledged.
+async fn steps_until_gone(addr: String, worker: u64) -> Acked {
+    let client = reqwest::Client::new();
+    let (ann, bo) = (
+        token_as("globex", "ann", WRITER),
+        token_as("globex", &format!("bo{worker}"), APPROVER),
+    );
+    let mut acked = Acked::default();
+    for i in 0u64.. {
+        let body = json!({"integration-file": {"content": aws(&format!("{:012}", worker * 1_000_000 + i))},
+                          "title": format!("Round {worker}/{i}")});
+        let Ok(res) = client
+            .post(format!("{addr}/plans/proposals"))
+            .bearer_auth(&ann)
+            .json(&body)
+            .send()
+            .await
+        else {
+            break;
+        };
+        if res.status() != 201 {
+            assert!(res.status().is_server_error(), "open: {}", res.status());
+            continue;
+        }
+        let Ok(p) = res.json::<Value>().await else {
+            break;
+        };
+        let (n, commit) = (
+            p["number"].as_u64().unwrap(),
+            p["commit"].as_str().unwrap().to_owned(),
+        );
+        acked.opened.push((n, commit.clone()));
+        let Ok(res) = client
+            .post(format!("{addr}/plans/proposals/{n}/approve"))
+            .bearer_auth(&bo)
+            .json(&json!({"commit": commit}))
+            .send()
+            .await
+        else {
+            break;
+        };
+        if res.status() != 200 {
+            continue;
+        }
+        acked.approved.push((n, commit));
+        let Ok(res) = client
+            .post(format!("{addr}/plans/proposals/{n}/apply"))
+            .bearer_auth(&ann)
+            .send()
+            .await
+        else {
+            break;
+        };
+        let status = res.status();
+        let Ok(p) = res.json::<Value>().await else {
+            break;
+        };
+        match status.as_u16() {
+            200 => acked
+                .applied
+                .push((n, p["applied_commit"].as_str().unwrap().to_owned())),
+            // The other loop's apply moved the file since this one's base.
+            409 => assert_eq!(p["code"], "proposal_stale", "{p}"),
+            s => assert!(s >= 500, "apply: {s} {p}"),
+        }
+    }
+    acked
+}
+
+/// kill -9 at moments spread over open, approve and apply, under two clients' steps on a
+/// tenant that requires approval: after each restart every acknowledged step is there (an
+/// applied proposal's commit on `main`, every approval recorded), no proposal reads applied
+/// whose commit is not on `main`, every signed `Proposal:` commit on `main` is its
+/// proposal's, and `git fsck --strict` is clean.
+#[tokio::test]
+async fn kill_9_during_proposal_steps_loses_no_acknowledged_step() {
+    use crate::common::process::{data_dir_with_fixture, serve};
+    let dir = data_dir_with_fixture();
+    let set = std::process::Command::new(env!("CARGO_BIN_EXE_planfiles"))
+        .env_remove("PLANFILES_CONFIG")
+        .env("PLANFILES_DATA_DIR", dir.path().join("data"))
+        .env("PLANFILES_JWT_SECRET", crate::common::SECRET)
+        .args(["tenant", "set", "globex", "--require-approval", "1"])
+        .output()
+        .unwrap();
+    assert!(set.status.success(), "{set:?}");
+    let repo = dir.path().join("data/tenants/globex.git");
+    let mut all = Acked::default();
+    for round in 0..5u64 {
+        let mut server = serve(dir.path(), &[]);
+        let loops: Vec<_> = (0..2)
+            .map(|w| tokio::spawn(steps_until_gone(server.addr.clone(), round * 10 + w)))
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(600 + 137 * round)).await;
+        server.kill9();
+        for l in loops {
+            let acked = l.await.unwrap();
+            all.opened.extend(acked.opened);
+            all.approved.extend(acked.approved);
+            all.applied.extend(acked.applied);
+        }
+        git_in(&repo, &["fsck", "--strict", "--no-dangling"]);
+    }
+    assert!(
+        !all.applied.is_empty(),
+        "no apply was acknowledged in 5 rounds"
+    );
+    let server = serve(dir.path(), &[]);
+    let client = reqwest::Client::new();
+    let get = |n: u64| {
+        let (client, url) = (&client, server.url(&format!("/plans/proposals/{n}")));
+        async move {
+            client
+                .get(url)
+                .bearer_auth(token("globex", ALL))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    for (n, commit) in &all.opened {
+        assert_eq!(get(*n).await["commit"], commit.as_str(), "opened #{n}");
+    }
+    for (n, commit) in &all.approved {
+        let p = get(*n).await;
+        let found = p["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["commit"] == commit.as_str());
+        assert!(found, "approval of #{n} lost: {p}");
+    }
+    for (n, applied) in &all.applied {
+        let p = get(*n).await;
+        assert_eq!(
+            (p["state"].as_str(), p["applied_commit"].as_str()),
+            (Some("applied"), Some(applied.as_str())),
+            "#{n}"
+        );
+        assert!(
+            crate::common::git_succeeds(&repo, &["merge-base", "--is-ancestor", applied, "main"]),
+            "#{n}"
+        );
+    }
+    // Nothing reads applied off main, and main's proposal commits are their proposals'.
+    let listed: Value = client
+        .get(server.url("/plans/proposals?state=applied&limit=1000"))
+        .bearer_auth(token("globex", ALL))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let applied: std::collections::HashMap<String, u64> = listed["proposals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["applied_commit"].as_str().unwrap().to_owned(),
+                p["number"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    for commit in applied.keys() {
+        assert!(
+            crate::common::git_succeeds(&repo, &["merge-base", "--is-ancestor", commit, "main"]),
+            "{commit}"
+        );
+    }
+    let on_main = git_in(
+        &repo,
+        &[
+            "log",
+            "--first-parent",
+            "--format=%H %(trailers:key=Proposal,valueonly,separator=)",
+            "main",
+        ],
+    );
+    let mut seen = 0;
+    for line in on_main.lines() {
+        let Some((commit, n)) = line.split_once(' ').filter(|(_, n)| !n.is_empty()) else {
+            continue;
+        };
+        seen += 1;
+        assert_eq!(
+            applied.get(commit),
+            Some(&n.trim().parse().unwrap()),
+            "{line}"
+        );
+    }
+    assert_eq!(
+        seen,
+        applied.len(),
+        "every applied proposal's commit is on main once"
+    );
+    eprintln!(
+        "acknowledged: {} opened, {} approved, {} applied over 5 kills",
+        all.opened.len(),
+        all.approved.len(),
+        all.applied.len()
+    );
+}
