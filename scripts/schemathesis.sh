@@ -16,8 +16,8 @@ PLANFILES_DATA_DIR=$work PLANFILES_BIND=127.0.0.1:$port PLANFILES_LOG=warn "$bin
 server=$!
 trap 'kill $server 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$port/healthz" >/dev/null && break; sleep 0.1; done
-token=$(PLANFILES_DATA_DIR=$work "$bin" token --tenant acme --ttl 3600 \
-  --permission jit.integrations.write --permission jit.preferences.write --permission planfiles.metrics.read \
+token=$(PLANFILES_DATA_DIR=$work "$bin" token --tenant acme --ttl 3600 --sub schemathesis \
+  --permission planfiles.proposals.approve --permission jit.integrations.write --permission jit.preferences.write --permission planfiles.metrics.read \
   --permission planfiles.repos.read --permission planfiles.webhooks.write)
 # positive_data_acceptance is left out on purpose: a schema-valid file_sha that is not the
 # current one must be refused with 409, which no schema can express.

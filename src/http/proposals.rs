@@ -7,7 +7,7 @@ use super::body::{is_json, read_limited};
 use super::common::{blocking, json, require, Reply};
 use super::problem::{ApiError, Problem};
 use super::query::{pairs, single};
-use super::schema::{CommonProblems, PostCommits};
+use super::schema::{CommonProblems, PostCommits, WriteProblems};
 use super::AppState;
 use crate::auth::Principal;
 use crate::domain::{PlanFile, Proposal, ProposalNumber, ProposalState, RequestId};
@@ -29,11 +29,8 @@ const MAX_PAGE: usize = 1000;
         (status = 201, description = "Opened; Location names it", body = ProposalView),
         (status = 403, description = "insufficient_scope (a file's write permission), or sub_required: the token has no sub", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "tenant_not_found", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "sha_mismatch: a part's file_sha is not the file on main", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_content, schema_violation, nothing_proposed (every file as on main), proposal_limit_reached", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "precondition_required: the configuration file's part has no file_sha", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "busy or tenant_moving (Retry-After)", body = Problem, content_type = "application/problem+json"),
-        CommonProblems,
+        WriteProblems,
     ),
     security(("bearer" = [])))]
 pub async fn create(
@@ -58,10 +55,8 @@ pub async fn create(
         (status = 200, description = "Updated", body = ProposalView),
         (status = 403, description = "insufficient_scope, sub_required, not_proposal_author", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "proposal_not_found or tenant_not_found", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "proposal_not_open, sha_mismatch", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "invalid_content, schema_violation, nothing_proposed", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "precondition_required", body = Problem, content_type = "application/problem+json"),
-        CommonProblems,
+        WriteProblems,
     ),
     security(("bearer" = [])))]
 pub async fn update(
@@ -88,6 +83,7 @@ pub async fn update(
         (status = 400, description = "invalid_query", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "insufficient_scope", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "tenant_not_found", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: the tenant's reads did not get a turn in time (Retry-After)", body = Problem, content_type = "application/problem+json"),
         CommonProblems,
     ),
     security(("bearer" = [])))]
@@ -112,9 +108,13 @@ pub async fn list(state: web::Data<AppState>, who: Principal, req: HttpRequest) 
             .filter(|n| (1..=MAX_PAGE).contains(n))
             .ok_or_else(|| ApiError::InvalidQuery(format!("limit must be 1 to {MAX_PAGE}")))?,
     };
+    // A list may read every record of the tenant (its first in a process): one of the
+    // tenant's render turns, as a stored file's read takes.
+    let turn = state.render_turn(who.tenant()).await?;
     let (storage, id, reader) = (state.storage.clone(), who.tenant().clone(), who.clone());
     let found = blocking(
         move || {
+            let _turn = turn;
             let visible = |p: &Proposal| may_read(&reader, p);
             storage.proposals(&id, wanted, before, limit + 1, &visible)
         },
@@ -138,6 +138,7 @@ pub async fn list(state: web::Data<AppState>, who: Principal, req: HttpRequest) 
         (status = 200, description = "The proposal", body = ProposalView),
         (status = 403, description = "insufficient_scope", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "proposal_not_found or tenant_not_found", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "busy: the tenant's reads did not get a turn in time (Retry-After)", body = Problem, content_type = "application/problem+json"),
         CommonProblems,
     ),
     security(("bearer" = [])))]
@@ -171,8 +172,7 @@ pub async fn get(state: web::Data<AppState>, who: Principal, number: web::Path<S
         (status = 200, description = "Approved (durable)", body = ProposalView),
         (status = 403, description = "insufficient_scope, sub_required, own_proposal", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "proposal_not_found", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "proposal_not_open, already_approved, proposal_changed", body = Problem, content_type = "application/problem+json"),
-        CommonProblems,
+        WriteProblems,
     ),
     security(("bearer" = [])))]
 pub async fn approve(
@@ -200,8 +200,7 @@ pub async fn approve(
         (status = 200, description = "Applied (durable): applied_commit is on main", body = ProposalView),
         (status = 403, description = "insufficient_scope, sub_required, not_proposal_participant", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "proposal_not_found", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "proposal_not_open, approvals_missing, proposal_stale (current_sha: the file on main)", body = Problem, content_type = "application/problem+json"),
-        CommonProblems,
+        WriteProblems,
     ),
     security(("bearer" = [])))]
 pub async fn apply(
@@ -225,8 +224,10 @@ pub async fn apply(
         who.tenant().clone(),
         state.validators.current(),
     );
+    let turn = state.render_turn(who.tenant()).await?;
     let checked = blocking(
         move || {
+            let _turn = turn;
             let (p, files) = storage.proposal_texts(&id, n)?;
             Ok(rules::recheck(p.commit, &files, &schemas))
         },
@@ -249,8 +250,7 @@ pub async fn apply(
         (status = 200, description = "Closed (durable)", body = ProposalView),
         (status = 403, description = "sub_required, not_proposal_author", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "proposal_not_found", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "proposal_not_open", body = Problem, content_type = "application/problem+json"),
-        CommonProblems,
+        WriteProblems,
     ),
     security(("bearer" = [])))]
 pub async fn close(
