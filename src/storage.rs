@@ -85,6 +85,8 @@ pub struct Storage {
     read_repos: Arc<repo::open_repos::OpenRepos>,
     /// Each tenant's source-hosting flag, read again when its config file changes.
     flags: Arc<repo::Flags>,
+    /// Each tenant's proposals' records as last read.
+    proposal_records: Arc<repo::RecordsCaches>,
 }
 
 /// Called with the tenant and its repository's path by a write after its commit is made and
@@ -145,6 +147,7 @@ impl Storage {
             open_repos: Arc::default(),
             read_repos: Arc::default(),
             flags: Arc::default(),
+            proposal_records: Arc::default(),
         })
     }
 

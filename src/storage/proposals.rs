@@ -15,7 +15,12 @@ impl Storage {
         req: &ProposalRequest,
     ) -> Result<Proposal, StorageError> {
         self.with_write_repo(tenant, |repo| {
-            repo.propose(req, &self.committer, self.sync.as_deref())
+            repo.propose(
+                req,
+                &self.committer,
+                self.sync.as_deref(),
+                &self.proposal_records,
+            )
         })
     }
 
@@ -38,13 +43,15 @@ impl Storage {
                 self.sync.as_deref(),
                 &self.flags,
                 not_after,
+                &self.proposal_records,
             )
         })
     }
 
     /// Proposal `n` as it is now.
     pub fn proposal(&self, tenant: &TenantId, n: ProposalNumber) -> Result<Proposal, StorageError> {
-        self.read_repo(tenant, Access::Read)?.proposal(n)
+        self.read_repo(tenant, Access::Read)?
+            .proposal(n, &self.proposal_records)
     }
 
     /// Up to `limit` proposals, newest first, below `before` when given, in `state` when
@@ -57,8 +64,13 @@ impl Storage {
         limit: usize,
         visible: &dyn Fn(&Proposal) -> bool,
     ) -> Result<Vec<std::sync::Arc<Proposal>>, StorageError> {
-        self.read_repo(tenant, Access::Read)?
-            .proposals(state, before, limit, visible)
+        self.read_repo(tenant, Access::Read)?.proposals(
+            state,
+            before,
+            limit,
+            visible,
+            &self.proposal_records,
+        )
     }
 
     /// Proposal `n` and the bytes of each file it changes, as its commit holds them.
@@ -67,7 +79,8 @@ impl Storage {
         tenant: &TenantId,
         n: ProposalNumber,
     ) -> Result<(Proposal, super::ProposedTexts), StorageError> {
-        self.read_repo(tenant, Access::Read)?.proposal_texts(n)
+        self.read_repo(tenant, Access::Read)?
+            .proposal_texts(n, &self.proposal_records)
     }
 
     /// Each file `p` changes, at its base, in the proposal and on `main` now, with the diffs.

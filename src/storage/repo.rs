@@ -22,6 +22,7 @@ pub(super) mod inflight;
 mod objects;
 pub(super) mod open_repos;
 mod proposals;
+pub(super) use proposals::RecordsCaches;
 pub(super) mod receive;
 pub(super) mod recent_keys;
 mod refs;
@@ -132,8 +133,6 @@ pub(super) struct TenantRepo {
     before_ref_update: Option<super::WriteHook>,
     /// What the blobs this repository's last edits stored parse to (see [`objects::Parsed`]).
     parsed: objects::Parsed,
-    /// The proposals' records last read (see `proposals.rs`).
-    records: proposals::RecordsCache,
 }
 
 impl TenantRepo {
@@ -150,7 +149,6 @@ impl TenantRepo {
             repo,
             before_ref_update: None,
             parsed: objects::Parsed::default(),
-            records: proposals::RecordsCache::default(),
         })
     }
 

@@ -79,16 +79,39 @@ impl Records {
     }
 }
 
-/// The records last read, to read only what changed at the next commit.
+/// Each tenant's records as last read (by repository path), to read only what changed at
+/// the next commit: kept by storage, so that a repository opened again (after a repack) does
+/// not read every record again. At most [`MAX_CACHED_RECORDS`] records in all; past that,
+/// only the tenant read last is kept.
 #[derive(Default)]
-pub(super) struct RecordsCache(Mutex<Option<Arc<Records>>>);
+pub(in crate::storage) struct RecordsCaches(Mutex<HashMap<std::path::PathBuf, Arc<Records>>>);
+
+impl std::fmt::Debug for RecordsCaches {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordsCaches")
+    }
+}
+
+/// Records kept in memory at most, in all (about 0.6 KB each).
+const MAX_CACHED_RECORDS: usize = 200_000;
+
+impl Records {
+    fn len(&self) -> usize {
+        self.folders.values().map(|f| f.entries.len()).sum()
+    }
+}
 
 impl TenantRepo {
     /// The records at the records ref now (none yet: empty).
-    fn records(&self) -> Result<Arc<Records>, StorageError> {
+    fn records(&self, caches: &RecordsCaches) -> Result<Arc<Records>, StorageError> {
         let err = |e| StorageError::io("read the proposals' records", &self.path.join(RECORDS), e);
         let at = read_ref_checked(&self.path, RECORDS).map_err(err)?;
-        let previous = self.records.0.lock().expect("not poisoned").clone();
+        let previous = caches
+            .0
+            .lock()
+            .expect("not poisoned")
+            .get(&self.path)
+            .cloned();
         if let Some(p) = &previous {
             if p.commit == at {
                 return Ok(p.clone());
@@ -98,7 +121,16 @@ impl TenantRepo {
             None => Records::default(),
             Some(at) => self.read_records(at, previous.as_deref())?,
         });
-        *self.records.0.lock().expect("not poisoned") = Some(records.clone());
+        let mut kept = caches.0.lock().expect("not poisoned");
+        let others: usize = kept
+            .iter()
+            .filter(|(path, _)| **path != self.path)
+            .map(|(_, r)| r.len())
+            .sum();
+        if others + records.len() > MAX_CACHED_RECORDS {
+            kept.clear();
+        }
+        kept.insert(self.path.clone(), records.clone());
         Ok(records)
     }
 
@@ -246,8 +278,12 @@ impl TenantRepo {
     }
 
     /// See [`crate::storage::Storage::proposal`].
-    pub(in crate::storage) fn proposal(&self, n: ProposalNumber) -> Result<Proposal, StorageError> {
-        let records = self.records()?;
+    pub(in crate::storage) fn proposal(
+        &self,
+        n: ProposalNumber,
+        caches: &RecordsCaches,
+    ) -> Result<Proposal, StorageError> {
+        let records = self.records(caches)?;
         self.settled(&records, n.get())?
             .ok_or_else(|| StorageError::ProposalNotFound {
                 tenant: self.tenant.clone(),
@@ -262,8 +298,9 @@ impl TenantRepo {
         before: Option<ProposalNumber>,
         limit: usize,
         visible: &dyn Fn(&Proposal) -> bool,
+        caches: &RecordsCaches,
     ) -> Result<Vec<Arc<Proposal>>, StorageError> {
-        let records = self.records()?;
+        let records = self.records(caches)?;
         let lost = match records.pending {
             Some((n, commit)) if !self.landed(commit)? => Some(n),
             _ => None,
@@ -291,8 +328,9 @@ impl TenantRepo {
     pub(in crate::storage) fn proposal_texts(
         &self,
         n: ProposalNumber,
+        caches: &RecordsCaches,
     ) -> Result<(Proposal, crate::storage::ProposedTexts), StorageError> {
-        let p = self.proposal(n)?;
+        let p = self.proposal(n, caches)?;
         let at = to_oid(&p.commit.0);
         let files = p
             .files
@@ -354,13 +392,15 @@ impl TenantRepo {
         req: &ProposalRequest,
         committer: &Committer,
         sync: Option<&SyncGroup>,
+        caches: &RecordsCaches,
     ) -> Result<Proposal, StorageError> {
         self.under_lock(req.not_after, |attempt| {
-            self.try_propose(req, committer, sync, attempt)
+            self.try_propose(req, committer, sync, attempt, caches)
         })
     }
 
     /// See [`crate::storage::Storage::proposal_step`].
+    #[allow(clippy::too_many_arguments)]
     pub(in crate::storage) fn proposal_step(
         &self,
         n: ProposalNumber,
@@ -369,9 +409,10 @@ impl TenantRepo {
         sync: Option<&SyncGroup>,
         flags: &Flags,
         not_after: Option<std::time::SystemTime>,
+        caches: &RecordsCaches,
     ) -> Result<Proposal, StorageError> {
         self.under_lock(not_after, |attempt| {
-            self.try_step(n, step, committer, sync, flags, attempt)
+            self.try_step(n, step, committer, sync, flags, attempt, caches)
         })
     }
 
@@ -414,11 +455,12 @@ impl TenantRepo {
         committer: &Committer,
         sync: Option<&SyncGroup>,
         a: &mut Attempt,
+        caches: &RecordsCaches,
     ) -> Result<Proposal, Step> {
         let fsync = sync.is_none();
         let mut staged = Staged::new(self, fsync);
         let mark = sync.map(SyncGroup::mark);
-        let records = self.records()?;
+        let records = self.records(caches)?;
         let head = self.read_head("")?;
         let (number, created) = match req.number {
             Some(n) => {
@@ -540,11 +582,12 @@ impl TenantRepo {
         sync: Option<&SyncGroup>,
         flags: &Flags,
         a: &mut Attempt,
+        caches: &RecordsCaches,
     ) -> Result<Proposal, Step> {
         let fsync = sync.is_none();
         let mut staged = Staged::new(self, fsync);
         let mark = sync.map(SyncGroup::mark);
-        let records = self.records()?;
+        let records = self.records(caches)?;
         let mut p =
             self.settled(&records, n.get())?
                 .ok_or_else(|| StorageError::ProposalNotFound {
