@@ -85,6 +85,16 @@ pub(super) fn json(value: &impl serde::Serialize) -> HttpResponse {
     ))
 }
 
+/// The request's id (the middleware's: the caller's `X-Request-Id` or a new one), for the
+/// commit's `Request-Id` trailer.
+pub(super) fn request_id(req: &HttpRequest) -> crate::domain::RequestId {
+    use actix_web::HttpMessage;
+    req.extensions()
+        .get::<crate::domain::RequestId>()
+        .cloned()
+        .unwrap_or_else(crate::domain::RequestId::generate)
+}
+
 pub async fn not_found(req: HttpRequest) -> Reply {
     Err(ApiError::NotFound(req.path().to_owned()))
 }

@@ -4,16 +4,16 @@ mod view;
 pub use view::{ApprovalView, Person, ProposalList, ProposalView, ProposedFileView};
 
 use super::body::{is_json, read_limited};
-use super::common::{blocking, json, require, Reply};
+use super::common::{blocking, json, request_id, require, Reply};
 use super::problem::{ApiError, Problem};
 use super::query::{pairs, single};
 use super::schema::{CommonProblems, PostCommits, WriteProblems};
 use super::AppState;
 use crate::auth::Principal;
-use crate::domain::{PlanFile, Proposal, ProposalNumber, ProposalState, RequestId};
+use crate::domain::{PlanFile, Proposal, ProposalNumber, ProposalState};
 use crate::plans::proposals as rules;
 use crate::storage::{ProposalStep, TenantInfo};
-use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use actix_web::{web, HttpRequest, HttpResponse};
 
 /// The permission an approval needs (and that lets its holder read a proposal's diffs).
 pub const PROPOSALS_APPROVE: &str = "planfiles.proposals.approve";
@@ -285,13 +285,6 @@ fn unreadable(p: &Proposal) -> ApiError {
 
 fn number_of(raw: &str) -> Result<ProposalNumber, ApiError> {
     ProposalNumber::parse(raw).map_err(|_| ApiError::NotFound(format!("/plans/proposals/{raw}")))
-}
-
-fn request_id(req: &HttpRequest) -> RequestId {
-    req.extensions()
-        .get::<RequestId>()
-        .cloned()
-        .unwrap_or_else(RequestId::generate)
 }
 
 impl AppState {

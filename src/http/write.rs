@@ -9,11 +9,11 @@ use super::common::{blocking, cpu, require, Reply};
 use super::problem::ApiError;
 use super::AppState;
 use crate::auth::Principal;
-use crate::domain::{PlanFile, RequestId};
+use crate::domain::PlanFile;
 use crate::plans::writer::Committed;
 use crate::plans::{Part, Planned};
 use crate::storage::{CommitRequest, IdempotencyRecord, StorageError, TenantInfo};
-use actix_web::{web, HttpMessage, HttpRequest};
+use actix_web::{web, HttpRequest};
 use options::WriteOptions;
 
 /// A write's request, read but not parsed yet: its tenant, body and options. Holds the body's
@@ -114,11 +114,7 @@ impl AppState {
         meta: Meta,
         shape: Shape,
     ) -> Reply {
-        let request_id = req
-            .extensions()
-            .get::<RequestId>()
-            .cloned()
-            .unwrap_or_else(RequestId::generate);
+        let request_id = super::common::request_id(req);
         let files: Vec<PlanFile> = planned.parts.iter().map(|p| p.doc.file()).collect();
         let first = files[0];
         let commit = CommitRequest {

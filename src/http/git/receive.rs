@@ -1,7 +1,7 @@
 //! `git push` over smart HTTP: the receive-pack advertisement, the request's pkt-lines (commands, capabilities, the pack), and `report-status` (side-band messages name each reason); the push itself is `plans::push`.
 use super::{git_answer, open_tenant, pkt_line, refuse};
 use crate::auth::Principal;
-use crate::domain::{PlanFile, RequestId, TenantId};
+use crate::domain::{PlanFile, TenantId};
 use crate::http::body::read_limited;
 use crate::http::common::{blocking, cpu, Reply};
 use crate::http::problem::{ApiError, Problem};
@@ -10,7 +10,7 @@ use crate::http::AppState;
 use crate::plans::push::{self, Pusher, MAIN};
 use actix_web::http::header;
 use actix_web::web::Bytes;
-use actix_web::{web, HttpMessage, HttpRequest};
+use actix_web::{web, HttpRequest};
 use wire::{answer, parse, Report};
 
 mod wire;
@@ -111,11 +111,7 @@ pub(in crate::http) async fn receive_pack(
         .headers()
         .get(header::CONTENT_ENCODING)
         .is_some_and(|v| v.as_bytes() == b"gzip");
-    let request_id = req
-        .extensions()
-        .get::<RequestId>()
-        .cloned()
-        .unwrap_or_else(RequestId::generate);
+    let request_id = super::super::common::request_id(&req);
     let pusher = Pusher {
         sub: who.sub().map(str::to_owned),
         granted: PlanFile::ALL.map(|f| who.can_write(f)),

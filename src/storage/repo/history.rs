@@ -28,21 +28,26 @@ impl TenantRepo {
         commit: CommitId,
     ) -> Result<FileSnapshot, StorageError> {
         let oid = self.commit_in_history(file, commit)?;
-        let (blob, present) = self.blob_in(oid, file)?;
+        self.snapshot(oid, file)
+    }
+
+    /// `file` in commit `at` (the empty file when absent), without asking whether `at` is in
+    /// `main`'s history: for commits the service itself recorded (a proposal's, its base).
+    pub(super) fn snapshot(&self, at: Oid, file: PlanFile) -> Result<FileSnapshot, StorageError> {
+        let (blob, present) = self.blob_in(at, file)?;
         let bytes = if present {
-            let blob = self.repo.find_blob(blob).map_err(git_err(
-                &self.tenant,
-                "read blob",
-                file.path(),
-            ))?;
-            blob.content().to_vec()
+            self.repo
+                .find_blob(blob)
+                .map_err(git_err(&self.tenant, "read blob", file.path()))?
+                .content()
+                .to_vec()
         } else {
             Vec::new()
         };
         Ok(FileSnapshot {
             bytes,
             blob: BlobId(to_id(blob)),
-            commit,
+            commit: CommitId(to_id(at)),
         })
     }
 

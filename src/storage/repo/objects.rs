@@ -230,14 +230,23 @@ impl TenantRepo {
             .map_err(git_err(&self.tenant, "read blob", path))
     }
 
+    /// `main`'s commit as it is on disk (the loose ref, else `packed-refs`).
+    pub(super) fn main_commit(&self, path: &'static str) -> Result<Oid, StorageError> {
+        match super::refs::read_ref_checked(&self.path, MAIN) {
+            Ok(Some(oid)) => Ok(oid),
+            Ok(None) => {
+                self.repo
+                    .refname_to_id(MAIN)
+                    .map_err(git_err(&self.tenant, "resolve main", path))
+            }
+            Err(e) => Err(StorageError::io("read main", &self.path.join(MAIN), e)),
+        }
+    }
+
     /// `main` as it is on disk: its commit and its tree's entries.
     pub(super) fn read_head(&self, path: &'static str) -> Result<Head, StorageError> {
         let err = |op| git_err(&self.tenant, op, path);
-        let commit = match super::refs::read_ref_checked(&self.path, MAIN) {
-            Ok(Some(oid)) => oid,
-            Ok(None) => self.repo.refname_to_id(MAIN).map_err(err("resolve main"))?,
-            Err(e) => return Err(StorageError::io("read main", &self.path.join(MAIN), e)),
-        };
+        let commit = self.main_commit(path)?;
         let tree = self
             .repo
             .find_commit(commit)

@@ -13,9 +13,7 @@ use crate::domain::{
     BlobId, CommitId, Identity, PlanFile, Proposal, ProposalNumber, ProposalState,
 };
 use crate::storage::disk::durable::SyncGroup;
-use crate::storage::{
-    CommitRequest, FileSnapshot, ProposalRequest, ProposalStep, ProposedFile, StorageError,
-};
+use crate::storage::{CommitRequest, ProposalRequest, ProposalStep, ProposedFile, StorageError};
 use git2::{ObjectType, Oid};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -239,17 +237,7 @@ impl TenantRepo {
         if self.repo.find_commit(commit).is_err() {
             return Ok(false);
         }
-        let main = match read_ref_checked(&self.path, super::MAIN) {
-            Ok(Some(main)) => main,
-            Ok(None) => self.repo.refname_to_id(super::MAIN).map_err(&err)?,
-            Err(e) => {
-                return Err(StorageError::io(
-                    "read main",
-                    &self.path.join(super::MAIN),
-                    e,
-                ))
-            }
-        };
+        let main = self.main_commit("")?;
         let mut at = main;
         for _ in 0..LANDED_WALK {
             if at == commit {
@@ -345,7 +333,7 @@ impl TenantRepo {
         &self,
         p: &Proposal,
     ) -> Result<Vec<ProposedFile>, StorageError> {
-        let main = self.read_head("")?.commit;
+        let main = self.main_commit("")?;
         p.files
             .iter()
             .map(|&file| {
@@ -365,25 +353,6 @@ impl TenantRepo {
                 })
             })
             .collect()
-    }
-
-    /// `file` in commit `at` (a commit this service recorded, not a client's id).
-    fn snapshot(&self, at: Oid, file: PlanFile) -> Result<FileSnapshot, StorageError> {
-        let (blob, present) = self.blob_in(at, file)?;
-        let bytes = if present {
-            self.repo
-                .find_blob(blob)
-                .map_err(git_err(&self.tenant, "read blob", file.path()))?
-                .content()
-                .to_vec()
-        } else {
-            Vec::new()
-        };
-        Ok(FileSnapshot {
-            bytes,
-            blob: BlobId(to_id(blob)),
-            commit: CommitId(to_id(at)),
-        })
     }
 
     /// See [`crate::storage::Storage::propose`].

@@ -89,7 +89,7 @@ impl TenantRepo {
         let mark = sync.map(SyncGroup::mark);
         // The push must start where main is (git's "fetch first" otherwise): checked again
         // under the write lock when main moves.
-        if self.read_head("")?.commit != to_oid(&old.0) {
+        if self.main_commit("")? != to_oid(&old.0) {
             return Ok(Err(format!(
                 "fetch first: main is not at {old} (someone pushed or wrote since you fetched)"
             )));
@@ -365,7 +365,7 @@ impl TenantRepo {
             });
         }
         let (old, new) = (to_oid(&old.0), to_oid(&new.0));
-        if self.read_head(PATH)?.commit != old {
+        if self.main_commit(PATH)? != old {
             return Ok(FastForward::Stale);
         }
         let fsync = sync.is_none();
