@@ -26,7 +26,7 @@ pub use idempotency::IdempotencyKey;
 pub use identity::Identity;
 pub use integration::IntegrationDoc;
 pub use object_id::{BlobId, CommitId, CommitName, ObjectId};
-pub use proposal::{Proposal, ProposalNumber, ProposalState, Reviewer};
+pub use proposal::{Proposal, ProposalNumber, ProposalState, Reviewer, StepKind};
 pub use request_id::RequestId;
 pub use shard_url::ShardUrl;
 pub use tenant::TenantId;

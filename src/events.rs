@@ -2,7 +2,7 @@
 mod payload;
 mod tickets;
 
-pub use payload::{Author, FileEvent, FileStatus, HeadEvent};
+pub use payload::{Author, FileEvent, FileStatus, HeadEvent, ProposalEvent};
 
 pub use tickets::{Grant, Tickets, TICKET_TTL};
 

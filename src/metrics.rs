@@ -134,7 +134,7 @@ impl Metrics {
         let events_sent = IntCounterVec::new(
             Opts::new(
                 "events_sent_total",
-                "Per-file events written to event streams, by file",
+                "Events written to event streams, by file (`proposal`: a proposal's step)",
             ),
             &["file"],
         )

@@ -219,6 +219,8 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
         lookups: Arc::new(Semaphore::new(lookup::PER_TENANT)),
     });
     let (head_tx, _) = watch::channel::<Option<CommitId>>(None);
+    // The proposals' records ref, read with the head (`None`: no proposal yet).
+    let (records_tx, _) = watch::channel::<Option<CommitId>>(None);
     let mut followers: HashMap<WebhookId, Follower> = HashMap::new();
     let mut stamp = None;
     let mut feed = None;
@@ -228,12 +230,13 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
         if feed.is_none() {
             feed = core.events.subscribe_heads(&tenant).await.ok();
         }
-        let head = feed
+        let (head, records) = feed
             .as_mut()
             .and_then(|f: &mut crate::storage::Subscription| {
                 let update = f.current();
-                (!update.moving).then_some(update.head.commit)
-            });
+                (!update.moving).then_some((update.head.commit, update.records))
+            })
+            .unzip();
         if head.is_none() {
             feed = None;
         }
@@ -268,7 +271,8 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
                 Some(Ok(list)) if !list.is_empty() => {
                     stamp = now;
                     count(&core, &mut counted, &list);
-                    reconcile(&core, &tenant, &per_tenant, &head_tx, &mut followers, list);
+                    let heads = (&head_tx, &records_tx);
+                    reconcile(&core, &tenant, &per_tenant, heads, &mut followers, list);
                 }
                 Some(
                     Ok(_) | Err(StorageError::TenantNotFound(_) | StorageError::TenantMoved { .. }),
@@ -290,6 +294,8 @@ async fn follow_tenant(core: Arc<Core>, tenant: TenantId, wake: Arc<Notify>) {
                 }
             }
         }
+        let records = records.flatten();
+        records_tx.send_if_modified(|r| std::mem::replace(r, records) != records);
         head_tx.send_if_modified(|h| std::mem::replace(h, head) != head);
         tokio::select! {
             changed = async {
@@ -331,7 +337,10 @@ fn reconcile(
     core: &Arc<Core>,
     tenant: &TenantId,
     per_tenant: &Arc<TenantTurns>,
-    head: &watch::Sender<Option<CommitId>>,
+    (head, records): (
+        &watch::Sender<Option<CommitId>>,
+        &watch::Sender<Option<CommitId>>,
+    ),
     followers: &mut HashMap<WebhookId, Follower>,
     list: Vec<Webhook>,
 ) {
@@ -360,6 +369,7 @@ fn reconcile(
             per_tenant.clone(),
             def_rx,
             head.subscribe(),
+            records.subscribe(),
         ));
         let task = tokio::spawn(guarded(core.clone(), tenant.clone(), id, work));
         followers.insert(hook.id, Follower { def, task });

@@ -17,7 +17,8 @@ pub enum WebhookAction {
         /// Where deliveries go (https://...).
         url: String,
         /// An event to deliver (integration-file.updated, configuration-file.updated,
-        /// main.reset); repeat for several. Default: all.
+        /// main.reset, proposal.opened, proposal.updated, proposal.approved,
+        /// proposal.applied, proposal.closed); repeat for several. Default: all.
         #[arg(long = "event")]
         events: Vec<String>,
         /// What it is for (at most 500 characters).

@@ -9,9 +9,10 @@ use std::time::Duration;
 /// One event of the stream.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
-    /// `head`, `integration-file`, `configuration-file` or `reset`.
+    /// `head`, `integration-file`, `configuration-file`, `reset`, or a proposal's step
+    /// (`proposal.opened` and the others).
     pub kind: String,
-    /// The commit it is about.
+    /// The commit it is about (a step's commit on the proposals' records).
     pub id: String,
     pub data: Value,
 }
@@ -163,6 +164,17 @@ pub fn watch(c: &Client, since: Option<&str>, out: Output) -> Result<(), ClientE
 fn line(e: &Event) -> String {
     if e.kind == "reset" {
         return format!("{} reset: main moved off the line it was on", short(&e.id));
+    }
+    if e.kind.starts_with("proposal.") {
+        let d = &e.data;
+        return format!(
+            "{} {} #{} {:?} by {}",
+            short(&e.id),
+            e.kind,
+            d["number"],
+            d["title"].as_str().unwrap_or(""),
+            d["by"]["name"].as_str().unwrap_or("")
+        );
     }
     format!(
         "{} {} {} {}",

@@ -10,6 +10,9 @@ pub struct ObjectId([u8; 40]);
 pub struct ObjectIdError;
 
 impl ObjectId {
+    /// Forty zeros: git's name for "no object" (in a ref update), never an object's id.
+    pub const ZERO: ObjectId = ObjectId([b'0'; 40]);
+
     pub fn parse(raw: &str) -> Result<Self, ObjectIdError> {
         let bytes = raw.as_bytes();
         if bytes.len() != 40 || !bytes.iter().all(u8::is_ascii_hexdigit) {

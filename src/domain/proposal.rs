@@ -66,6 +66,55 @@ impl ProposalState {
     }
 }
 
+/// What one step of a proposal did: the verb its records commit starts with, and the event
+/// the change streams and webhooks name it by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StepKind {
+    Opened,
+    Updated,
+    Approved,
+    Applied,
+    Closed,
+}
+
+impl StepKind {
+    pub const ALL: [StepKind; 5] = [
+        Self::Opened,
+        Self::Updated,
+        Self::Approved,
+        Self::Applied,
+        Self::Closed,
+    ];
+
+    /// The event's name: `proposal.opened` and so on.
+    pub fn event(self) -> &'static str {
+        match self {
+            Self::Opened => "proposal.opened",
+            Self::Updated => "proposal.updated",
+            Self::Approved => "proposal.approved",
+            Self::Applied => "proposal.applied",
+            Self::Closed => "proposal.closed",
+        }
+    }
+
+    /// The first word of the records commit's subject (`Approve proposal 3`).
+    pub fn verb(self) -> &'static str {
+        match self {
+            Self::Opened => "Open",
+            Self::Updated => "Update",
+            Self::Approved => "Approve",
+            Self::Applied => "Apply",
+            Self::Closed => "Close",
+        }
+    }
+
+    /// The step a records commit's subject names; `None` for any other subject.
+    pub fn of_subject(subject: &str) -> Option<Self> {
+        let verb = subject.split(' ').next()?;
+        Self::ALL.into_iter().find(|k| k.verb() == verb)
+    }
+}
+
 /// A person on a proposal: the token's `sub` (what tells two people apart) and the name and
 /// email its commits carry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,6 +276,12 @@ impl Proposal {
         }
     }
 
+    /// Whether a reader sees the proposal (its listing, diffs and events): one that reads
+    /// every file it changes (`reads`), or an approver.
+    pub fn visible_to(&self, reads: impl Fn(PlanFile) -> bool, approves: bool) -> bool {
+        approves || self.files.iter().all(|f| reads(*f))
+    }
+
     /// The approvals of the proposal's current commit (an update voids the earlier ones).
     pub fn approvals_in_force(&self) -> impl Iterator<Item = &Approval> {
         self.approvals.iter().filter(|a| a.commit == self.commit)
@@ -300,6 +355,38 @@ mod tests {
 
     fn person(sub: &str) -> Reviewer {
         Reviewer::new(Some(sub), sub, &format!("{sub}@x")).unwrap()
+    }
+
+    #[test]
+    fn a_proposal_is_seen_by_readers_of_every_file_it_changes_or_by_approvers() {
+        let mut p = proposal();
+        p.files = vec![PlanFile::Integration, PlanFile::Configuration];
+        let only_integration = |f| f == PlanFile::Integration;
+        assert!(!p.visible_to(only_integration, false));
+        assert!(p.visible_to(only_integration, true));
+        assert!(p.visible_to(|_| true, false));
+        p.files = vec![PlanFile::Integration];
+        assert!(p.visible_to(only_integration, false));
+        assert!(!p.visible_to(|_| false, false));
+    }
+
+    #[test]
+    fn a_step_is_read_back_from_its_records_subject_and_nothing_else_is() {
+        for kind in StepKind::ALL {
+            let subject = format!("{} proposal 7: a title", kind.verb());
+            assert_eq!(StepKind::of_subject(&subject), Some(kind));
+        }
+        for other in [
+            "",
+            "Opened proposal 1",
+            "open proposal 1",
+            "Apply",
+            "Merge 3",
+        ] {
+            let expected = (other == "Apply").then_some(StepKind::Applied);
+            assert_eq!(StepKind::of_subject(other), expected, "{other:?}");
+        }
+        assert_eq!(StepKind::Approved.event(), "proposal.approved");
     }
 
     fn proposal() -> Proposal {

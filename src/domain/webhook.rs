@@ -44,13 +44,20 @@ pub enum EventType {
     IntegrationFileUpdated,
     ConfigurationFileUpdated,
     MainReset,
+    /// A step of a proposal: `proposal.opened` and the others.
+    Proposal(super::StepKind),
 }
 
 impl EventType {
-    pub const ALL: [EventType; 3] = [
+    pub const ALL: [EventType; 8] = [
         EventType::IntegrationFileUpdated,
         EventType::ConfigurationFileUpdated,
         EventType::MainReset,
+        EventType::Proposal(super::StepKind::Opened),
+        EventType::Proposal(super::StepKind::Updated),
+        EventType::Proposal(super::StepKind::Approved),
+        EventType::Proposal(super::StepKind::Applied),
+        EventType::Proposal(super::StepKind::Closed),
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,7 +65,13 @@ impl EventType {
             Self::IntegrationFileUpdated => "integration-file.updated",
             Self::ConfigurationFileUpdated => "configuration-file.updated",
             Self::MainReset => "main.reset",
+            Self::Proposal(step) => step.event(),
         }
+    }
+
+    /// Whether a subscription to `events` is told of any proposal's step.
+    pub fn any_proposal(events: &[EventType]) -> bool {
+        events.iter().any(|e| matches!(e, Self::Proposal(_)))
     }
 
     pub fn parse(raw: &str) -> Option<Self> {

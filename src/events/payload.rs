@@ -1,4 +1,4 @@
-//! What an event says, as the change streams and webhooks send it: `HeadEvent` and `FileEvent` (with `Author` and `FileStatus`, which the API's bodies share), one serialization for both.
+//! What an event says, as the change streams and webhooks send it: `HeadEvent`, `FileEvent` (with `Author` and `FileStatus`, which the API's bodies share) and `ProposalEvent`, one serialization for both.
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -101,6 +101,73 @@ impl FileEvent {
             } else {
                 FileStatus::Valid
             },
+        }
+    }
+}
+
+/// One step of a proposal (`event: proposal.opened|updated|approved|applied|closed`, `id:`
+/// the step's commit on `refs/proposals/records`): the proposal as the step left it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProposalEvent {
+    /// `opened`, `updated`, `approved`, `applied` or `closed`.
+    pub step: &'static str,
+    /// The step's commit on `refs/proposals/records` (the stream's `id:`).
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub step_sha: String,
+    pub number: u64,
+    /// `open`, `applied` or `closed`.
+    pub state: &'static str,
+    pub title: String,
+    /// Who proposed it.
+    pub author: Author,
+    /// Who took this step.
+    pub by: Author,
+    /// When the step was taken, RFC 3339.
+    pub date: String,
+    /// `main`'s commit the proposal is on.
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub base: String,
+    /// The proposal's commit (what an approval names).
+    #[schema(value_type = String, pattern = "^[0-9a-f]{40}$")]
+    pub commit: String,
+    /// The files it changes: `integration-file`, `configuration-file`.
+    pub files: Vec<&'static str>,
+    /// Approvals of its current commit.
+    pub approvals: usize,
+    /// The commit on `main` that applied it (`proposal.applied`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, pattern = "^[0-9a-f]{40}$")]
+    pub applied: Option<String>,
+}
+
+impl ProposalEvent {
+    /// The event of one step (streams and webhooks say the same).
+    pub fn from_change(change: &crate::storage::ProposalChange) -> Self {
+        let p = &change.proposal;
+        Self {
+            step: change
+                .kind
+                .event()
+                .strip_prefix("proposal.")
+                .expect("every step's event is a proposal's"),
+            step_sha: change.id.to_string(),
+            number: p.number.get(),
+            state: p.state.as_str(),
+            title: p.title.clone(),
+            author: Author {
+                name: p.author.name.clone(),
+                email: p.author.email.clone(),
+            },
+            by: Author {
+                name: change.by_name.clone(),
+                email: change.by_email.clone(),
+            },
+            date: crate::domain::timestamp::rfc3339(change.time),
+            base: p.base.to_string(),
+            commit: p.commit.to_string(),
+            files: p.files.iter().map(|f| f.part_name()).collect(),
+            approvals: p.approvals_in_force().count(),
+            applied: p.applied.map(|c| c.to_string()),
         }
     }
 }

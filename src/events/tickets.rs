@@ -15,6 +15,8 @@ pub struct Grant {
     pub tenant: TenantId,
     pub integration: bool,
     pub configuration: bool,
+    /// It may approve proposals: it sees every proposal's events.
+    pub approves: bool,
     /// The token's `exp` plus the leeway: a stream on this grant ends then.
     pub valid_until: std::time::SystemTime,
 }
@@ -25,6 +27,11 @@ impl Grant {
             PlanFile::Integration => self.integration,
             PlanFile::Configuration => self.configuration,
         }
+    }
+
+    /// Whether a stream on this grant is sent `p`'s events (the rule of its listing).
+    pub fn sees(&self, p: &crate::domain::Proposal) -> bool {
+        p.visible_to(|f| self.can_read(f), self.approves)
     }
 }
 
@@ -87,6 +94,7 @@ mod tests {
             tenant: TenantId::parse(tenant).unwrap(),
             integration: true,
             configuration: false,
+            approves: false,
             valid_until: std::time::UNIX_EPOCH,
         }
     }

@@ -15,14 +15,14 @@ use actix_web::{web, HttpRequest, HttpResponse};
     get,
     path = "/plans/events",
     tag = "events",
-    description = "Server-Sent Events for the token's tenant: first `event: head` (data HeadEvent), then per commit on main's first-parent line and per changed file the token may read `event: integration-file` or `configuration-file` (data FileEvent, `id:` the commit), `event: reset` (data HeadEvent) when the resume point is no longer on main's line, and `: keep-alive` comments. With Last-Event-ID or since, the commits after that one are replayed first (then `event: head`).",
+    description = "Server-Sent Events for the token's tenant: first `event: head` (data HeadEvent), then per commit on main's first-parent line and per changed file the token may read `event: integration-file` or `configuration-file` (data FileEvent, `id:` the commit), `event: reset` (data HeadEvent) when the resume point is no longer on main's line, and `: keep-alive` comments. Each step of a proposal the token may see (it reads every file the proposal changes, or may approve) is `event: proposal.opened|updated|approved|applied|closed` (data ProposalEvent, `id:` the step's commit on refs/proposals/records), after the events of the commit main was at when it was taken. With Last-Event-ID or since (a commit of main, or a step's id), what came after it is replayed first (then `event: head`).",
     params(
         ("Last-Event-ID" = Option<String>, Header, description = "A commit id from this stream: resume after it (sent by EventSource on reconnect; wins over since)"),
         ("since" = Option<String>, Query, pattern = "^[0-9a-fA-F]{40}$", description = "A commit id: resume after it"),
         ("ticket" = Option<String>, Query, description = "A ticket from POST /plans/events/tickets, instead of the Authorization header"),
     ),
     responses(
-        (status = 200, description = "The event stream (text/event-stream; data lines are HeadEvent or FileEvent JSON)", content_type = "text/event-stream", body = String),
+        (status = 200, description = "The event stream (text/event-stream; data lines are HeadEvent, FileEvent or ProposalEvent JSON)", content_type = "text/event-stream", body = String),
         (status = 400, description = "invalid_query: since or Last-Event-ID is not a 40-hex commit id", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No token, a refused token, or a used, expired or unknown ticket", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "The token may read neither file", body = Problem, content_type = "application/problem+json"),
@@ -70,13 +70,18 @@ pub async fn stream(state: web::Data<AppState>, req: HttpRequest) -> Reply {
                     )
                 })?;
             let (storage, tenant) = (state.storage.clone(), grant.tenant.clone());
-            let (head, plan) = blocking(
+            let (head, plan, records) = blocking(
                 move || {
                     let _turn = turn;
                     let head = storage.head_state(&tenant)?;
-                    let plan =
-                        storage.replay_plan(&tenant, commit, head.commit, sse::REPLAY_STEP)?;
-                    Ok((head, plan))
+                    // A step's id resumes after that step (and the commit of `main` it
+                    // names); a commit of `main` after it, and the steps that came before it.
+                    let (from, records) = match storage.step_place(&tenant, commit)? {
+                        Some(main) => (main.unwrap_or(head.commit), Some(commit)),
+                        None => (commit, storage.steps_sent_before(&tenant, commit)?),
+                    };
+                    let plan = storage.replay_plan(&tenant, from, head.commit, sse::REPLAY_STEP)?;
+                    Ok((head, plan, records))
                 },
                 PlanFile::Integration,
             )
@@ -84,6 +89,7 @@ pub async fn stream(state: web::Data<AppState>, req: HttpRequest) -> Reply {
             sse::Start::After {
                 head: Box::new(head),
                 plan,
+                records,
             }
         }
     };
@@ -143,6 +149,7 @@ fn grant_of(who: &Principal) -> Grant {
         tenant: who.tenant().clone(),
         integration: who.can_read(PlanFile::Integration),
         configuration: who.can_read(PlanFile::Configuration),
+        approves: who.has(super::proposals::PROPOSALS_APPROVE),
         valid_until: who.valid_until(),
     }
 }

@@ -4,9 +4,9 @@ use super::problem::Problem;
 use super::schema::{
     Author, CommitsAnswer, ConfigurationContent, ConfigurationFile, DeliveryList, DiffSide,
     FileDiff, FileEvent, FileProblem, FileStatus, Folder, GitBytes, HeadEvent, Health,
-    HistoryEntry, HistoryPage, IntegrationFile, PatchOp, PostCommits, PutConfigurationFile,
-    PutConfigurationPart, PutIntegrationFile, PutIntegrationPart, Ready, RestoreFile, SigningKey,
-    SigningKeys, Ticket, WebhookList, WebhookView,
+    HistoryEntry, HistoryPage, IntegrationFile, PatchOp, PostCommits, ProposalEvent,
+    PutConfigurationFile, PutConfigurationPart, PutIntegrationFile, PutIntegrationPart, Ready,
+    RestoreFile, SigningKey, SigningKeys, Ticket, WebhookList, WebhookView,
 };
 use super::{
     admin, commits, diff, events, git, handlers, history, ops, proposals, restore, schemas,
@@ -66,7 +66,7 @@ use utoipa::{Modify, OpenApi};
     components(schemas(
         IntegrationFile, ConfigurationFile, PutIntegrationFile, PutConfigurationFile,
         ConfigurationContent, Folder, FileStatus, Problem, Health, Ready, HistoryPage, HistoryEntry,
-        Author, GitBytes, HeadEvent, FileEvent, Ticket,
+        Author, GitBytes, HeadEvent, FileEvent, ProposalEvent, Ticket,
         Author, GitBytes, PostCommits, PutIntegrationPart, PutConfigurationPart, CommitsAnswer,
         RestoreFile, FileDiff, DiffSide, PatchOp, ImportRequest, ImportAnswer, PlacementAnswer,
         SigningKeys, SigningKey, FileProblem, crate::validation::Violation,

@@ -271,7 +271,7 @@ pub async fn close(
 
 /// Whether `who` may see proposal `p`: it reads every file `p` changes, or approves.
 fn may_read(who: &Principal, p: &Proposal) -> bool {
-    who.has(PROPOSALS_APPROVE) || p.files.iter().all(|f| who.can_read(*f))
+    p.visible_to(|f| who.can_read(f), who.has(PROPOSALS_APPROVE))
 }
 
 /// The refusal of a proposal `who` may not read: the read permission of its first file.

@@ -8,7 +8,7 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-pub use crate::events::{Author, FileEvent, FileStatus, HeadEvent};
+pub use crate::events::{Author, FileEvent, FileStatus, HeadEvent, ProposalEvent};
 
 /// Why a stored file is invalid: text that cannot be read as the file (a string), or a rule
 /// of the operator's schemas it breaks (an object with its line in the stored text).
@@ -462,7 +462,9 @@ pub struct WebhookView {
     /// `wh_` and 26 characters of a-z0-9.
     pub id: String,
     pub url: String,
-    /// `integration-file.updated`, `configuration-file.updated`, `main.reset`.
+    /// `integration-file.updated`, `configuration-file.updated`, `main.reset`, and the
+    /// proposals' steps (`proposal.opened`, `proposal.updated`, `proposal.approved`,
+    /// `proposal.applied`, `proposal.closed`).
     pub events: Vec<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,

@@ -6,10 +6,13 @@
 //! client that accepts nothing for [`STALL`] while that buffer is full is dropped (its
 //! connection is closed with an error when next written), and resumes with `Last-Event-ID`.
 use super::problem::ApiError;
-use super::schema::{FileEvent, HeadEvent};
+use super::schema::{FileEvent, HeadEvent, ProposalEvent};
 use crate::domain::{CommitId, ObjectId};
 use crate::events::{Events, Grant, Slot};
-use crate::storage::{FileChange, HeadState, Replay, ReplayPlan, Subscription, Update};
+use crate::storage::{
+    FileChange, HeadState, ProposalChange, ProposalChanges, Replay, ReplayPlan, Subscription,
+    Update,
+};
 use actix_web::web::Bytes;
 use actix_web::HttpRequest;
 use std::future::Future;
@@ -78,12 +81,14 @@ impl Resume {
 }
 
 /// Where the stream's task starts: at the head of the subscription, or with a replay planned
-/// (under a turn, before the response) from a resume point to `head`.
+/// (under a turn, before the response) from a resume point to `head`, and the last step of
+/// the proposals sent before it (`records`, `None`: before the first).
 pub enum Start {
     Head,
     After {
         head: Box<HeadState>,
         plan: ReplayPlan,
+        records: Option<CommitId>,
     },
 }
 
@@ -194,18 +199,18 @@ impl Task {
             let mut at = first.head.commit;
             return self.end_for_move(&mut at, &first).await;
         }
-        let (mut at, head) = match start {
-            Start::Head => (first.head.commit, first.head.clone()),
-            Start::After { head, plan } => {
+        let (mut at, mut records, head) = match start {
+            Start::Head => (first.head.commit, first.records, first.head.clone()),
+            Start::After {
+                head,
+                plan,
+                records,
+            } => {
                 let head = *head;
-                let mut at = match &plan {
-                    ReplayPlan::Steps(stops) => stops[0],
-                    ReplayPlan::Reset(reset) => reset.commit,
-                };
-                if let Err(end) = self.run_plan(&mut at, plan).await {
-                    return end;
+                match self.resume(plan, records, head.commit).await {
+                    Ok((at, records)) => (at, records, head),
+                    Err(end) => return end,
                 }
-                (at, head)
             }
         };
         if let Err(end) = self.send(self.head("head", &head)).await {
@@ -224,7 +229,7 @@ impl Task {
             if update.moving {
                 return self.end_for_move(&mut at, &update).await;
             }
-            if let Err(end) = self.catch_up(&mut at, &update).await {
+            if let Err(end) = self.catch_up(&mut at, &mut records, &update).await {
                 return end;
             }
         }
@@ -254,10 +259,86 @@ impl Task {
         }
     }
 
+    /// The replay of a resume: the proposals' steps after `records` (each after the commits
+    /// of `main` before it), then `main` up to `head`; where the stream then stands.
+    async fn resume(
+        &mut self,
+        plan: ReplayPlan,
+        mut records: Option<CommitId>,
+        head: CommitId,
+    ) -> Result<(CommitId, Option<CommitId>), End> {
+        let mut at = match &plan {
+            ReplayPlan::Steps(stops) => stops[0],
+            ReplayPlan::Reset(reset) => reset.commit,
+        };
+        let start = at;
+        if matches!(plan, ReplayPlan::Steps(_)) {
+            self.send_steps(&mut at, &mut records).await?;
+        }
+        if at == start {
+            self.run_plan(&mut at, plan).await?;
+        } else {
+            self.main_forward(&mut at, head).await?;
+        }
+        Ok((at, records))
+    }
+
+    /// Sends the proposals' steps after `records` up to the records' head, each after the
+    /// commits of `main` that came before it (from `at` to the commit it names), and moves
+    /// both along.
+    async fn send_steps(
+        &mut self,
+        at: &mut CommitId,
+        records: &mut Option<CommitId>,
+    ) -> Result<(), End> {
+        loop {
+            let read = self.read_steps(*records).await?;
+            for step in &read.steps {
+                if let Some(main) = step.main {
+                    self.main_forward(at, main).await?;
+                }
+                if self.grant.sees(&step.proposal) {
+                    self.send(step_event(step)).await?;
+                    self.events
+                        .metrics()
+                        .events_sent
+                        .with_label_values(&["proposal"])
+                        .inc();
+                }
+                *records = Some(step.id);
+            }
+            *records = read.through;
+            if !read.more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Sends `main`'s commits after `at` up to `to` when `to` is ahead of `at` on its line
+    /// (else nothing: a step that names a commit the stream passed, or one off the line).
+    async fn main_forward(&mut self, at: &mut CommitId, to: CommitId) -> Result<(), End> {
+        if *at == to {
+            return Ok(());
+        }
+        match self.plan(*at, to).await? {
+            ReplayPlan::Steps(stops) => self.run_plan(at, ReplayPlan::Steps(stops)).await,
+            ReplayPlan::Reset(_) => Ok(()),
+        }
+    }
+
     /// Sends what happened after `at` up to `update`'s head, and moves `at` there: the
-    /// update's own replay when it starts at `at` (read once for every stream), else a plan
-    /// of this stream's own, read in steps under replay turns.
-    async fn catch_up(&mut self, at: &mut CommitId, update: &Update) -> Result<(), End> {
+    /// proposals' steps first when the records moved (each placed among `main`'s commits),
+    /// then `main`: the update's own replay when it starts at `at` (read once for every
+    /// stream), else a plan of this stream's own, read in steps under replay turns.
+    async fn catch_up(
+        &mut self,
+        at: &mut CommitId,
+        records: &mut Option<CommitId>,
+        update: &Update,
+    ) -> Result<(), End> {
+        if update.records != *records {
+            self.send_steps(at, records).await?;
+        }
         let target = update.head.commit;
         if update.since == Some(*at) {
             if let Some(replay) = &update.replay {
@@ -353,6 +434,16 @@ impl Task {
         .await
     }
 
+    async fn read_steps(&self, after: Option<CommitId>) -> Result<ProposalChanges, End> {
+        let turn = self.turn().await?;
+        let (storage, tenant) = (self.events.storage().clone(), self.grant.tenant.clone());
+        self.blocking(move || {
+            let _turn = turn;
+            storage.proposal_changes(&tenant, after, REPLAY_STEP)
+        })
+        .await
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         work: impl FnOnce() -> Result<T, crate::storage::StorageError> + Send + 'static,
@@ -393,6 +484,14 @@ impl Task {
 fn file_event(change: &FileChange) -> String {
     let data = FileEvent::from_change(change);
     frame(data.file, &change.entry.commit, &data)
+}
+
+fn step_event(step: &ProposalChange) -> String {
+    frame(
+        step.kind.event(),
+        &step.id,
+        &ProposalEvent::from_change(step),
+    )
 }
 
 /// One event in the format of the HTML standard: JSON has no raw newline, so one `data:`

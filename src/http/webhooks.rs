@@ -27,7 +27,8 @@ pub struct CreateWebhook {
     /// address unless the operator allows it, no user info or fragment; at most 2048 bytes.
     pub url: String,
     /// The events to deliver; default all: `integration-file.updated`,
-    /// `configuration-file.updated`, `main.reset`.
+    /// `configuration-file.updated`, `main.reset`, `proposal.opened`, `proposal.updated`,
+    /// `proposal.approved`, `proposal.applied`, `proposal.closed`.
     #[serde(default)]
     pub events: Option<Vec<String>>,
     /// At most 500 characters, no control characters.

@@ -520,3 +520,32 @@ pub struct ProposedFile {
     pub from_base: String,
     pub from_main: String,
 }
+
+/// One step of a proposal as the records ref holds it: an event of the change streams and
+/// webhooks (`proposal.opened` and the others).
+#[derive(Debug, Clone)]
+pub struct ProposalChange {
+    /// The step's commit on the records ref (the event's id).
+    pub id: CommitId,
+    /// `main`'s commit when the step was taken: the step comes after that commit's events and
+    /// before the next one's. `None` for a step recorded without it (read as coming first).
+    pub main: Option<CommitId>,
+    pub kind: crate::domain::StepKind,
+    /// The proposal as the step left it.
+    pub proposal: crate::domain::Proposal,
+    /// Who took the step, as its commit names them.
+    pub by_name: String,
+    pub by_email: String,
+    pub time: SystemTime,
+}
+
+/// Steps read after a point of the records line, oldest first.
+#[derive(Debug, Clone, Default)]
+pub struct ProposalChanges {
+    pub steps: Vec<ProposalChange>,
+    /// Where the reader stands after them: the last step read or passed over (`None`: before
+    /// the first). A point no longer on the line (plain git rewrote it) moves to its head.
+    pub through: Option<CommitId>,
+    /// Steps are left after `through`: read on from there.
+    pub more: bool,
+}

@@ -1,8 +1,8 @@
 //! Proposals through the storage facade: open or update one, take a step (approve, close, apply), read one with its files, list them.
 use super::placement::Access;
 use super::repo::{self, TenantRepo};
-use super::{ProposalRequest, ProposalStep, ProposedFile, Storage, StorageError};
-use crate::domain::{Proposal, ProposalNumber, ProposalState, TenantId};
+use super::{ProposalChanges, ProposalRequest, ProposalStep, ProposedFile, Storage, StorageError};
+use crate::domain::{CommitId, Proposal, ProposalNumber, ProposalState, TenantId};
 
 impl Storage {
     /// Opens a proposal (or updates the one `req.number` names, by its author): the files
@@ -107,5 +107,43 @@ impl Storage {
         let result = run(&repo);
         self.open_repos.put(tenant, &path, repo, before);
         result
+    }
+
+    /// The records ref's commit (`None` before the tenant's first proposal): where the
+    /// steps' line stands.
+    pub fn records_head(&self, tenant: &TenantId) -> Result<Option<CommitId>, StorageError> {
+        self.read_repo(tenant, Access::Follow)?.records_head()
+    }
+
+    /// The proposals' steps after `after` (`None`: from the first), oldest first, at most
+    /// `max` of the line read at once (see [`ProposalChanges`]).
+    pub fn proposal_changes(
+        &self,
+        tenant: &TenantId,
+        after: Option<CommitId>,
+        max: usize,
+    ) -> Result<ProposalChanges, StorageError> {
+        self.read_repo(tenant, Access::Read)?
+            .proposal_changes(after, max)
+    }
+
+    /// Where a resume point falls when it is a step of the records line: after `main`'s
+    /// commit it names (`Some(None)`: a step recorded without it). `None` when it is no step.
+    pub fn step_place(
+        &self,
+        tenant: &TenantId,
+        id: CommitId,
+    ) -> Result<Option<Option<CommitId>>, StorageError> {
+        self.read_repo(tenant, Access::Read)?.step_place(id)
+    }
+
+    /// For a resume after `main`'s commit `m` (read `main`'s head first): the last step sent
+    /// before it, `None` before the first.
+    pub fn steps_sent_before(
+        &self,
+        tenant: &TenantId,
+        m: CommitId,
+    ) -> Result<Option<CommitId>, StorageError> {
+        self.read_repo(tenant, Access::Read)?.steps_sent_before(m)
     }
 }

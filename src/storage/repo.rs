@@ -36,7 +36,7 @@ pub(super) mod upload_pack;
 mod write_tests;
 
 pub(super) use create::{create, creation_turn, handover_turn};
-pub(super) use refs::file_head;
+pub(super) use refs::{file_head, file_records};
 pub(super) use source_hosting::Flags;
 pub use source_hosting::{Settings, MAX_REQUIRED_APPROVALS};
 

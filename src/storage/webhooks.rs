@@ -1,8 +1,9 @@
-//! A tenant's webhook subscriptions, kept in its repository folder beside git's files (`webhooks/`: never in an object or a ref, so no clone carries a secret) and moved with it: the subscriptions file, their delivery cursors (one table) and each one's deliveries log.
+//! A tenant's webhook subscriptions, kept in its repository folder beside git's files (`webhooks/`: never in an object or a ref, so no clone carries a secret) and moved with it: the subscriptions file, their delivery cursors (a table of `main`'s, one of the proposals' steps) and each one's deliveries log.
 mod bundle;
 mod cursor;
 mod file;
 mod log;
+mod steps;
 
 use super::disk;
 use super::placement::{self, Access};
@@ -164,6 +165,13 @@ impl Storage {
         adopt_legacy_cursors(tenant, &path)?;
         cursor::insert(&table(&path), &hook.id, CursorPosition::at(head), &live)
             .map_err(|e| StorageError::io("create a webhook's cursor", &path, e))?;
+        cursor::insert(
+            &steps::steps_table(&path),
+            &hook.id,
+            self.steps_start(tenant)?,
+            &live,
+        )
+        .map_err(|e| StorageError::io("create a webhook's steps cursor", &path, e))?;
         all.push(hook.clone());
         write_all(&path, &all)?;
         Ok((hook, false))
@@ -184,6 +192,8 @@ impl Storage {
         write_all(&path, &all)?;
         cursor::remove(&table(&path), id)
             .map_err(|e| StorageError::io("remove a webhook's cursor", &path, e))?;
+        cursor::remove(&steps::steps_table(&path), id)
+            .map_err(|e| StorageError::io("remove a webhook's steps cursor", &path, e))?;
         log::remove(&dir(&path), id);
         Ok(())
     }

@@ -88,14 +88,19 @@ pub(super) async fn follow_subscription(
     per_tenant: Arc<TenantTurns>,
     mut def_rx: watch::Receiver<Webhook>,
     mut head_rx: watch::Receiver<Option<CommitId>>,
+    mut records_rx: watch::Receiver<Option<CommitId>>,
 ) {
     let mut retry = Retry::default();
     let mut unlogged = Unlogged::default();
     // The head every event up to which is delivered: nothing to do until `main` moves.
     let mut reached = None;
+    // The same for the proposals' steps: `main`'s head and the records' (an apply whose move
+    // of `main` may still come is delivered once `main` moves).
+    let mut steps_reached = None;
     loop {
         let def = def_rx.borrow_and_update().clone();
         let head = *head_rx.borrow_and_update();
+        let records = *records_rx.borrow_and_update();
         if def.state == WebhookState::Failing {
             retry = Retry::default();
         }
@@ -116,26 +121,23 @@ pub(super) async fn follow_subscription(
             match step.unwrap_or_else(|s| s) {
                 Step::CaughtUp => reached = Some(head),
                 Step::Wait(at) => retry.at = Some(at),
-                Step::Failing => {
-                    let (t, id) = (tenant.clone(), def.id.clone());
-                    let began = retry.began.unwrap_or_else(SystemTime::now);
-                    // A resume that comes before the new state is read starts a new streak.
-                    retry = Retry::default();
-                    let set = core
-                        .blocking(move |s| s.mark_webhook_failing(&t, &id, began))
-                        .await;
-                    match set {
-                        Some(Ok(_)) => {
-                            tracing::warn!(%tenant, webhook = %def.id, "webhook failing after its last retry: it waits for a resume");
-                            // Its tenant's task reads the new state and sends it here.
-                            retry.at = Some(Instant::now() + TICK);
-                        }
-                        other => {
-                            tracing::warn!(%tenant, webhook = %def.id, error = ?other.map(|r| r.err()), "could not mark a webhook failing");
-                            retry.at = Some(Instant::now() + BUSY);
-                        }
-                    }
-                }
+                Step::Failing => failing(&core, &tenant, &def, &mut retry).await,
+            }
+            continue;
+        }
+        // `main`'s events delivered: the proposals' steps, in their order.
+        let steps_behind = head
+            .map(|h| (h, records))
+            .filter(|at| EventType::any_proposal(&def.events) && steps_reached != Some(*at));
+        if let (WebhookState::Active, true, Some(at)) = (def.state, due, steps_behind) {
+            retry.at = None;
+            let turn = (&*per_tenant, &mut retry, &mut unlogged);
+            let step = deliver_steps(&core, &tenant, &def, records, turn, &head_rx).await;
+            unlogged.flush(&core, &tenant, &def).await;
+            match step.unwrap_or_else(|s| s) {
+                Step::CaughtUp => steps_reached = Some(at),
+                Step::Wait(at) => retry.at = Some(at),
+                Step::Failing => failing(&core, &tenant, &def, &mut retry).await,
             }
             continue;
         }
@@ -146,8 +148,122 @@ pub(super) async fn follow_subscription(
         tokio::select! {
             changed = def_rx.changed() => if changed.is_err() { return },
             changed = head_rx.changed() => if changed.is_err() { return },
+            changed = records_rx.changed() => if changed.is_err() { return },
             () = tokio::time::sleep_until(sleep) => {}
         }
+    }
+}
+
+/// The last retry failed: the subscription is marked `failing` (it waits for a resume).
+async fn failing(core: &Core, tenant: &TenantId, def: &Webhook, retry: &mut Retry) {
+    let (t, id) = (tenant.clone(), def.id.clone());
+    let began = retry.began.unwrap_or_else(SystemTime::now);
+    // A resume that comes before the new state is read starts a new streak.
+    *retry = Retry::default();
+    let set = core
+        .blocking(move |s| s.mark_webhook_failing(&t, &id, began))
+        .await;
+    match set {
+        Some(Ok(_)) => {
+            tracing::warn!(%tenant, webhook = %def.id, "webhook failing after its last retry: it waits for a resume");
+            // Its tenant's task reads the new state and sends it here.
+            retry.at = Some(Instant::now() + TICK);
+        }
+        other => {
+            tracing::warn!(%tenant, webhook = %def.id, error = ?other.map(|r| r.err()), "could not mark a webhook failing");
+            retry.at = Some(Instant::now() + BUSY);
+        }
+    }
+}
+
+/// Delivers the proposals' steps from the subscription's steps cursor to `target` (the
+/// records' head), those it asked for: one step of at most [`BATCH`] commits of the records
+/// per claim of the cursor, each event's 2xx moving the cursor before the next.
+async fn deliver_steps(
+    core: &Arc<Core>,
+    tenant: &TenantId,
+    def: &Webhook,
+    target: Option<CommitId>,
+    (per_tenant, retry, unlogged): Turn<'_>,
+    head_rx: &watch::Receiver<Option<CommitId>>,
+) -> Result<Step, Step> {
+    let busy = || Step::Wait(Instant::now() + BUSY);
+    loop {
+        let (Ok(_tenant_claim), Ok(_claim)) = (
+            per_tenant.claims.acquire().await,
+            core.claims.acquire().await,
+        ) else {
+            return Err(busy());
+        };
+        let (t, id) = (tenant.clone(), def.id.clone());
+        let mut cursor = claimed(
+            tenant,
+            def,
+            core.blocking(move |s| s.claim_steps_cursor(&t, &id)).await,
+        )?;
+        let at = cursor.position().step();
+        if at == target {
+            return Ok(Step::CaughtUp);
+        }
+        let t = tenant.clone();
+        let read = history(core, tenant, def, move |s| {
+            s.proposal_changes(&t, at, BATCH)
+        })
+        .await?;
+        for step in &read.steps {
+            if !def.events.contains(&EventType::Proposal(step.kind)) {
+                continue;
+            }
+            let message = Message::proposal_step(tenant, step);
+            paced(core).await;
+            if head_rx.borrow().is_none() {
+                unlogged.flush(core, tenant, def).await;
+                return Err(Step::Wait(Instant::now() + TICK));
+            }
+            attempt(
+                core,
+                tenant,
+                def,
+                (per_tenant, &mut *retry, &mut *unlogged),
+                &message,
+            )
+            .await?;
+            let after = CursorPosition::after_step(Some(step.id));
+            cursor = advance(core, tenant, cursor, after, unlogged.due()).await?;
+        }
+        let reached = CursorPosition::after_step(read.through);
+        if cursor.position() != reached {
+            advance(core, tenant, cursor, reached, unlogged.take()).await?;
+        } else {
+            unlogged.flush(core, tenant, def).await;
+            drop(cursor);
+        }
+        if !read.more {
+            return Ok(Step::CaughtUp);
+        }
+    }
+}
+
+/// A claim of a cursor as the delivery goes on with it: held by another process, a tenant
+/// moving or a failure wait.
+fn claimed(
+    tenant: &TenantId,
+    def: &Webhook,
+    claim: Option<Result<Option<DeliveryCursor>, StorageError>>,
+) -> Result<DeliveryCursor, Step> {
+    let busy = || Step::Wait(Instant::now() + BUSY);
+    match claim {
+        Some(Ok(Some(cursor))) => Ok(cursor),
+        // Another process delivers it now.
+        Some(Ok(None)) => Err(busy()),
+        Some(Err(StorageError::TenantMoving { .. } | StorageError::TenantMoved { .. })) => {
+            Err(Step::Wait(Instant::now() + TICK))
+        }
+        Some(Err(e)) => {
+            tracing::warn!(%tenant, webhook = %def.id, error = %e, "could not claim a webhook's cursor");
+            Err(busy())
+        }
+        None => Err(busy()),
     }
 }
 
@@ -173,22 +289,12 @@ async fn deliver(
             return Err(busy());
         };
         let (t, id) = (tenant.clone(), def.id.clone());
-        let mut cursor = match core
-            .blocking(move |s| s.claim_webhook_cursor(&t, &id))
-            .await
-        {
-            Some(Ok(Some(cursor))) => cursor,
-            // Another process delivers it now.
-            Some(Ok(None)) => return Err(busy()),
-            Some(Err(StorageError::TenantMoving { .. } | StorageError::TenantMoved { .. })) => {
-                return Err(Step::Wait(Instant::now() + TICK))
-            }
-            Some(Err(e)) => {
-                tracing::warn!(%tenant, webhook = %def.id, error = %e, "could not claim a webhook's cursor");
-                return Err(busy());
-            }
-            None => return Err(busy()),
-        };
+        let mut cursor = claimed(
+            tenant,
+            def,
+            core.blocking(move |s| s.claim_webhook_cursor(&t, &id))
+                .await,
+        )?;
         let at = cursor.position();
         if at == CursorPosition::at(head) {
             return Ok(Step::CaughtUp);

@@ -81,6 +81,20 @@ impl Message {
         }
     }
 
+    /// A step of a proposal (`proposal.opened` and the others).
+    pub fn proposal_step(tenant: &TenantId, step: &crate::storage::ProposalChange) -> Self {
+        let kind = EventType::Proposal(step.kind);
+        let commit = step.id.to_string();
+        let event = crate::events::ProposalEvent::from_change(step);
+        Self {
+            id: format!("msg_{tenant}_{commit}_{}", kind.as_str()),
+            kind,
+            at: step.time,
+            body: Arc::new(envelope(tenant, kind, step.time, event)),
+            commit,
+        }
+    }
+
     /// `main` moved off the line the subscription stood on (plain git reset or forced it).
     pub fn reset(tenant: &TenantId, previous: &crate::domain::CommitId, head: &HeadState) -> Self {
         let commit = head.commit.to_string();

@@ -15,15 +15,15 @@ const CONF_READ: &str = "jit.preferences.read";
 
 /// One event of a stream.
 #[derive(Debug, Clone)]
-struct Event {
-    kind: String,
-    id: String,
-    data: Value,
+pub(crate) struct Event {
+    pub(crate) kind: String,
+    pub(crate) id: String,
+    pub(crate) data: Value,
 }
 
 /// A stream read event by event; comments (`: keep-alive`) and `retry:` are counted, not
 /// returned.
-struct Sse {
+pub(crate) struct Sse {
     body: futures_util::stream::BoxStream<'static, reqwest::Result<actix_web::web::Bytes>>,
     buf: String,
     comments: usize,
@@ -42,12 +42,12 @@ impl Sse {
         }
     }
 
-    async fn open(app: &TestApp, token: &str, query: &str, last: Option<&str>) -> Self {
+    pub(crate) async fn open(app: &TestApp, token: &str, query: &str, last: Option<&str>) -> Self {
         Self::new(app.events(Some(token), query, last).await)
     }
 
     /// The next event within `within`; `None` when none came or the stream ended.
-    async fn next_within(&mut self, within: Duration) -> Option<Event> {
+    pub(crate) async fn next_within(&mut self, within: Duration) -> Option<Event> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             while let Some(end) = self.buf.find("\n\n") {
@@ -77,7 +77,7 @@ impl Sse {
         }
     }
 
-    async fn next(&mut self) -> Event {
+    pub(crate) async fn next(&mut self) -> Event {
         self.next_within(Duration::from_secs(5))
             .await
             .expect("an event within 5 s")

@@ -29,6 +29,7 @@ mod leaving_shard;
 mod move_races;
 mod operations;
 mod plans;
+mod proposal_events;
 mod proposals;
 mod push;
 mod rebase;

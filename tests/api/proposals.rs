@@ -1,19 +1,20 @@
 //! Proposals: four eyes on a tenant's plans. Another person approves the exact commit, the author or an approver applies it as one signed commit with its trailers; an update voids approvals; a file moved on main makes it stale; a tenant that requires approval refuses every other way to move main (PUT, commits, restore, push) while dry runs answer; bad requests are refused with their codes and change nothing.
 use crate::common::{git_in, problem, token, token_as, TestApp, ALL};
+use crate::events::Sse;
 use crate::push::{clone, push, WRITE_BOTH};
 use crate::signing::{allowed_signers, git_verifies};
 use serde_json::{json, Value};
 
-const APPROVE: &str = "planfiles.proposals.approve";
-const WRITER: &[&str] = &["jit.integrations.write", "jit.preferences.write"];
-const APPROVER: &[&str] = &[APPROVE, "jit.integrations.read", "jit.preferences.read"];
+pub(crate) const APPROVE: &str = "planfiles.proposals.approve";
+pub(crate) const WRITER: &[&str] = &["jit.integrations.write", "jit.preferences.write"];
+pub(crate) const APPROVER: &[&str] = &[APPROVE, "jit.integrations.read", "jit.preferences.read"];
 
 fn aws(account: &str) -> Value {
     json!({"aws": [{"account_id": account, "regions": ["us-east-1"], "type": "aws"}]})
 }
 
 /// Opens a proposal of the integration file as `sub`; its body.
-async fn open(app: &TestApp, tenant: &str, sub: &str, account: &str) -> Value {
+pub(crate) async fn open(app: &TestApp, tenant: &str, sub: &str, account: &str) -> Value {
     let res = app
         .propose(
             &token_as(tenant, sub, WRITER),
@@ -28,7 +29,7 @@ async fn open(app: &TestApp, tenant: &str, sub: &str, account: &str) -> Value {
     body
 }
 
-async fn step(
+pub(crate) async fn step(
     app: &TestApp,
     tenant: &str,
     sub: &str,
@@ -872,12 +873,35 @@ async fn an_apply_whose_main_move_was_lost_reads_open_and_applies_again() {
         .await
         .unwrap();
     assert_eq!(open_ones["proposals"][0]["number"], n);
+    // The change stream tells of no apply that did not happen: a resume from before gives
+    // the opening and the approval, then waits (the lost step is the last, and `main` is
+    // where it found it: its move may still come).
+    let mut stream = Sse::open(&app, &token("globex", ALL), "", Some(&before)).await;
+    let seen: Vec<String> = [
+        stream.next().await,
+        stream.next().await,
+        stream.next().await,
+    ]
+    .into_iter()
+    .map(|e| e.kind)
+    .collect();
+    assert_eq!(seen, ["proposal.opened", "proposal.approved", "head"]);
     let (status, again) = step(&app, "globex", "ann", WRITER, n, "apply").await;
     assert_eq!(status, 200, "{again}");
     assert_eq!(
         app.head("globex"),
         again["applied_commit"].as_str().unwrap()
     );
+    let (applied_step, file) = (stream.next().await, stream.next().await);
+    assert_eq!(
+        (applied_step.kind.as_str(), &applied_step.data["applied"]),
+        ("proposal.applied", &again["applied_commit"])
+    );
+    assert_eq!(file.id, again["applied_commit"].as_str().unwrap());
+    assert!(stream
+        .next_within(std::time::Duration::from_millis(500))
+        .await
+        .is_none());
     // A later step settles the record: it stays applied once main holds the commit.
     let q = open(&app, "globex", "ann", "444455556666").await;
     let got: Value = app

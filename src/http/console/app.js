@@ -3,7 +3,7 @@
 import { $, h, fill, focusOn, focusAtTop } from "./dom.js";
 import { Api } from "./api.js";
 import { Session, stored, store, forget, FILES } from "./session.js";
-import { Live } from "./live.js";
+import { Live, STEPS } from "./live.js";
 import { when } from "./format.js";
 import { renderCurrent } from "./fileview.js";
 import { renderHistory } from "./historyview.js";
@@ -80,6 +80,8 @@ const app = {
       reset: (d) => this.onReset(d),
       "integration-file": (d, id) => this.onFileEvent("integration-file", d, id),
       "configuration-file": (d, id) => this.onFileEvent("configuration-file", d, id),
+      // A proposal's step: the list is read again at once (the poll is for a stream that is down).
+      ...Object.fromEntries(STEPS.map((step) => [step, () => proposals.load(this)])),
     }, liveStatus);
     this.live.start();
     proposals.start(this);

@@ -2,7 +2,9 @@
 // and opened again with a new ticket and `since=<last event id>` (EventSource's own reconnect
 // would reuse the spent ticket).
 
-const TYPES = ["head", "reset", "integration-file", "configuration-file"];
+/** The proposals' steps, each a `proposal.<step>` event whose id is the step's commit. */
+export const STEPS = ["opened", "updated", "approved", "applied", "closed"].map((s) => `proposal.${s}`);
+const TYPES = ["head", "reset", "integration-file", "configuration-file", ...STEPS];
 
 export class Live {
   /** `on[type](data, id)` for each event type; `status(text, state)` for the indicator. */

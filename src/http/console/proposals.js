@@ -7,10 +7,11 @@ import { problem, unified } from "./views.js";
 import { FILES } from "./session.js";
 
 export const APPROVE = "planfiles.proposals.approve";
-/** How often the open proposals are read again while signed in. */
+/** How often the open proposals are read again while signed in (each step's event reads them
+ * at once; this is for a change stream that is down). */
 const POLL_MS = 5000;
 
-/** Reads the open proposals now and every few seconds, until sign-out. */
+/** Reads the open proposals now, at each step's event, and every few seconds, until sign-out. */
 export function start(app) {
   app.proposals = { list: [], required: 0, shown: null, error: null };
   load(app);

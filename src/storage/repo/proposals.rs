@@ -1,5 +1,8 @@
 //! Proposals in a tenant's repository: each one's commit under `refs/proposals/<n>` and every proposal's record on `refs/proposals/records` (a signed commit per step; its tree: `pending`, `<nn>/<n>` JSON records); read without a lock, changed under the tenant's write lock in a write's durability order; an apply moves `main` and its record in one advance.
 mod record;
+mod steps;
+
+use steps::MAIN_HEAD;
 
 use super::advance::{Advance, MainMove};
 use super::objects::{Entry, Head};
@@ -10,7 +13,7 @@ use super::{git_err, signature, to_id, to_oid, Flags, TenantRepo, WRITE_DEADLINE
 use crate::domain::proposal::{Approval, Refusal};
 use crate::domain::trailers::Reserved;
 use crate::domain::{
-    BlobId, CommitId, Identity, PlanFile, Proposal, ProposalNumber, ProposalState,
+    BlobId, CommitId, Identity, PlanFile, Proposal, ProposalNumber, ProposalState, StepKind,
 };
 use crate::storage::disk::durable::SyncGroup;
 use crate::storage::{CommitRequest, ProposalRequest, ProposalStep, ProposedFile, StorageError};
@@ -509,9 +512,9 @@ impl TenantRepo {
             closed_by: None,
         };
         let verb = if req.number.is_some() {
-            "Update"
+            StepKind::Updated.verb()
         } else {
-            "Open"
+            StepKind::Opened.verb()
         };
         let records_lock = self.stage_records(
             &mut staged,
@@ -574,13 +577,19 @@ impl TenantRepo {
                     commit: p.commit,
                     at: a.now,
                 });
-                (format!("Approve proposal {n}"), identity(by))
+                (
+                    format!("{} proposal {n}", StepKind::Approved.verb()),
+                    identity(by),
+                )
             }
             ProposalStep::Close { by } => {
                 p.may_change(by, "close").map_err(|r| self.refused(r))?;
                 p.state = ProposalState::Closed;
                 p.closed_by = Some(by.clone());
-                (format!("Close proposal {n}"), self.named(&p, by))
+                (
+                    format!("{} proposal {n}", StepKind::Closed.verb()),
+                    self.named(&p, by),
+                )
             }
             ProposalStep::Apply {
                 by,
@@ -614,7 +623,10 @@ impl TenantRepo {
                 p.state = ProposalState::Applied;
                 p.applied = Some(CommitId(to_id(applied)));
                 pending = Some((n.get(), applied));
-                (format!("Apply proposal {n}"), self.named(&p, by))
+                (
+                    format!("{} proposal {n}", StepKind::Applied.verb()),
+                    self.named(&p, by),
+                )
             }
         };
         p.updated = a.now;
@@ -768,7 +780,13 @@ impl TenantRepo {
         let tree = self.stage_object(staged, ObjectType::Tree, &super::objects::tree_of(&root))?;
         let author = signature(who).map_err(err("author signature"))?;
         let by = signature(&committer.identity).map_err(err("committer signature"))?;
-        let message = format!("{subject}\n\n{}", Reserved::Proposal.line(p.number));
+        // `main` as the step found it, under the write lock: where the change streams place
+        // the step among `main`'s commits (see `steps.rs`).
+        let main = self.main_commit("")?;
+        let message = format!(
+            "{subject}\n\n{}{MAIN_HEAD}: {main}\n",
+            Reserved::Proposal.line(p.number)
+        );
         let parents: Vec<Oid> = records.commit.into_iter().collect();
         let text = committer.finish(super::objects::commit_text(
             tree, &parents, &author, &by, &message,

@@ -77,6 +77,12 @@ pub(in crate::storage) fn file_head(repo: &Path) -> Option<CommitId> {
     read_ref(repo, super::MAIN).map(|oid| CommitId(super::to_id(oid)))
 }
 
+/// The proposals' records ref as its loose file says (`None` when there is none: not made
+/// yet, or packed), as [`file_head`] reads `main`.
+pub(in crate::storage) fn file_records(repo: &Path) -> Option<CommitId> {
+    read_ref(repo, super::proposals::RECORDS).map(|oid| CommitId(super::to_id(oid)))
+}
+
 /// A ref's lock, taken for a compare-and-swap: `<ref>.lock` created exclusively, the ref
 /// checked, the new value written into the lock (and synced in fsync mode), not yet renamed
 /// over the ref. Dropped without [`RefLock::commit`], the lock file is removed.

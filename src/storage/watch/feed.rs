@@ -1,7 +1,7 @@
-//! `ChangeFeed`: one thread that tells every waiter of a tenant that its `main` moved, and what changed.
+//! `ChangeFeed`: one thread that tells every waiter of a tenant that its `main` or its proposals' records moved, and what changed on `main`.
 //!
 //! The thread watches the refs of each tenant that has a waiter with inotify (the folders and
-//! events `HeadWatch` uses), or, with `storage.watch_refs = false` or when a watch cannot be
+//! events `HeadWatch` uses, and the proposals' refs), or, with `storage.watch_refs = false` or when a watch cannot be
 //! added, reads each such tenant's ref once per poll interval. When `main` moved, it reads
 //! once, for all of that tenant's waiters, the new head and what each commit since the last
 //! head changed (that only while one of them reads it: [`Wants`]), and publishes that on the
@@ -25,6 +25,9 @@ use tokio::sync::{oneshot, watch};
 #[derive(Debug, Clone)]
 pub struct Update {
     pub head: HeadState,
+    /// The proposals' records ref (`None`: no proposal yet), read after `head`: every step
+    /// taken before `main` reached `head` is at or before it.
+    pub records: Option<CommitId>,
     /// The head this update replaced; `None` for the first value of a channel.
     pub since: Option<CommitId>,
     /// What changed from `since` (up to at most [`FEED_REPLAY_COMMITS`] commits); `None`

@@ -32,6 +32,10 @@ pub struct BundledCursor {
     pub through: String,
     #[serde(default)]
     pub partial: Option<String>,
+    /// Where it stands on the proposals' records line (forty zeros: before the first step);
+    /// absent from a bundle of an earlier version (the target starts at the records' head).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<String>,
     /// Its latest attempts (at most [`MOVED_ATTEMPTS`]), oldest first: its deliveries log on
     /// the target starts with them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -90,10 +94,17 @@ impl Storage {
                     Vec::new()
                 });
             recent.reverse();
+            // Read as it stands: a step delivered meanwhile is delivered again there.
+            let steps = match cursor::read(&super::steps::steps_table(&path), &hook.id) {
+                Ok(at) => Some(at.through.to_string()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => return Err(err(e)),
+            };
             cursors.push(BundledCursor {
                 id: hook.id.to_string(),
                 through: at.through.to_string(),
                 partial: at.partial.map(|c| c.to_string()),
+                steps,
                 recent,
             });
         }
@@ -124,6 +135,7 @@ pub(in crate::storage) fn install(
     let hooks = parse_all(tenant, &bundle.subscriptions)?;
     disk::create_dir_all_synced(&dir)?;
     let mut cursors = Vec::with_capacity(hooks.len());
+    let mut steps = Vec::new();
     for hook in &hooks {
         let bundled = bundle.cursors.iter().find(|c| c.id == hook.id.as_str());
         let recent = bundled.map_or(&[][..], |c| &c.recent[..]);
@@ -138,8 +150,18 @@ pub(in crate::storage) fn install(
                 reason: format!("the webhook {} came without a valid cursor", hook.id),
             })?;
         cursors.push((hook.id.clone(), at));
+        if let Some(at) = bundled
+            .and_then(|c| c.steps.as_deref())
+            .and_then(|s| CursorPosition::parse(s, None))
+        {
+            steps.push((hook.id.clone(), at));
+        }
     }
     cursor::create(&table(repo), &cursors)
         .map_err(|e| StorageError::io("write the webhooks' cursors", &dir, e))?;
+    if !steps.is_empty() {
+        cursor::create(&super::steps::steps_table(repo), &steps)
+            .map_err(|e| StorageError::io("write the webhooks' steps cursors", &dir, e))?;
+    }
     write_all(repo, &hooks)
 }

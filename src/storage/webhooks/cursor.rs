@@ -46,6 +46,17 @@ impl CursorPosition {
             partial: None,
         }
     }
+
+    /// A position on the proposals' records line (the second table): after step `step`,
+    /// `None` before the first (written as forty zeros, which no commit is).
+    pub fn after_step(step: Option<CommitId>) -> Self {
+        Self::at(step.unwrap_or(CommitId(ObjectId::ZERO)))
+    }
+
+    /// The step a position of the second table is after (see [`CursorPosition::after_step`]).
+    pub fn step(&self) -> Option<CommitId> {
+        (self.through.0 != ObjectId::ZERO).then_some(self.through)
+    }
 }
 
 /// A claimed cursor: its record in the table, locked for as long as this lives.

@@ -74,6 +74,42 @@ impl Drop for StopGuard {
     }
 }
 
+/// What a watched folder is to the feed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Folder {
+    /// `refs/heads`, or the repository folder (where `packed-refs` is): see `concerns_main`.
+    Main { is_repo: bool },
+    /// `refs/proposals`: the records ref's moves.
+    Proposals,
+    /// `refs`, for the `proposals` folder made by the first proposal (or again after git
+    /// removed it when it packed the refs).
+    Refs,
+}
+
+impl Folder {
+    /// Whether an event named `name` here may have moved `main` or the records.
+    fn concerns(self, name: Option<&std::ffi::OsStr>) -> bool {
+        match self {
+            Folder::Main { is_repo } => concerns_main(is_repo, name),
+            Folder::Proposals => true,
+            Folder::Refs => name.is_none_or(|n| n == "proposals"),
+        }
+    }
+}
+
+/// The folders the feed watches in `repo`: those `HeadWatch` watches, `refs`, and
+/// `refs/proposals` when it is there (`refs` first, so that a `proposals` folder made after
+/// the look is seen).
+fn feed_folders(repo: &std::path::Path) -> Vec<(std::path::PathBuf, Folder)> {
+    let mut folders: Vec<_> = watched_folders(repo)
+        .into_iter()
+        .map(|(path, is_repo)| (path, Folder::Main { is_repo }))
+        .collect();
+    folders.push((repo.join("refs"), Folder::Refs));
+    folders.push((repo.join("refs/proposals"), Folder::Proposals));
+    folders
+}
+
 /// The feed's thread and everything only it touches.
 struct Thread {
     shared: Weak<Shared>,
@@ -81,8 +117,8 @@ struct Thread {
     queue: mpsc::Receiver<Request>,
     bell: Arc<OwnedFd>,
     inotify: Option<Inotify>,
-    /// Which tenants each watch belongs to, and whether it is the repository folder.
-    watches: HashMap<WatchDescriptor, Vec<(TenantId, bool)>, RandomState>,
+    /// Which tenants each watch belongs to, and which of their folders it is.
+    watches: HashMap<WatchDescriptor, Vec<(TenantId, Folder)>, RandomState>,
     by_tenant: HashMap<TenantId, Vec<WatchDescriptor>, RandomState>,
     /// Tenants whose ref is read every poll interval (no complete inotify watch).
     polled: HashSet<TenantId, RandomState>,
@@ -187,25 +223,7 @@ impl Thread {
         let path = self.storage.locate(tenant, Access::Manage)?;
         // Watches first, then the head: a change after a watch is in place is queued, one
         // before it shows in the head.
-        let mut complete = !self.poll_all;
-        if let Some(inotify) = &self.inotify {
-            let mut watches = inotify.watches();
-            for (folder, is_repo) in watched_folders(&path) {
-                match watches.add(&folder, MASK) {
-                    Ok(wd) => {
-                        let owners = self.watches.entry(wd.clone()).or_default();
-                        if !owners.iter().any(|(t, _)| t == tenant) {
-                            owners.push((tenant.clone(), is_repo));
-                        }
-                        self.by_tenant.entry(tenant.clone()).or_default().push(wd);
-                    }
-                    Err(e) => {
-                        tracing::warn!(%tenant, error = %e, "cannot watch a tenant's refs for the change feed: polling them");
-                        complete = false;
-                    }
-                }
-            }
-        }
+        let complete = !self.poll_all && self.add_watches(tenant, &path);
         if !complete {
             self.polled.insert(tenant.clone());
         }
@@ -216,8 +234,16 @@ impl Thread {
                 return Err(e);
             }
         };
+        let records = match self.storage.records_head(tenant) {
+            Ok(records) => records,
+            Err(e) => {
+                self.forget(tenant);
+                return Err(e);
+            }
+        };
         let (tx, _) = watch::channel(Arc::new(Update {
             head,
+            records,
             since: None,
             replay: None,
             moving: false,
@@ -229,6 +255,37 @@ impl Thread {
         let rx = channel.join(wants);
         shared.tenants().insert(tenant.clone(), channel);
         Ok(rx)
+    }
+
+    /// Adds the watches of `tenant`'s folders (again: a folder watched already keeps its
+    /// watch); whether every folder that must be watched is. `refs/proposals` may be absent:
+    /// the watch on `refs` sees it made.
+    fn add_watches(&mut self, tenant: &TenantId, path: &std::path::Path) -> bool {
+        let Some(inotify) = &self.inotify else {
+            return false;
+        };
+        let mut complete = true;
+        let mut watches = inotify.watches();
+        for (folder, kind) in feed_folders(path) {
+            match watches.add(&folder, MASK) {
+                Ok(wd) => {
+                    let owners = self.watches.entry(wd.clone()).or_default();
+                    if !owners.iter().any(|(t, _)| t == tenant) {
+                        owners.push((tenant.clone(), kind));
+                    }
+                    let mine = self.by_tenant.entry(tenant.clone()).or_default();
+                    if !mine.contains(&wd) {
+                        mine.push(wd);
+                    }
+                }
+                Err(e) if kind == Folder::Proposals && e.kind() == ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(%tenant, error = %e, "cannot watch a tenant's refs for the change feed: polling them");
+                    complete = false;
+                }
+            }
+        }
+        complete
     }
 
     fn unwatch(&mut self, shared: &Shared, tenant: &TenantId) {
@@ -257,6 +314,7 @@ impl Thread {
     /// The tenants whose refs the queued inotify events concern.
     fn drain_events(&mut self, shared: &Shared) -> HashSet<TenantId, RandomState> {
         let mut dirty = HashSet::default();
+        let mut rewatch = HashSet::<TenantId, RandomState>::default();
         let Some(inotify) = &mut self.inotify else {
             return dirty;
         };
@@ -272,6 +330,7 @@ impl Thread {
             };
             let mut any = false;
             let mut gone = Vec::new();
+
             for event in events {
                 any = true;
                 if event.mask.contains(EventMask::Q_OVERFLOW) {
@@ -282,23 +341,38 @@ impl Thread {
                     continue;
                 };
                 let ignored = event.mask.contains(EventMask::IGNORED);
-                for (tenant, is_repo) in owners {
-                    if concerns_main(*is_repo, event.name) || ignored {
+                for (tenant, folder) in owners {
+                    if folder.concerns(event.name) || ignored {
                         dirty.insert(tenant.clone());
+                    }
+                    if *folder == Folder::Refs && event.name.is_some_and(|n| n == "proposals") {
+                        rewatch.insert(tenant.clone());
                     }
                 }
                 if ignored {
                     gone.push(event.wd.clone());
                 }
             }
-            // A folder that went away (a repository moved or deleted): its tenants are polled.
+            // A folder that went away (a repository moved or deleted): its tenants are polled;
+            // but `refs/proposals` (git removes it when it packs the refs) is watched again
+            // when it comes back, through `refs`.
             for wd in gone {
-                for (tenant, _) in self.watches.remove(&wd).unwrap_or_default() {
-                    self.polled.insert(tenant);
+                for (tenant, folder) in self.watches.remove(&wd).unwrap_or_default() {
+                    if let Some(mine) = self.by_tenant.get_mut(&tenant) {
+                        mine.retain(|w| *w != wd);
+                    }
+                    if folder != Folder::Proposals {
+                        self.polled.insert(tenant);
+                    }
                 }
             }
             if !any {
                 break;
+            }
+        }
+        for tenant in rewatch {
+            if let Ok(path) = self.storage.locate(&tenant, Access::Follow) {
+                self.add_watches(&tenant, &path);
             }
         }
         dirty
@@ -314,9 +388,9 @@ impl Thread {
         else {
             return;
         };
-        let (last, moving) = {
+        let (last, last_records, moving) = {
             let update = tx.borrow();
-            (update.head.commit, update.moving)
+            (update.head.commit, update.records, update.moving)
         };
         if moving {
             return;
@@ -334,14 +408,28 @@ impl Thread {
         let readable = wanted && !matches!(placement, Err(StorageError::TenantMoved { .. }));
         // The ref file alone first: most events (a lock file made, a write refused) leave
         // `main` where it was.
-        if !moving && repo::file_head(&path) == Some(last) {
+        if !moving
+            && repo::file_head(&path) == Some(last)
+            && repo::file_records(&path) == last_records
+        {
             return;
         }
         let read = self
             .storage
             .head_and_changes(tenant, last, FEED_REPLAY_COMMITS, readable);
+        // The records after `main`: a step taken before `main` reached the head read is in them.
+        let records = match &read {
+            Ok(_) if !moving => match self.storage.records_head(tenant) {
+                Ok(records) => records,
+                Err(e) => {
+                    tracing::warn!(%tenant, error = %e, "the change feed cannot read a tenant's proposals");
+                    last_records
+                }
+            },
+            _ => last_records,
+        };
         let (head, changes) = match read {
-            Ok((head, _)) if !moving && head.commit == last => return,
+            Ok((head, _)) if !moving && head.commit == last && records == last_records => return,
             Ok((head, changes)) => (Some(head), changes),
             // Archived: there is nothing more to read.
             Err(_) if moving => (None, None),
@@ -361,6 +449,7 @@ impl Thread {
         let head = head.unwrap_or_else(|| tx.borrow().head.clone());
         tx.send_replace(Arc::new(Update {
             head,
+            records,
             since: Some(last),
             replay,
             moving,
