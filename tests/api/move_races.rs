@@ -576,11 +576,25 @@ fn webhooks_move_with_the_tenant_over_a_slow_link_and_skip_nothing() {
 }
 
 /// A tenant that requires approval requires it on its new shard, and its proposals (open,
-/// with their approvals) go on there: a move never turns the rule off in silence.
+/// with their approvals) go on there: a move never turns the rule off in silence. A webhook
+/// whose receiver refused the steps taken before the move gets them from the new shard, then
+/// the steps taken there, each once.
 #[test]
 fn a_move_carries_the_approval_rule_and_the_proposals() {
-    let pair = Pair::start();
+    let hooks = "[webhooks]\nallow_http = true\nallow_private_networks = true\nretry_schedule_secs = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\ncpu_share = 0\n";
+    let pair = Pair::start_full(true, "", hooks);
+    let rx = common::receiver::Receiver::start();
+    rx.set_mode("/hook/p", common::receiver::Mode::Status(500));
     let http = reqwest::blocking::Client::new();
+    let created: Value = http
+        .post(format!("{}/plans/webhooks", pair.a.url))
+        .bearer_auth(common::webhooks_token(TENANT))
+        .json(&json!({"url": rx.url("/hook/p"), "events": ["proposal.opened", "proposal.approved", "proposal.applied"]}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    rx.set_secret("/hook/p", created["secret"].as_str().unwrap());
     let writer = &["jit.integrations.write", "jit.preferences.write"];
     let approver = &["planfiles.proposals.approve"];
     let opened = http
@@ -630,6 +644,11 @@ fn a_move_carries_the_approval_rule_and_the_proposals() {
         "{p}"
     );
     assert_eq!(p["approvals"][0]["by"]["sub"], "bo", "{p}");
+    assert!(
+        rx.deliveries("/hook/p").iter().all(|d| d.answered == 500),
+        "the steps before the move were refused"
+    );
+    rx.set_mode("/hook/p", common::receiver::Mode::Ok);
     let approved = http
         .post(format!("{}/plans/proposals/1/approve", pair.b.url))
         .bearer_auth(common::token_as(TENANT, "cy", approver))
@@ -643,4 +662,41 @@ fn a_move_carries_the_approval_rule_and_the_proposals() {
         .send()
         .unwrap();
     assert_eq!(applied.status(), 200, "{:?}", applied.text());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let delivered = loop {
+        let got: Vec<(String, String)> = rx
+            .deliveries("/hook/p")
+            .iter()
+            .filter(|d| d.answered == 200)
+            .map(|d| {
+                assert!(d.verified);
+                let by = d.body["data"]["by"]["name"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned();
+                (d.kind().to_owned(), by)
+            })
+            .collect();
+        if got.len() >= 4 || Instant::now() > deadline {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let want: Vec<(String, String)> = [
+        ("proposal.opened", "ann"),
+        ("proposal.approved", "bo"),
+        ("proposal.approved", "cy"),
+        ("proposal.applied", "ann"),
+    ]
+    .iter()
+    .map(|(k, b)| (k.to_string(), b.to_string()))
+    .collect();
+    assert_eq!(delivered, want);
+    std::thread::sleep(Duration::from_secs(2));
+    let twice = rx
+        .deliveries("/hook/p")
+        .iter()
+        .filter(|d| d.answered == 200)
+        .count();
+    assert_eq!(twice, 4, "each step once");
 }
