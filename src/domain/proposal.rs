@@ -108,9 +108,16 @@ impl StepKind {
         }
     }
 
-    /// The step a records commit's subject names; `None` for any other subject.
+    /// The step a records commit's subject names (`Approve proposal 3`, `Open proposal 3:
+    /// its title`); `None` for any other subject.
     pub fn of_subject(subject: &str) -> Option<Self> {
-        let verb = subject.split(' ').next()?;
+        let mut words = subject.split(' ');
+        let verb = words.next()?;
+        let number = words.nth(1)?.trim_end_matches(':');
+        let shaped = subject[verb.len()..].starts_with(" proposal ");
+        if !shaped || ProposalNumber::parse(number).is_err() {
+            return None;
+        }
         Self::ALL.into_iter().find(|k| k.verb() == verb)
     }
 }
@@ -376,15 +383,22 @@ mod tests {
             let subject = format!("{} proposal 7: a title", kind.verb());
             assert_eq!(StepKind::of_subject(&subject), Some(kind));
         }
+        assert_eq!(
+            StepKind::of_subject("Apply proposal 12"),
+            Some(StepKind::Applied)
+        );
         for other in [
             "",
             "Opened proposal 1",
             "open proposal 1",
             "Apply",
+            "Apply proposal",
+            "Apply proposal 01",
+            "Open port 443",
+            "Approve proposals 3",
             "Merge 3",
         ] {
-            let expected = (other == "Apply").then_some(StepKind::Applied);
-            assert_eq!(StepKind::of_subject(other), expected, "{other:?}");
+            assert_eq!(StepKind::of_subject(other), None, "{other:?}");
         }
         assert_eq!(StepKind::Approved.event(), "proposal.approved");
     }

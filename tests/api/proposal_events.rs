@@ -267,3 +267,42 @@ async fn steps_arrive_live_across_packed_refs() {
         );
     }
 }
+
+/// Resume points that read like a step but are none: a proposal's own commit titled like one
+/// (it is not on `main`: a reset), `main`'s commit that applied it (its subject and `Proposal`
+/// trailer: a resume after it), and another tenant's step (unknown here: a reset). No 500, no
+/// closed stream.
+#[tokio::test]
+async fn ids_that_read_like_steps_resume_as_what_they_are() {
+    let app = TestApp::spawn().await;
+    let all = token("globex", ALL);
+    let res = app
+        .propose(
+            &crate::common::token_as("globex", "ann", WRITER),
+            &json!({"integration-file": {"content": {"aws": []}}, "title": "Approve proposal 1"}),
+        )
+        .await;
+    assert_eq!(res.status(), 201);
+    let own: Value = res.json().await.unwrap();
+    let (status, body) = step(&app, "globex", "bo", APPROVER, 1, "approve").await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = step(&app, "globex", "bo", APPROVER, 1, "apply").await;
+    assert_eq!(status, 200, "{body}");
+    let applied = app.head("globex");
+    let later = app
+        .put_configuration(&all, &json!({"payload": {"folders": []}, "file_sha": app.blob("globex", "configuration.yml")}))
+        .await;
+    assert_eq!(later.status(), 200);
+    let head = app.head("globex");
+    four_eyes_round(&app, "acme").await;
+    let elsewhere = records_line(&app, "acme").pop().unwrap();
+    for (since, first) in [
+        (own["commit"].as_str().unwrap(), ("reset", head.as_str())),
+        (applied.as_str(), ("configuration-file", head.as_str())),
+        (elsewhere.as_str(), ("reset", head.as_str())),
+    ] {
+        let mut stream = Sse::open(&app, &all, &format!("?since={since}"), None).await;
+        let got = stream.next().await;
+        assert_eq!((got.kind.as_str(), got.id.as_str()), first, "since {since}");
+    }
+}

@@ -78,18 +78,16 @@ impl TenantRepo {
         let Some(head) = self.records_oid()? else {
             return Ok(None);
         };
-        // Most resume points are `main`'s commits: told apart by their subject, without a walk.
-        let step = match self.repo.find_commit(target) {
-            Ok(_) => self.step(target)?,
-            Err(_) => return Ok(None),
-        };
-        let Some(step) = step else {
+        // Most resume points are `main`'s commits, told apart by their message without a
+        // walk; a commit whose message reads like a step's (a proposal titled so) is one only
+        // on the records line.
+        let Some(marks) = self.marks(target)? else {
             return Ok(None);
         };
         if target != head && self.steps_line(head, Some(target))?.is_none() {
             return Ok(None);
         }
-        Ok(Some(step.main))
+        Ok(Some(marks.main))
     }
 
     /// For a stream that resumes after `main`'s commit `m`: the last step it was sent, the
@@ -131,8 +129,8 @@ impl TenantRepo {
         let mut walked = 0;
         while let Some(oid) = at {
             let placed_after = self
-                .step(oid)?
-                .and_then(|s| s.main)
+                .marks(oid)?
+                .and_then(|m| m.main)
                 .is_some_and(|main| after_m.contains(&to_oid(&main.0)));
             walked += 1;
             if !placed_after || walked > MAX_REPLAY_COMMITS {
@@ -167,27 +165,29 @@ impl TenantRepo {
         Ok(after.is_none().then_some(line))
     }
 
-    /// The step records commit `oid` took; `None` for a commit that is not one (a subject
-    /// without a step's verb, or no `Proposal` trailer).
+    /// What the message of commit `oid` says of a step (its verb, `Proposal` and `Main-Head`
+    /// trailers), without its record; `None` when it reads as no step, or is not in the store.
+    fn marks(&self, oid: Oid) -> Result<Option<Marks>, StorageError> {
+        match self.repo.find_commit(oid) {
+            Ok(commit) => Ok(marks_of(&String::from_utf8_lossy(commit.message_bytes()))),
+            Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
+            Err(e) => Err(git_err(&self.tenant, "read a proposal's step", "")(e)),
+        }
+    }
+
+    /// The step records commit `oid` took; `None` for a commit whose message reads as no step.
     fn step(&self, oid: Oid) -> Result<Option<ProposalChange>, StorageError> {
         let err = |op| git_err(&self.tenant, op, "");
         let commit = self
             .repo
             .find_commit(oid)
             .map_err(err("read a proposal's step"))?;
-        let message = String::from_utf8_lossy(commit.message_bytes());
-        let Some(kind) = StepKind::of_subject(message.lines().next().unwrap_or_default()) else {
-            return Ok(None);
-        };
-        let (mut number, mut main) = (None, None);
-        for line in message.lines().skip(1) {
-            match line.split_once(": ") {
-                Some((k, v)) if k == Reserved::Proposal.key() => number = v.parse::<u64>().ok(),
-                Some((k, v)) if k == MAIN_HEAD => main = ObjectId::parse(v).ok().map(CommitId),
-                _ => {}
-            }
-        }
-        let Some(n) = number else {
+        let Some(Marks {
+            kind,
+            number: n,
+            main,
+        }) = marks_of(&String::from_utf8_lossy(commit.message_bytes()))
+        else {
             return Ok(None);
         };
         let tree = commit.tree().map_err(err("read a proposal's step"))?;
@@ -223,4 +223,30 @@ impl TenantRepo {
             None => Ok(false),
         }
     }
+}
+
+/// What a records commit's message says: the step's verb, its proposal, and `main` then.
+struct Marks {
+    kind: StepKind,
+    number: u64,
+    main: Option<CommitId>,
+}
+
+/// The marks of a step's message (`Approve proposal 3`, `Proposal: 3`, `Main-Head: …`);
+/// `None` without a step's verb or a `Proposal` trailer.
+fn marks_of(message: &str) -> Option<Marks> {
+    let kind = StepKind::of_subject(message.lines().next().unwrap_or_default())?;
+    let (mut number, mut main) = (None, None);
+    for line in message.lines().skip(1) {
+        match line.split_once(": ") {
+            Some((k, v)) if k == Reserved::Proposal.key() => number = v.parse::<u64>().ok(),
+            Some((k, v)) if k == MAIN_HEAD => main = ObjectId::parse(v).ok().map(CommitId),
+            _ => {}
+        }
+    }
+    Some(Marks {
+        kind,
+        number: number?,
+        main,
+    })
 }
