@@ -1,6 +1,8 @@
 //! The proposals benchmark (issue 52): opening, approving and applying a proposal against a
 //! PUT of the same file, by turns on one tenant (so that they share every drift of the
-//! machine); then listing and reading with 10,000 open proposals, warm and in a new process.
+//! machine); then listing and reading with 10,000 open proposals, warm and in a new process;
+//! and a change stream resumed over their 10,000 steps against one resumed over as many
+//! commits of `main`.
 //!
 //!     cargo bench --bench proposals            # 10,000 proposals
 //!     cargo bench --bench proposals -- --quick # 2,000 proposals, fewer turns
@@ -38,6 +40,55 @@ fn reviewer(tenant: &str) -> String {
     .unwrap()
 }
 
+/// A token that reads both files (a change stream's).
+fn reader(tenant: &str) -> String {
+    mint_hs256(
+        SECRET,
+        &MintRequest {
+            tenant: TenantId::parse(tenant).unwrap(),
+            permissions: vec![
+                "jit.integrations.read".into(),
+                "jit.preferences.read".into(),
+            ],
+            sub: Some("watcher".into()),
+            email: Some("watcher@example.com".into()),
+            name: Some("Watcher".into()),
+            ttl_secs: 3600,
+        },
+    )
+    .unwrap()
+}
+
+/// Opens the tenant's change stream (resumed after `since` when given) and reads it up to its
+/// `event: head`: how long that took, the events before it, and the head's commit.
+async fn resumed(
+    client: &reqwest::Client,
+    addr: &str,
+    token: &str,
+    since: Option<&str>,
+) -> (Duration, usize, String) {
+    let began = Instant::now();
+    let url = match since {
+        Some(s) => format!("{addr}/plans/events?since={s}"),
+        None => format!("{addr}/plans/events"),
+    };
+    let mut res = client.get(url).bearer_auth(token).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    let mut text = String::new();
+    loop {
+        let chunk = res.chunk().await.unwrap().expect("the stream goes on");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+        let Some(at) = text.find("event: head\nid: ") else {
+            continue;
+        };
+        let id = &text[at + 16..];
+        if id.len() >= 40 {
+            let events = text.matches("event: ").count() - 1;
+            return (began.elapsed(), events, id[..40].to_owned());
+        }
+    }
+}
+
 /// Sends one request and records its time in `run`; the answer's JSON.
 async fn timed(run: &mut Run, req: reqwest::RequestBuilder, want: u16) -> Value {
     let began = Instant::now();
@@ -66,7 +117,7 @@ fn main() {
             storage::Durability::Group,
         )
         .unwrap();
-        for id in ["steps", "many"] {
+        for id in ["steps", "many", "line"] {
             st.create_tenant(&TenantId::parse(id).unwrap(), false)
                 .unwrap();
         }
@@ -172,6 +223,59 @@ fn main() {
         t.elapsed().as_secs_f64(),
         t.elapsed().as_secs_f64() * 1000.0 / made.requests as f64
     );
+    println!("\n## A change stream resumed over {many} events");
+    // The baseline: as many commits of `main` (PUTs, four clients), each one file event.
+    let line = token("line");
+    let (line_start, many_start) = rt.block_on(async {
+        let (_, _, line_start) = resumed(&client, &addr, &reader("line"), None).await;
+        let mut n = 0u64;
+        while n < many {
+            let mut batch = tokio::task::JoinSet::new();
+            for i in n..(n + 4).min(many) {
+                let req = client
+                    .put(format!("{addr}/plans/integration-file"))
+                    .bearer_auth(&line)
+                    .json(&json!({"content": account(i)}));
+                batch.spawn(async move { req.send().await.unwrap().status().as_u16() });
+            }
+            while let Some(status) = batch.join_next().await {
+                assert_eq!(status.unwrap(), 200);
+            }
+            n += 4;
+        }
+        let (_, _, many_start) = resumed(&client, &addr, &reader("many"), None).await;
+        (line_start, many_start)
+    });
+    let mut replays = Vec::new();
+    for (label, tenant, since, want) in [
+        (
+            "main's commits (baseline)",
+            "line",
+            line_start.clone(),
+            many,
+        ),
+        ("proposals' steps", "many", many_start.clone(), many),
+    ] {
+        let mut best = Duration::MAX;
+        for _ in 0..3 {
+            let (took, events, _) =
+                rt.block_on(resumed(&client, &addr, &reader(tenant), Some(&since)));
+            assert_eq!(events as u64, want, "{label}");
+            best = best.min(took);
+        }
+        println!(
+            "resumed over {want} {label}: {:.1} ms to `head` ({:.1} µs an event; best of 3)",
+            best.as_secs_f64() * 1000.0,
+            best.as_secs_f64() * 1e6 / want as f64
+        );
+        replays.push(best);
+    }
+    let ratio = replays[1].as_secs_f64() / replays[0].as_secs_f64();
+    targets.push((
+        format!("a resume over {many} steps <= 1.5x one over {many} commits"),
+        format!("{ratio:.2}x"),
+        ratio <= 1.5,
+    ));
     let list = |addr: &str, query: &str, label: &str| {
         let mut run = Run::empty();
         let url = format!("{addr}/plans/proposals{query}");
