@@ -86,6 +86,8 @@ impl Application {
             %filesystem,
             durability = durability.name(),
             setting = ?config.storage.durability,
+            // ext4 without a journal: repacks keep the files they retire for new objects.
+            recycle_files = storage.recycles_files(),
             "{}",
             match durability {
                 Durability::Group => "group commit: writers share syncfs calls, which reach the disk on this volume",

@@ -22,6 +22,7 @@ pub use placement::seed::seed_if_empty;
 pub use repo::receive::{PushedTip, StagedPush};
 pub use repo::upload_pack::{UploadPack, UploadPackError, CLONE_TURNS};
 pub use repo::{Settings, MAX_REQUIRED_APPROVALS};
+pub use tenants::SPARES_REST;
 pub use watch::feed::{ChangeFeed, Subscription, Update, Wants};
 pub use webhooks::{
     Attempt, AttemptStatus, BundledCursor, CursorPosition, DeliveryCursor, NewWebhook, Webhook,
@@ -87,6 +88,10 @@ pub struct Storage {
     flags: Arc<repo::Flags>,
     /// Each tenant's proposals' records as last read.
     proposal_records: Arc<repo::RecordsCaches>,
+    /// Repacks keep the object files they retire, for new objects and ref locks
+    /// (`repo/spares.rs`): on ext4 without a journal only, where each freed inode slows every
+    /// later allocation for minutes.
+    recycle_files: bool,
 }
 
 /// Called with the tenant and its repository's path by a write after its commit is made and
@@ -118,6 +123,7 @@ impl Storage {
         // Each folder made here is synced into the one above it: a power loss must not
         // take them and leave an empty volume that a restart would seed again.
         disk::create_dir_all_synced(&tenants_dir)?;
+        let recycle_files = disk::volume::ext4_without_journal(&tenants_dir);
         repo::set_libgit2_fsync(durability == Durability::Fsync);
         let sync = match durability {
             Durability::Group => Some(Arc::new(
@@ -148,7 +154,14 @@ impl Storage {
             read_repos: Arc::default(),
             flags: Arc::default(),
             proposal_records: Arc::default(),
+            recycle_files,
         })
+    }
+
+    /// Whether this data dir's volume is ext4 without a journal, where repacks keep the
+    /// files they retire for new objects and ref locks instead of deleting them.
+    pub fn recycles_files(&self) -> bool {
+        self.recycle_files
     }
 
     /// Signs every commit this process makes with the ed25519 key in `key_file` (an OpenSSH

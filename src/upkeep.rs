@@ -155,6 +155,7 @@ impl Upkeep {
         let result = self.storage.repack(tenant, full);
         match &result {
             Ok(Some(r)) => {
+                self.empty_spares_later(tenant);
                 let kind = r.kind;
                 self.metrics.repacks.with_label_values(&[kind, "ok"]).inc();
                 self.metrics
@@ -177,6 +178,32 @@ impl Upkeep {
             }
         }
         result
+    }
+}
+
+impl Upkeep {
+    /// Once the files a repack retired have rested, their bytes go (an idle tenant's spares
+    /// take inodes, not blocks): a timer, then a short job on the blocking pool (no thread
+    /// waits the rest out). Only where storage recycles files.
+    fn empty_spares_later(&self, tenant: &TenantId) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.storage.recycles_files() {
+            return;
+        }
+        let (storage, tenant) = (self.storage.clone(), tenant.clone());
+        runtime.spawn(async move {
+            tokio::time::sleep(crate::storage::SPARES_REST).await;
+            let emptied = tokio::task::spawn_blocking(move || {
+                let result = storage.empty_spares(&tenant);
+                (tenant, result)
+            })
+            .await;
+            if let Ok((tenant, Err(e))) = emptied {
+                tracing::warn!(%tenant, error = %e, "could not empty the spare files");
+            }
+        });
     }
 }
 

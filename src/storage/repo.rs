@@ -30,6 +30,7 @@ mod repack;
 mod replay;
 pub(super) mod signatures;
 mod source_hosting;
+mod spares;
 mod staged;
 pub(super) mod upload_pack;
 #[cfg(test)]
@@ -39,6 +40,7 @@ pub(super) use create::{create, creation_turn, handover_turn};
 pub(super) use refs::{file_head, file_records};
 pub(super) use source_hosting::Flags;
 pub use source_hosting::{Settings, MAX_REQUIRED_APPROVALS};
+pub(super) use spares::{empty as empty_spares, REST as SPARES_REST};
 
 const MAIN: &str = "refs/heads/main";
 /// The records of idempotent writes that changed nothing, one commit each
@@ -133,6 +135,8 @@ pub(super) struct TenantRepo {
     before_ref_update: Option<super::WriteHook>,
     /// What the blobs this repository's last edits stored parse to (see [`objects::Parsed`]).
     parsed: objects::Parsed,
+    /// Object files a repack retired, for new objects (see [`spares`]).
+    spares: spares::Spares,
 }
 
 impl TenantRepo {
@@ -149,6 +153,7 @@ impl TenantRepo {
             repo,
             before_ref_update: None,
             parsed: objects::Parsed::default(),
+            spares: spares::Spares::default(),
         })
     }
 

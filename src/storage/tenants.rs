@@ -4,6 +4,9 @@ use super::repo;
 use super::{RepackReport, Storage, StorageError, TenantSummary};
 use crate::domain::{CommitId, TenantId};
 
+/// How long after a repack its retired files have rested: then [`Storage::empty_spares`].
+pub const SPARES_REST: std::time::Duration = repo::SPARES_REST;
+
 impl Storage {
     /// Creates a tenant repository with its first commit. Fails if the tenant exists.
     pub fn create_tenant(
@@ -45,7 +48,17 @@ impl Storage {
         tenant: &TenantId,
         full: bool,
     ) -> Result<Option<RepackReport>, StorageError> {
-        self.repo_for(tenant, Access::Read)?.repack(full)
+        self.repo_for(tenant, Access::Read)?
+            .repack(full, self.recycle_files)
+    }
+
+    /// Empties the tenant's spare files that have rested since a repack retired them (their
+    /// bytes go, their inodes stay: `repo/spares.rs`); call it [`SPARES_REST`] after a repack.
+    pub fn empty_spares(&self, tenant: &TenantId) -> Result<(), StorageError> {
+        if self.recycle_files {
+            repo::empty_spares(&self.locate(tenant, Access::Read)?);
+        }
+        Ok(())
     }
 
     /// Checks that the tenants directory can be listed and written.

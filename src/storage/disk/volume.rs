@@ -1,4 +1,4 @@
-//! What kind of volume a path is on (`statfs` f_type): its name, whether other hosts share it, and whether `syncfs` flushes it.
+//! What kind of volume a path is on (`statfs` f_type): its name, whether other hosts share it, whether `syncfs` flushes it, and whether it is ext4 without a journal.
 use std::borrow::Cow;
 use std::ffi::CString;
 use std::io;
@@ -139,6 +139,35 @@ pub fn volume(path: &Path) -> io::Result<Volume> {
     let stat = unsafe { buf.assume_init() };
     // f_type is a signed word whose width differs between architectures.
     Ok(Volume::from_magic(stat.f_type as u32))
+}
+
+/// Whether `path` is on ext4 without a journal, where the inode allocator skips, and looks
+/// up, every inode freed in the last minutes: the volume's block device (`/sys/dev/block`)
+/// has no journal thread in `/proc/fs/jbd2/`. False when any of that cannot be read.
+pub fn ext4_without_journal(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if volume(path).map(|v| v.name()).ok().as_deref() != Some("ext4") {
+        return false;
+    }
+    let Ok(meta) = std::fs::metadata(path) else {
+        return false;
+    };
+    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+    let Ok(uevent) = std::fs::read_to_string(format!("/sys/dev/block/{major}:{minor}/uevent"))
+    else {
+        return false;
+    };
+    let Some(device) = uevent.lines().find_map(|l| l.strip_prefix("DEVNAME=")) else {
+        return false;
+    };
+    // A journal's thread is `<device>-<journal inode>`.
+    match std::fs::read_dir("/proc/fs/jbd2") {
+        Ok(journals) => !journals
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .any(|name| name.rsplit_once('-').is_some_and(|(d, _)| d == device)),
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
 }
 
 /// The volume `path` is on, or would be on once made: that of its nearest existing folder.

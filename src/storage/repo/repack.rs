@@ -36,6 +36,7 @@ impl TenantRepo {
     pub(in crate::storage) fn repack(
         &self,
         full: bool,
+        recycle: bool,
     ) -> Result<Option<RepackReport>, StorageError> {
         let started = Instant::now();
         let Some(_lock) = self.try_upkeep_lock()? else {
@@ -119,11 +120,10 @@ impl TenantRepo {
         sync_dir(&pack_dir)?;
 
         // Everything below only deletes what the new, synced pack holds.
-        for (_, path) in &loose {
-            if std::fs::remove_file(path).is_ok() {
-                report.loose_removed += 1;
-            }
-        }
+        // With `recycle`, retired rather than deleted: their files become new objects' and
+        // ref locks' (`spares.rs`).
+        let files: Vec<PathBuf> = loose.into_iter().map(|(_, path)| path).collect();
+        report.loose_removed = super::spares::retire(&self.path, &files, recycle);
         for pack in merge.iter().filter(|p| Some(&p.name) != new_pack.as_ref()) {
             if pack_dir.join(format!("{}.keep", pack.name)).exists() {
                 continue;

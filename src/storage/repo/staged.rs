@@ -172,19 +172,30 @@ impl TenantRepo {
         let fanout = path.parent().expect("objects/xx");
         let io = |op, p: &Path, e| StorageError::io(op, p, e);
         let tmp = fanout.join(format!("tmp_obj_{:016x}", rand::random::<u64>()));
-        let create = || {
-            faults::check(Op::Create, &tmp).and_then(|()| {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o444)
-                    .open(&tmp)
-            })
+        let new_file = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o444)
+                .open(&tmp)
         };
-        // As git does: the fan-out folder is made when the file cannot be, since it may not
-        // be there yet, or no more (`git gc` and `git prune-packed` remove emptied ones at any
-        // moment, also between a check and the create).
-        let mut opened = create();
+        let create = || faults::check(Op::Create, &tmp).and_then(|()| new_file());
+        // A spare object file first (no inode made: `spares.rs`), else a new one. As git
+        // does, the fan-out folder is made when the file cannot be, since it may not be there
+        // yet, or no more (`git gc` and `git prune-packed` remove emptied ones at any moment,
+        // also between a check and the create).
+        let mut recycled = false;
+        let mut opened = faults::check(Op::Create, &tmp).and_then(|()| {
+            if !self.spares.take(&self.path, &tmp) {
+                return new_file();
+            }
+            recycled = true;
+            super::spares::reopen(&tmp).or_else(|_| {
+                recycled = false;
+                let _ = std::fs::remove_file(&tmp);
+                new_file()
+            })
+        });
         for _ in 0..3 {
             match &opened {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -201,6 +212,11 @@ impl TenantRepo {
         let deflated = deflate(kind, data).map_err(|e| io("deflate an object", &tmp, e))?;
         let written = faults::check(Op::Write, &tmp)
             .and_then(|()| file.write_all(&deflated))
+            .and_then(|()| match recycled {
+                // Read-only, as git makes loose objects (a new file is made so).
+                true => file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o444)),
+                false => Ok(()),
+            })
             .and_then(|()| {
                 if staged.fsync {
                     faults::check(Op::Fsync, &tmp).and_then(|()| file.sync_all())
