@@ -90,8 +90,6 @@ pub(super) struct RefLock {
     lock: PathBuf,
     path: PathBuf,
     folder: PathBuf,
-    /// The repository, whose spares keep the ref's old file (`spares.rs`).
-    repo: PathBuf,
     done: bool,
 }
 
@@ -99,7 +97,6 @@ impl RefLock {
     /// Renames the lock over the ref. The move is durable once the ref's folder is synced
     /// (fsync mode) or after the next `syncfs` (group commit).
     pub(super) fn commit(mut self) -> Result<(), StorageError> {
-        super::spares::keep_ref_file(&self.repo, &self.path);
         faults::check(Op::Rename, &self.path)
             .and_then(|()| std::fs::rename(&self.lock, &self.path))
             .map_err(|e| StorageError::io("move a ref", &self.path, e))?;
@@ -138,16 +135,12 @@ impl TenantRepo {
         let folder = path.parent().expect("a ref has a folder").to_owned();
         let lock = self.path.join(format!("{name}.lock"));
         let io = |op, p: &Path, e| RefMove::Failed(StorageError::io(op, p, e));
-        // A spare file first (no inode made: `spares.rs`), else a new one.
         let opened = faults::check(Op::Create, &lock).and_then(|()| {
-            match self.spares.lock(&self.path, &lock, PLANFILES_LOCK_MODE) {
-                Some(made) => made,
-                None => std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(PLANFILES_LOCK_MODE)
-                    .open(&lock),
-            }
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(PLANFILES_LOCK_MODE)
+                .open(&lock)
         });
         let mut file = match opened {
             Ok(file) => file,
@@ -169,7 +162,6 @@ impl TenantRepo {
             lock,
             path,
             folder,
-            repo: self.path.clone(),
             done: false,
         };
         // Under the lock: a tenant that began to move takes no write.

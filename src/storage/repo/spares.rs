@@ -1,22 +1,20 @@
-//! Spare files: a repack moves the loose objects its synced pack made redundant into `objects/planfiles-spares/` instead of deleting them, a ref's move keeps the ref's old file there, and a write takes one (rested a while) for a new object or a ref's lock instead of creating a file, so that a write neither makes nor frees an inode.
+//! Spare object files: a repack moves the loose objects its synced pack made redundant into `objects/planfiles-spares/` instead of deleting them, and a write takes one (rested a while) as a new object's file instead of creating one, so that a write's objects neither make nor free an inode.
 //!
 //! Why: on ext4 without a journal, the inode allocator skips every inode freed in the last
 //! minute (six while its inode-table block is dirty), looking each one up; a repack that
 //! deletes thousands of loose objects at once made every write after it slower, more so as the
-//! history grew (docs/PERFORMANCE.md, "The volume"), and so did each ref's move, which frees
-//! the ref's old file. A spare keeps its inode: a writer renames it to its temporary name (the
-//! rename is the claim: of two takers, one gets `ENOENT`), truncates and writes it, and names
-//! it as it would a new file, after the same sync. A ref's lock is made from a claimed spare
-//! by a hard link to the lock's name, which fails when the lock is held, as git's exclusive
-//! create does. A spare that has another name (a ref's old file kept by a writer that died
-//! before its rename, or an object `git clone` hard-linked into another repository) is never
-//! written.
+//! history grew (docs/PERFORMANCE.md, "The volume"). A spare keeps its inode: a writer renames
+//! it to its temporary name (the rename is the claim: of two takers, one gets `ENOENT`),
+//! truncates and writes it, and names it as it would a new file, after the same syncs.
 //!
-//! A spare rests [`REST`] before it is taken: a reader that opened the object before the
-//! repack moved it reads its bytes whole, not a new object's. Its name says when it was
-//! retired (`<unix seconds>-<random>`), so every process on the data dir knows. At most
-//! [`MAX_SPARES`] are kept; past that, retired objects are deleted as before.
-use std::fs::File;
+//! A spare is never written while it has another name (an object `git clone` of the
+//! repository hard-linked elsewhere), and never before its old name is durably gone: a repack
+//! moves the objects under pending names, syncs the folders they left and the spares' folder,
+//! and only then names them as spares (`<unix seconds>-<random>`), so a power cut cannot bring
+//! an old name back onto a file a write reused. A spare then rests at least [`REST`] (by its
+//! name, which every process on the data dir reads): a reader that opened the object before
+//! the repack moved it has read it whole. At most [`MAX_SPARES`] are kept; past that, retired
+//! objects are deleted as before.
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -24,12 +22,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The folder, under `objects/` (git reads only `objects/xx/`, `pack/` and `info/`).
 pub(super) const FOLDER: &str = "objects/planfiles-spares";
-/// Spares kept at most per repository (a file of a few hundred bytes each).
+/// Spares kept at most per repository (emptied once rested: an inode each, no block).
 const MAX_SPARES: usize = 4_096;
-/// How long a retired file rests before it is written again (or emptied): a reader that opened it
-/// before it was retired (libgit2 and git read an object or a ref whole, at once) is done.
+/// How long a retired file rests, at least, before it is written again (or emptied): a reader
+/// that opened it before it was retired (libgit2 and git read an object whole, at once) is
+/// done.
 #[cfg(not(test))]
-pub(in crate::storage) const REST: Duration = Duration::from_secs(2);
+pub(in crate::storage) const REST: Duration = Duration::from_secs(10);
 #[cfg(test)]
 pub(in crate::storage) const REST: Duration = Duration::ZERO;
 /// How often an empty list looks at the folder again.
@@ -37,8 +36,10 @@ pub(in crate::storage) const REST: Duration = Duration::ZERO;
 const LOOK_EVERY: Duration = Duration::from_secs(1);
 #[cfg(test)]
 const LOOK_EVERY: Duration = Duration::ZERO;
-/// The name a spare takes while a ref's lock is made of it.
+/// The name a spare takes while it is emptied.
 const CLAIMED: &str = "claimed-";
+/// The name a retired object has until the folder it left is synced.
+const PENDING: &str = "pending-";
 
 fn now_secs() -> u64 {
     SystemTime::now()
@@ -60,48 +61,6 @@ struct Listed {
 }
 
 impl Spares {
-    /// Makes `lock` (a ref's lock, which must not exist) from a rested spare, as exclusive as
-    /// git's create: the spare claimed, given `mode`, emptied, then hard-linked to the lock's
-    /// name (`AlreadyExists` while the lock is held, `NotFound` without the ref's folder, as
-    /// a create says). `None` when no spare could be used (the caller creates the lock).
-    pub(super) fn lock(
-        &self,
-        repo: &Path,
-        lock: &Path,
-        mode: u32,
-    ) -> Option<std::io::Result<File>> {
-        use std::os::unix::fs::{MetadataExt, PermissionsExt};
-        let claimed = repo
-            .join(FOLDER)
-            .join(format!("{CLAIMED}{:016x}", rand::random::<u64>()));
-        if !self.take(repo, &claimed) {
-            return None;
-        }
-        let ready = std::fs::symlink_metadata(&claimed)
-            .is_ok_and(|m| m.nlink() == 1)
-            .then(|| {
-                std::fs::set_permissions(&claimed, std::fs::Permissions::from_mode(mode))?;
-                let file = std::fs::OpenOptions::new().write(true).open(&claimed)?;
-                file.set_len(0)?;
-                Ok::<_, std::io::Error>(file)
-            })
-            .and_then(Result::ok);
-        let Some(file) = ready else {
-            let _ = std::fs::remove_file(&claimed);
-            return None;
-        };
-        let linked = std::fs::hard_link(&claimed, lock);
-        let _ = std::fs::remove_file(&claimed);
-        match linked {
-            Ok(()) => Some(Ok(file)),
-            Err(e) if matches!(e.kind(), ErrorKind::AlreadyExists | ErrorKind::NotFound) => {
-                Some(Err(e))
-            }
-            // A file system without hard links: a new lock, as git makes it.
-            Err(_) => None,
-        }
-    }
-
     /// Renames a rested spare of `repo` to `to` (a temporary name in a fan-out folder);
     /// false when there is none (the caller creates a file).
     pub(super) fn take(&self, repo: &Path, to: &Path) -> bool {
@@ -140,13 +99,14 @@ fn rested(folder: &Path) -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(folder) else {
         return Vec::new();
     };
-    let ready = now_secs().saturating_sub(REST.as_secs());
+    // Named in whole seconds: `secs + REST < now` is at least `REST` after the retire.
+    let now = now_secs();
     let mut names: Vec<(u64, String)> = entries
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().into_string().ok())
         .filter_map(|name| {
             let secs: u64 = name.split_once('-')?.0.parse().ok()?;
-            (secs <= ready).then_some((secs, name))
+            (secs.saturating_add(REST.as_secs()) < now || REST.is_zero()).then_some((secs, name))
         })
         .collect();
     names.sort_unstable_by(|a, b| b.cmp(a));
@@ -172,33 +132,25 @@ pub(super) fn reopen(tmp: &Path) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Keeps the file of ref `path` as a spare before a lock is renamed over it (it would be
-/// freed): a second name in the spares. Nothing when the ref has no file (new, or packed), or
-/// the repository has no spares folder.
-pub(super) fn keep_ref_file(repo: &Path, path: &Path) {
-    // Only where a repack made the folder (a volume that recycles).
-    let name = repo
-        .join(FOLDER)
-        .join(format!("{}-{:016x}", now_secs(), rand::random::<u64>()));
-    let _ = std::fs::hard_link(path, &name);
-}
-
-/// Retires loose objects that a synced pack holds: with `recycle`, each moved into the
-/// spares while fewer than [`MAX_SPARES`] are there, else (and without `recycle`) deleted; how many left their names. Then the oldest
-/// spares past [`MAX_SPARES`] (refs' old files add one per move) and claims a writer that died
-/// left behind are deleted.
+/// Retires loose objects that a synced pack holds; how many left their names. Without
+/// `recycle` each is deleted (and the spares folder goes). With it, each is moved under a
+/// pending name while fewer than [`MAX_SPARES`] are kept (the rest deleted), the folders they
+/// left and the spares' folder are synced, and only then are they named as spares. Spares
+/// past [`MAX_SPARES`], and pending or claimed files a process that died left, are deleted.
 pub(super) fn retire(repo: &Path, files: &[PathBuf], recycle: bool) -> usize {
     let folder = repo.join(FOLDER);
-    let mut spares: Vec<(u64, String)> = Vec::new();
-    let made = match recycle {
-        true => std::fs::create_dir(&folder),
-        // Emptied, and the folder left: no ref's old file is kept any more.
-        false => {
-            let _ = std::fs::remove_dir_all(&folder);
-            Err(std::io::Error::other("not recycling"))
-        }
+    let delete_all = |files: &[PathBuf]| {
+        files
+            .iter()
+            .filter(|f| std::fs::remove_file(f).is_ok())
+            .count()
     };
-    match made {
+    if !recycle {
+        let _ = std::fs::remove_dir_all(&folder);
+        return delete_all(files);
+    }
+    let mut spares: Vec<(u64, String)> = Vec::new();
+    match std::fs::create_dir(&folder) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {
             for name in std::fs::read_dir(&folder)
@@ -209,19 +161,18 @@ pub(super) fn retire(repo: &Path, files: &[PathBuf], recycle: bool) -> usize {
             {
                 match name.split_once('-').and_then(|(s, _)| s.parse().ok()) {
                     Some(secs) => spares.push((secs, name)),
-                    None if name.starts_with(CLAIMED) && abandoned(&folder.join(&name)) => {
+                    // Left by a repack or an emptying that died: its old name may not be
+                    // durably gone, so it is never used.
+                    None if name.starts_with(PENDING)
+                        || (name.starts_with(CLAIMED) && abandoned(&folder.join(&name))) =>
+                    {
                         let _ = std::fs::remove_file(folder.join(&name));
                     }
                     None => {}
                 }
             }
         }
-        Err(_) => {
-            return files
-                .iter()
-                .filter(|f| std::fs::remove_file(f).is_ok())
-                .count()
-        }
+        Err(_) => return delete_all(files),
     }
     if spares.len() > MAX_SPARES {
         spares.sort_unstable();
@@ -229,21 +180,40 @@ pub(super) fn retire(repo: &Path, files: &[PathBuf], recycle: bool) -> usize {
             let _ = std::fs::remove_file(folder.join(name));
         }
     }
-    let mut kept = spares.len().min(MAX_SPARES);
-    let stamp = now_secs();
-    let mut gone = 0;
-    for file in files {
-        let moved = kept < MAX_SPARES
-            && std::fs::rename(
-                file,
-                folder.join(format!("{stamp}-{:016x}", rand::random::<u64>())),
-            )
-            .is_ok();
-        if moved {
-            kept += 1;
-            gone += 1;
+    let room = MAX_SPARES.saturating_sub(spares.len());
+    let (keep, delete) = files.split_at(files.len().min(room));
+    let mut gone = delete_all(delete);
+    let mut pending = Vec::with_capacity(keep.len());
+    let mut left: Vec<&Path> = Vec::new();
+    for file in keep {
+        let name = format!("{PENDING}{:016x}", rand::random::<u64>());
+        if std::fs::rename(file, folder.join(&name)).is_ok() {
+            pending.push(name);
+            let from = file.parent().expect("objects/xx");
+            if !left.contains(&from) {
+                left.push(from);
+            }
         } else if std::fs::remove_file(file).is_ok() {
             gone += 1;
+        }
+    }
+    gone += pending.len();
+    // The old names durably gone, the new ones there: then they are spares.
+    let synced = left
+        .iter()
+        .chain([&folder.as_path()])
+        .all(|f| crate::storage::disk::sync_dir(f).is_ok());
+    let stamp = now_secs();
+    for name in pending {
+        let from = folder.join(&name);
+        if !synced
+            || std::fs::rename(
+                &from,
+                folder.join(format!("{stamp}-{:016x}", rand::random::<u64>())),
+            )
+            .is_err()
+        {
+            let _ = std::fs::remove_file(&from);
         }
     }
     gone
@@ -338,6 +308,20 @@ mod tests {
     }
 
     #[test]
+    fn a_pending_file_a_dead_repack_left_is_deleted_never_used() {
+        let (_dir, repo) = repo();
+        let folder = repo.path.join(super::FOLDER);
+        std::fs::create_dir_all(&folder).unwrap();
+        let pending = folder.join(format!("{}0123456789abcdef", super::PENDING));
+        std::fs::write(&pending, "an object whose old name may come back").unwrap();
+        let inode = ino(&pending);
+        let new = write(&repo, b"not from the pending file");
+        assert_ne!(ino(&new), inode);
+        super::retire(&repo.path, &[], true);
+        assert!(!pending.exists());
+    }
+
+    #[test]
     fn rested_spares_are_emptied_but_one_with_another_name_is_not() {
         let (dir, repo) = repo();
         let (a, b) = (write(&repo, b"one object"), write(&repo, b"another object"));
@@ -389,46 +373,12 @@ mod tests {
             .next()
             .is_none());
     }
-
-    #[test]
-    fn a_refs_old_file_becomes_the_next_lock_which_stays_exclusive() {
-        let (_dir, repo) = repo();
-        let main = repo.path.join("refs/heads/main");
-        let head = repo.main_commit("").unwrap();
-        let inode = ino(&main);
-        // A move of main keeps its old file as a spare (in a repository that recycles: a
-        // repack made the folder).
-        std::fs::create_dir(repo.path.join(super::FOLDER)).unwrap();
-        let lock = repo
-            .lock_ref("refs/heads/main", Some(head), head, true)
-            .ok()
-            .unwrap();
-        lock.commit().unwrap();
-        assert_ne!(ino(&main), inode);
-        let lock = repo
-            .lock_ref("refs/heads/main", Some(head), head, true)
-            .ok()
-            .unwrap();
-        let lock_file = repo.path.join("refs/heads/main.lock");
-        assert_eq!(ino(&lock_file), inode, "the lock is the old file");
-        assert!(crate::storage::repo::refs::made_by_planfiles(&lock_file));
-        assert_eq!(
-            std::fs::read_to_string(&lock_file).unwrap(),
-            format!("{head}\n")
-        );
-        assert!(matches!(
-            repo.lock_ref("refs/heads/main", Some(head), head, true),
-            Err(crate::storage::repo::refs::RefMove::Locked)
-        ));
-        lock.commit().unwrap();
-        assert_eq!(std::fs::read_to_string(&main).unwrap(), format!("{head}\n"));
-    }
 }
 
 #[cfg(test)]
 mod off {
     /// Without `recycle` (a journaled volume), a repack deletes what it retires and the
-    /// spares folder goes: no ref's old file is kept after it.
+    /// spares folder goes.
     #[test]
     fn without_recycling_retired_files_are_deleted_and_the_folder_goes() {
         let dir = tempfile::tempdir().unwrap();
@@ -442,9 +392,5 @@ mod off {
             1
         );
         assert!(!file.exists() && !folder.exists());
-        let reference = dir.path().join("main");
-        std::fs::write(&reference, "r").unwrap();
-        super::keep_ref_file(dir.path(), &reference);
-        assert!(!folder.exists());
     }
 }

@@ -50,6 +50,9 @@ pub(super) struct Staged {
     /// Fan-out folders that gained a temporary file, and whether one was made.
     fanouts: Vec<PathBuf>,
     new_fanout: bool,
+    /// A spare file became one of the objects: in fsync mode the spares' folder, which lost
+    /// its name, is synced too (a power cut must not bring that name back onto the object).
+    spare_used: bool,
     objects_dir: PathBuf,
 }
 
@@ -64,6 +67,7 @@ impl Staged {
             found: Vec::new(),
             fanouts: Vec::new(),
             new_fanout: false,
+            spare_used: false,
             objects_dir: repo.path.join("objects"),
         }
     }
@@ -94,6 +98,10 @@ impl Staged {
             }
             if self.new_fanout {
                 sync_dir(&self.objects_dir)?;
+            }
+            if self.spare_used {
+                let repo = self.objects_dir.parent().expect("a repository's objects");
+                sync_dir(&repo.join(super::spares::FOLDER))?;
             }
         }
         Ok(())
@@ -229,6 +237,7 @@ impl TenantRepo {
             let _ = std::fs::remove_file(&tmp);
             return Err(io("write an object", &tmp, e));
         }
+        staged.spare_used |= recycled;
         staged.files.push((tmp, path.clone()));
         if !staged.fanouts.iter().any(|f| f == fanout) {
             staged.fanouts.push(fanout.to_owned());
