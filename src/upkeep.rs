@@ -194,7 +194,8 @@ impl Upkeep {
         }
         let (storage, tenant) = (self.storage.clone(), tenant.clone());
         runtime.spawn(async move {
-            tokio::time::sleep(crate::storage::SPARES_REST).await;
+            // Named in whole seconds: rested a little after the rest itself.
+            tokio::time::sleep(crate::storage::SPARES_REST + Duration::from_secs(2)).await;
             let emptied = tokio::task::spawn_blocking(move || {
                 let result = storage.empty_spares(&tenant);
                 (tenant, result)
