@@ -47,8 +47,11 @@ class Receive(BaseHTTPRequestHandler):
             self.end_headers()
             return
         data = event["data"]
-        print("verified", event["type"], data["commit_sha"][:12], data.get("file", ""),
-              "by", data.get("author", {}).get("name", "-"), flush=True)
+        # A commit's event names its commit and file; a proposal's step, its step and number.
+        commit = data.get("commit_sha") or data.get("step_sha", "")
+        what = data.get("file") or ("#%s" % data["number"] if "number" in data else "")
+        who = data.get("by", data.get("author", {}))
+        print("verified", event["type"], commit[:12], what, "by", who.get("name", "-"), flush=True)
         self.send_response(204)
         self.end_headers()
 

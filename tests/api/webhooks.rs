@@ -853,9 +853,19 @@ async fn the_readmes_receiver_verifies_deliveries_with_the_standard_library_only
             .await;
         assert_eq!(res.status(), 200);
         let head = app.head("acme");
+        if right_secret {
+            let opened = app
+                .propose(
+                    &crate::common::token_as("acme", "ann", &["jit.preferences.write"]),
+                    &json!({"configuration-file": {"payload": {"folders": []}, "file_sha": app.blob("acme", "configuration.yml")}, "title": "Proposed"}),
+                )
+                .await;
+            assert_eq!(opened.status(), 201);
+        }
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         let hooks_token = webhooks_token("acme");
         let id = created["id"].as_str().unwrap().to_owned();
+        let want = if right_secret { 2 } else { 1 };
         let attempt = loop {
             let log: Value = app
                 .send(
@@ -869,11 +879,10 @@ async fn the_readmes_receiver_verifies_deliveries_with_the_standard_library_only
                 .json()
                 .await
                 .unwrap();
-            if let Some(a) = log["deliveries"]
-                .as_array()
-                .and_then(|d| d.first().cloned())
-            {
-                break a;
+            let found = log["deliveries"].as_array().cloned().unwrap_or_default();
+            if found.len() >= want {
+                // The commit's attempt (the log is newest first).
+                break found[found.len() - 1].clone();
             }
             assert!(std::time::Instant::now() < deadline, "no attempt: {log}");
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -889,6 +898,10 @@ async fn the_readmes_receiver_verifies_deliveries_with_the_standard_library_only
                     &head[..12]
                 )),
                 "{printed}"
+            );
+            assert!(
+                printed.contains("verified proposal.opened ") && printed.contains(" #1 by ann"),
+                "a proposal's step, which names no commit or file: {printed}"
             );
         } else {
             assert_eq!(attempt["status"], 401, "{attempt}");
