@@ -215,21 +215,9 @@ async fn deliver_steps(
                 continue;
             }
             let message = Message::proposal_step(tenant, step);
-            paced(core).await;
-            if head_rx.borrow().is_none() {
-                unlogged.flush(core, tenant, def).await;
-                return Err(Step::Wait(Instant::now() + TICK));
-            }
-            attempt(
-                core,
-                tenant,
-                def,
-                (per_tenant, &mut *retry, &mut *unlogged),
-                &message,
-            )
-            .await?;
             let after = CursorPosition::after_step(Some(step.id));
-            cursor = advance(core, tenant, cursor, after, unlogged.due()).await?;
+            let turn = (per_tenant, &mut *retry, &mut *unlogged);
+            cursor = deliver_one(core, tenant, def, turn, head_rx, &message, cursor, after).await?;
         }
         let reached = CursorPosition::after_step(read.through);
         if cursor.position() != reached {
@@ -357,21 +345,8 @@ async fn deliver(
         let events = events_of(tenant, def, at, &changes);
         drop(changes);
         for (message, after) in events {
-            paced(core).await;
-            // The tenant began to move: the shard it moves to goes on from the cursor.
-            if head_rx.borrow().is_none() {
-                unlogged.flush(core, tenant, def).await;
-                return Err(Step::Wait(Instant::now() + TICK));
-            }
-            attempt(
-                core,
-                tenant,
-                def,
-                (per_tenant, &mut *retry, &mut *unlogged),
-                &message,
-            )
-            .await?;
-            cursor = advance(core, tenant, cursor, after, unlogged.due()).await?;
+            let turn = (per_tenant, &mut *retry, &mut *unlogged);
+            cursor = deliver_one(core, tenant, def, turn, head_rx, &message, cursor, after).await?;
         }
         // The step's end; a commit after it whose integration event went out stays marked.
         let reached = CursorPosition {
@@ -394,6 +369,36 @@ async fn deliver(
             *i += 1;
         }
     }
+}
+
+/// One event of a claimed cursor: its turn of the CPU budget, then (unless the tenant began
+/// to move: the shard it moves to goes on from the cursor) its attempt, and on a 2xx the
+/// cursor moved to `after`.
+#[allow(clippy::too_many_arguments)]
+async fn deliver_one(
+    core: &Arc<Core>,
+    tenant: &TenantId,
+    def: &Webhook,
+    (per_tenant, retry, unlogged): Turn<'_>,
+    head_rx: &watch::Receiver<Option<CommitId>>,
+    message: &Message,
+    cursor: DeliveryCursor,
+    after: CursorPosition,
+) -> Result<DeliveryCursor, Step> {
+    paced(core).await;
+    if head_rx.borrow().is_none() {
+        unlogged.flush(core, tenant, def).await;
+        return Err(Step::Wait(Instant::now() + TICK));
+    }
+    attempt(
+        core,
+        tenant,
+        def,
+        (per_tenant, &mut *retry, &mut *unlogged),
+        message,
+    )
+    .await?;
+    advance(core, tenant, cursor, after, unlogged.due()).await
 }
 
 /// A read of the history on the blocking pool; a failure is logged and waits [`BUSY`].
