@@ -115,12 +115,7 @@ impl TenantRepo {
             if after_m.len() > MAX_REPLAY_COMMITS {
                 return Ok(Some(CommitId(to_id(head))));
             }
-            at = self
-                .repo
-                .find_commit(oid)
-                .map_err(err("read main's line"))?
-                .parent_id(0)
-                .ok();
+            at = self.first_parent(oid, "read main's line")?;
         }
         if !after_m.contains(&m) {
             return Ok(Some(CommitId(to_id(head))));
@@ -128,20 +123,19 @@ impl TenantRepo {
         let mut at = Some(head);
         let mut walked = 0;
         while let Some(oid) = at {
-            let placed_after = self
-                .marks(oid)?
+            // One read of each records commit: its message and its parent.
+            let commit = self
+                .repo
+                .find_commit(oid)
+                .map_err(err("read the proposals' records"))?;
+            let placed_after = marks_of(&String::from_utf8_lossy(commit.message_bytes()))
                 .and_then(|m| m.main)
                 .is_some_and(|main| after_m.contains(&to_oid(&main.0)));
             walked += 1;
             if !placed_after || walked > MAX_REPLAY_COMMITS {
                 return Ok(Some(CommitId(to_id(oid))));
             }
-            at = self
-                .repo
-                .find_commit(oid)
-                .map_err(err("read the proposals' records"))?
-                .parent_id(0)
-                .ok();
+            at = commit.parent_id(0).ok();
         }
         Ok(None)
     }
@@ -149,7 +143,6 @@ impl TenantRepo {
     /// The records line from `head` back to `after` (not included), newest first; `None` when
     /// `after` is not on it within [`MAX_REPLAY_COMMITS`] commits.
     fn steps_line(&self, head: Oid, after: Option<Oid>) -> Result<Option<Vec<Oid>>, StorageError> {
-        let err = git_err(&self.tenant, "read the proposals' records", "");
         let mut line = Vec::new();
         let mut at = Some(head);
         while let Some(oid) = at {
@@ -160,9 +153,18 @@ impl TenantRepo {
                 return Ok(None);
             }
             line.push(oid);
-            at = self.repo.find_commit(oid).map_err(&err)?.parent_id(0).ok();
+            at = self.first_parent(oid, "read the proposals' records")?;
         }
         Ok(after.is_none().then_some(line))
+    }
+
+    /// Commit `oid`'s first parent (`None` at a root).
+    fn first_parent(&self, oid: Oid, op: &'static str) -> Result<Option<Oid>, StorageError> {
+        let commit = self
+            .repo
+            .find_commit(oid)
+            .map_err(git_err(&self.tenant, op, ""))?;
+        Ok(commit.parent_id(0).ok())
     }
 
     /// What the message of commit `oid` says of a step (its verb, `Proposal` and `Main-Head`
